@@ -1,0 +1,22 @@
+//! Compiles `airlock/agent/v1/*.proto` with protox (a pure-Rust protobuf
+//! compiler), so building needs no system `protoc`.
+
+use std::path::Path;
+
+const PROTOS: &[&str] = &[
+    "airlock/agent/v1/health.proto",
+    "airlock/agent/v1/process.proto",
+    "airlock/agent/v1/system.proto",
+];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for proto in PROTOS {
+        println!("cargo:rerun-if-changed={}", root.join(proto).display());
+    }
+    let descriptors = protox::compile(PROTOS, [root])?;
+    tonic_prost_build::configure()
+        .bytes(".airlock.agent.v1")
+        .compile_fds(descriptors)?;
+    Ok(())
+}

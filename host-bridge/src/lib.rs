@@ -1,1 +1,49 @@
-//! placeholder
+//! Airlock's host library: run untrusted code in disposable microVMs.
+//!
+//! A [`Sandbox`] is one QEMU `-M microvm` guest whose PID 1 is the Airlock
+//! agent. Data flows like this:
+//!
+//! ```text
+//! Sandbox::exec ──gRPC (tonic, HTTP/2)──> transport ──hybrid vsock (Unix socket)──>
+//!     vhost-device-vsock ──virtio-vsock──> guest kernel ──> airlock-agent (PID 1) ──> program
+//! ```
+//!
+//! Modules:
+//! - `sandbox`: the builder, boot sequence, exec and teardown.
+//! - `exec`: [`Command`], [`Execution`] (a running program's event stream), [`Output`].
+//! - `vmm`: the QEMU and vhost-device-vsock processes and QMP.
+//! - `transport`: the hybrid-vsock handshake and the gRPC channel.
+//! - `accel`: choosing KVM or TCG.
+//! - `artifacts` and `state_dir`: where kernels, images and per-VM state live.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), airlock::Error> {
+//! use airlock::{Command, Sandbox};
+//!
+//! let sandbox = Sandbox::builder().memory_mib(512).start().await?;
+//! let output = sandbox
+//!     .exec(&Command::new("sh").arg("-c").arg("echo hello"))
+//!     .await?
+//!     .output()
+//!     .await?;
+//! assert_eq!(output.stdout, b"hello\n");
+//! sandbox.shutdown(std::time::Duration::from_secs(5)).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod accel;
+pub mod artifacts;
+mod error;
+mod exec;
+mod sandbox;
+pub mod state_dir;
+pub mod transport;
+mod vmm;
+
+pub use accel::{detect as detect_accel, Accel, ParseAccelError, ACCEL_ENV};
+pub use error::{Error, Result};
+pub use exec::{Command, Event, Execution, ExitStatus, Output};
+pub use sandbox::{BootTimings, Sandbox, SandboxBuilder};
+pub use vmm::qmp::{Qmp, QmpError};
+pub use vmm::VmmError;

@@ -1,0 +1,140 @@
+//! Choosing the CPU accelerator: KVM where it really works, TCG elsewhere.
+//!
+//! `/dev/kvm` existing is not enough: on a PVM host (`/sys/module/kvm_pvm`)
+//! a normal guest kernel hangs under `accel=kvm`. Auto-detection therefore
+//! asks for a hardware KVM module (`kvm_intel` or `kvm_amd`), no PVM, and a
+//! `/dev/kvm` that opens read-write.
+
+use std::fs::OpenOptions;
+use std::path::Path;
+use std::str::FromStr;
+
+/// The environment variable that overrides [`Accel::Auto`].
+pub const ACCEL_ENV: &str = "AIRLOCK_ACCEL";
+
+/// How the guest's CPU runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Accel {
+    /// KVM when the host really supports it, else TCG; `AIRLOCK_ACCEL` overrides.
+    #[default]
+    Auto,
+    /// Hardware virtualisation through `/dev/kvm`.
+    Kvm,
+    /// QEMU's software emulation: slow, but works everywhere.
+    Tcg,
+}
+
+/// An `AIRLOCK_ACCEL` or `--accel` value that is not `auto`, `kvm` or `tcg`.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown accelerator {0:?}; use auto, kvm or tcg")]
+pub struct ParseAccelError(String);
+
+impl FromStr for Accel {
+    type Err = ParseAccelError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Ok(Accel::Auto),
+            "kvm" => Ok(Accel::Kvm),
+            "tcg" => Ok(Accel::Tcg),
+            _ => Err(ParseAccelError(s.to_owned())),
+        }
+    }
+}
+
+impl Accel {
+    /// Resolves `Auto` to a concrete accelerator: `AIRLOCK_ACCEL` first, then
+    /// host detection.
+    pub fn resolve(self) -> Result<Accel, ParseAccelError> {
+        if self != Accel::Auto {
+            return Ok(self);
+        }
+        match std::env::var(ACCEL_ENV) {
+            Ok(value) => match value.parse()? {
+                Accel::Auto => Ok(detect(Path::new("/"))),
+                concrete => Ok(concrete),
+            },
+            Err(_) => Ok(detect(Path::new("/"))),
+        }
+    }
+
+    /// The value of QEMU's `accel=` machine property.
+    pub fn qemu_name(self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg | Accel::Auto => "tcg",
+        }
+    }
+}
+
+/// Detects whether hardware KVM works on the host whose root is `root`
+/// (a parameter so tests can use a fake tree).
+pub fn detect(root: &Path) -> Accel {
+    let module = |name: &str| root.join("sys/module").join(name).exists();
+    if module("kvm_pvm") {
+        tracing::debug!("PVM host: KVM cannot run a standard guest kernel, using TCG");
+        return Accel::Tcg;
+    }
+    if !(module("kvm_intel") || module("kvm_amd")) {
+        tracing::debug!("no kvm_intel/kvm_amd module, using TCG");
+        return Accel::Tcg;
+    }
+    let dev = root.join("dev/kvm");
+    match OpenOptions::new().read(true).write(true).open(&dev) {
+        Ok(_) => Accel::Kvm,
+        Err(error) => {
+            tracing::debug!(%error, "cannot open {}, using TCG", dev.display());
+            Accel::Tcg
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn fake_host(modules: &[&str], dev_kvm: bool) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        for m in modules {
+            fs::create_dir_all(root.path().join("sys/module").join(m)).unwrap();
+        }
+        fs::create_dir_all(root.path().join("dev")).unwrap();
+        if dev_kvm {
+            fs::write(root.path().join("dev/kvm"), b"").unwrap();
+        }
+        root
+    }
+
+    #[test]
+    fn pvm_host_is_not_kvm_even_with_dev_kvm() {
+        let host = fake_host(&["kvm", "kvm_pvm"], true);
+        assert_eq!(detect(host.path()), Accel::Tcg);
+    }
+
+    #[test]
+    fn hardware_module_and_device_mean_kvm() {
+        assert_eq!(
+            detect(fake_host(&["kvm", "kvm_intel"], true).path()),
+            Accel::Kvm
+        );
+        assert_eq!(
+            detect(fake_host(&["kvm", "kvm_amd"], true).path()),
+            Accel::Kvm
+        );
+    }
+
+    #[test]
+    fn missing_device_or_module_means_tcg() {
+        assert_eq!(detect(fake_host(&["kvm_intel"], false).path()), Accel::Tcg);
+        assert_eq!(detect(fake_host(&["kvm"], true).path()), Accel::Tcg);
+    }
+
+    #[test]
+    fn parses_names() {
+        assert_eq!("KVM".parse::<Accel>().unwrap(), Accel::Kvm);
+        assert_eq!("tcg".parse::<Accel>().unwrap(), Accel::Tcg);
+        assert_eq!("auto".parse::<Accel>().unwrap(), Accel::Auto);
+        assert!("hvf".parse::<Accel>().is_err());
+    }
+}

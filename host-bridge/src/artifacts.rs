@@ -1,0 +1,32 @@
+//! Where the guest's kernel and initramfs live by default.
+//!
+//! `scripts/setup` builds them into the Airlock home: `$AIRLOCK_HOME`, else
+//! `$XDG_CACHE_HOME/airlock`, else `~/.cache/airlock`.
+
+use std::path::PathBuf;
+
+/// The environment variable naming the Airlock home directory.
+pub const HOME_ENV: &str = "AIRLOCK_HOME";
+
+/// The directory holding built guest artifacts.
+pub fn home() -> PathBuf {
+    if let Some(dir) = std::env::var_os(HOME_ENV) {
+        return PathBuf::from(dir);
+    }
+    if let Some(cache) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(cache).join("airlock");
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from);
+    home.join(".cache").join("airlock")
+}
+
+/// The default guest kernel: `<home>/kernel/vmlinuz`.
+pub fn default_kernel() -> PathBuf {
+    home().join("kernel").join("vmlinuz")
+}
+
+/// The default initramfs (agent as `/init`, busybox, modules):
+/// `<home>/initramfs.cpio.gz`.
+pub fn default_initramfs() -> PathBuf {
+    home().join("initramfs.cpio.gz")
+}

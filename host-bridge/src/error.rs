@@ -1,0 +1,87 @@
+//! The public error type of the host library.
+//!
+//! Each module has its own precise error; this enum is what crosses the
+//! crate's public face. Messages say what to do where a user can act.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::vmm::VmmError;
+
+/// Everything that can go wrong while starting, using or stopping a sandbox.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The builder was given something unusable.
+    #[error("invalid sandbox configuration: {0}")]
+    Config(String),
+
+    /// A file the sandbox needs (kernel, initramfs) is missing.
+    #[error("{what} not found at {path}; build it with `scripts/setup` (see README)")]
+    MissingArtifact { what: &'static str, path: PathBuf },
+
+    /// The private state directory could not be created.
+    #[error("cannot create a state directory under {base}")]
+    StateDir {
+        base: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Starting or talking to the VMM or its vsock helper failed.
+    #[error(transparent)]
+    Vmm(#[from] VmmError),
+
+    /// The VM exited before the agent answered.
+    #[error("the VM exited during boot ({status}); console tail:\n{console_tail}")]
+    VmExited {
+        status: String,
+        console_tail: String,
+    },
+
+    /// The agent did not answer within the boot timeout.
+    #[error(
+        "the agent did not answer within {timeout:?} ({last_error}); console tail:\n{console_tail}"
+    )]
+    BootTimeout {
+        timeout: Duration,
+        last_error: String,
+        console_tail: String,
+    },
+
+    /// The agent refused or failed a call.
+    #[error("agent call {call} failed: {status}")]
+    Agent {
+        call: &'static str,
+        status: Box<tonic::Status>,
+    },
+
+    /// The agent's connection failed.
+    #[error("agent connection failed")]
+    Transport(#[source] tonic::transport::Error),
+
+    /// The agent sent something the protocol does not allow.
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+}
+
+impl Error {
+    pub(crate) fn agent(call: &'static str, status: tonic::Status) -> Self {
+        Error::Agent {
+            call,
+            status: Box::new(status),
+        }
+    }
+
+    /// The gRPC code when the agent refused a call (for example `NotFound`
+    /// for a program that does not exist).
+    pub fn agent_code(&self) -> Option<tonic::Code> {
+        match self {
+            Error::Agent { status, .. } => Some(status.code()),
+            _ => None,
+        }
+    }
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,408 @@
+//! [`Sandbox`]: one microVM with the agent running as its PID 1.
+//!
+//! [`SandboxBuilder::start`] creates the private state directory, starts the
+//! VMM (see `vmm`), then connects to the agent over hybrid vsock (see
+//! `transport`), retrying with backoff until the boot deadline, and waits for
+//! `Health.Check`. After that, [`Sandbox::exec`] runs programs. Dropping the
+//! sandbox kills the VM and removes its state directory;
+//! [`Sandbox::shutdown`] powers it off gracefully first.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use airlock_proto::v1::health_client::HealthClient;
+use airlock_proto::v1::process_client::ProcessClient;
+use airlock_proto::v1::system_client::SystemClient;
+use airlock_proto::v1::{CheckRequest, CheckResponse, ShutdownRequest};
+use tempfile::TempDir;
+use tonic::transport::Channel;
+
+use crate::error::{Error, Result};
+use crate::exec::{Command, Execution};
+use crate::vmm::{QemuConfig, VmPaths, Vmm};
+use crate::{artifacts, state_dir, transport, Accel};
+
+/// How much console output goes into error messages.
+const CONSOLE_TAIL_BYTES: usize = 4096;
+/// How long a single Health probe may take during boot.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Configures and starts a [`Sandbox`].
+#[derive(Debug, Clone)]
+pub struct SandboxBuilder {
+    kernel: PathBuf,
+    initramfs: PathBuf,
+    memory_mib: u32,
+    vcpus: u32,
+    boot_timeout: Duration,
+    accel: Accel,
+    agent_port: u32,
+    state_dir_base: PathBuf,
+    kernel_args: Vec<String>,
+}
+
+impl Default for SandboxBuilder {
+    fn default() -> Self {
+        SandboxBuilder {
+            kernel: artifacts::default_kernel(),
+            initramfs: artifacts::default_initramfs(),
+            memory_mib: 512,
+            vcpus: 1,
+            boot_timeout: Duration::from_secs(60),
+            accel: Accel::Auto,
+            agent_port: airlock_proto::DEFAULT_AGENT_PORT,
+            state_dir_base: state_dir::default_base(),
+            kernel_args: Vec::new(),
+        }
+    }
+}
+
+impl SandboxBuilder {
+    /// The guest kernel (default: `~/.cache/airlock/kernel/vmlinuz`).
+    pub fn kernel(mut self, path: impl Into<PathBuf>) -> Self {
+        self.kernel = path.into();
+        self
+    }
+
+    /// The initramfs holding the agent (default: `~/.cache/airlock/initramfs.cpio.gz`).
+    pub fn initramfs(mut self, path: impl Into<PathBuf>) -> Self {
+        self.initramfs = path.into();
+        self
+    }
+
+    /// Guest memory in MiB (default 512).
+    pub fn memory_mib(mut self, mib: u32) -> Self {
+        self.memory_mib = mib;
+        self
+    }
+
+    /// Number of virtual CPUs (default 1).
+    pub fn vcpus(mut self, vcpus: u32) -> Self {
+        self.vcpus = vcpus;
+        self
+    }
+
+    /// How long boot may take until the agent answers (default 60 s, which
+    /// leaves room for software emulation on a loaded host).
+    pub fn boot_timeout(mut self, timeout: Duration) -> Self {
+        self.boot_timeout = timeout;
+        self
+    }
+
+    /// The CPU accelerator (default [`Accel::Auto`]).
+    pub fn accel(mut self, accel: Accel) -> Self {
+        self.accel = accel;
+        self
+    }
+
+    /// Where state directories are created (default: see `AIRLOCK_STATE_DIR`).
+    pub fn state_dir_base(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir_base = dir.into();
+        self
+    }
+
+    /// Appends an argument to the guest kernel's command line.
+    pub fn kernel_arg(mut self, arg: impl Into<String>) -> Self {
+        self.kernel_args.push(arg.into());
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.memory_mib < 64 {
+            return Err(Error::Config(format!(
+                "memory {} MiB is too small; use at least 64",
+                self.memory_mib
+            )));
+        }
+        if self.vcpus == 0 || self.vcpus > 255 {
+            return Err(Error::Config(format!(
+                "vcpus must be 1..=255, not {}",
+                self.vcpus
+            )));
+        }
+        for (what, path) in [("kernel", &self.kernel), ("initramfs", &self.initramfs)] {
+            if !path.is_file() {
+                return Err(Error::MissingArtifact {
+                    what,
+                    path: path.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn kernel_cmdline(&self) -> String {
+        let mut cmdline = format!(
+            "console=ttyS0 quiet panic=-1 airlock.port={}",
+            self.agent_port
+        );
+        for arg in &self.kernel_args {
+            cmdline.push(' ');
+            cmdline.push_str(arg);
+        }
+        cmdline
+    }
+
+    /// Boots the VM and waits until the agent answers.
+    #[tracing::instrument(name = "sandbox_start", skip_all)]
+    pub async fn start(self) -> Result<Sandbox> {
+        let begin = Instant::now();
+        self.validate()?;
+        let accel = self
+            .accel
+            .resolve()
+            .map_err(|e| Error::Config(e.to_string()))?;
+        let dir = state_dir::create(&self.state_dir_base)?;
+        let paths = VmPaths::in_dir(dir.path());
+        let config = QemuConfig {
+            accel,
+            memory_mib: self.memory_mib,
+            vcpus: self.vcpus,
+            kernel: self.kernel.clone(),
+            initramfs: self.initramfs.clone(),
+            kernel_cmdline: self.kernel_cmdline(),
+            vhost_user_socket: paths.vhost_user_socket.clone(),
+            console_log: paths.console_log.clone(),
+            qmp_socket: paths.qmp_socket.clone(),
+        };
+        tracing::info!(state_dir = %dir.path().display(), accel = accel.qemu_name(), "starting VM");
+        let mut vmm = Vmm::start(&config, paths).await?;
+        let vmm_started = begin.elapsed();
+
+        let (channel, health) = connect_agent(
+            &mut vmm,
+            self.agent_port,
+            begin + self.boot_timeout,
+            self.boot_timeout,
+        )
+        .await?;
+        let timings = BootTimings {
+            vmm_started,
+            kernel_to_init: Duration::from_micros(health.init_started_us),
+            init_to_serving: Duration::from_micros(
+                health
+                    .serving_since_us
+                    .saturating_sub(health.init_started_us),
+            ),
+            ready: begin.elapsed(),
+        };
+        tracing::info!(?timings, agent_version = %health.agent_version, "sandbox ready");
+        Ok(Sandbox {
+            vmm,
+            channel,
+            timings,
+            accel,
+            agent_version: health.agent_version,
+            state_dir: dir,
+        })
+    }
+}
+
+/// Retries the hybrid-vsock connection and a Health check until `deadline`.
+async fn connect_agent(
+    vmm: &mut Vmm,
+    port: u32,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<(Channel, CheckResponse)> {
+    let mut backoff = Duration::from_millis(5);
+    let mut last_error = String::from("no attempt yet");
+    loop {
+        if let Some(status) = vmm.try_exit()? {
+            return Err(Error::VmExited {
+                status: status.to_string(),
+                console_tail: vmm.diagnostics(CONSOLE_TAIL_BYTES),
+            });
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::BootTimeout {
+                timeout,
+                last_error,
+                console_tail: vmm.diagnostics(CONSOLE_TAIL_BYTES),
+            });
+        }
+        let attempt = async {
+            let channel = transport::channel(vmm.vsock_uds().to_owned(), port)
+                .await
+                .map_err(|e| format!("connect: {}", error_chain(&e)))?;
+            let health = HealthClient::new(channel.clone())
+                .check(CheckRequest {})
+                .await
+                .map_err(|status| format!("health: {status}"))?
+                .into_inner();
+            Ok::<_, String>((channel, health))
+        };
+        match tokio::time::timeout(PROBE_TIMEOUT, attempt).await {
+            Ok(Ok(ready)) => return Ok(ready),
+            Ok(Err(error)) => last_error = error,
+            Err(_) => last_error = format!("no answer within {PROBE_TIMEOUT:?}"),
+        }
+        tracing::trace!(%last_error, "agent not ready yet");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_millis(100));
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Where a sandbox's start-up time went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BootTimings {
+    /// Host: from `start()` until the VMM processes were running.
+    pub vmm_started: Duration,
+    /// Guest: kernel boot until the agent (PID 1) started.
+    pub kernel_to_init: Duration,
+    /// Guest: agent start (mounts, modules) until it served gRPC.
+    pub init_to_serving: Duration,
+    /// Host: from `start()` until the agent answered Health.
+    pub ready: Duration,
+}
+
+/// A running microVM with the Airlock agent as PID 1.
+///
+/// Dropping it kills the VM and removes its state directory.
+#[derive(Debug)]
+pub struct Sandbox {
+    // Field order is drop order: the VM dies before its directory goes.
+    vmm: Vmm,
+    channel: Channel,
+    timings: BootTimings,
+    accel: Accel,
+    agent_version: String,
+    state_dir: TempDir,
+}
+
+impl Sandbox {
+    /// A builder with the default configuration.
+    pub fn builder() -> SandboxBuilder {
+        SandboxBuilder::default()
+    }
+
+    /// Starts `command` and returns once the guest has started it.
+    ///
+    /// A program that cannot start (not found, not executable, bad working
+    /// directory) is an [`Error::Agent`] whose [`Error::agent_code`] tells why.
+    pub async fn exec(&self, command: &Command) -> Result<Execution> {
+        let events = ProcessClient::new(self.channel.clone())
+            .start(command.to_request())
+            .await
+            .map_err(|status| Error::agent("Process.Start", status))?
+            .into_inner();
+        Execution::begin(events).await
+    }
+
+    /// Asks the agent for its health report.
+    pub async fn health(&self) -> Result<CheckResponse> {
+        Ok(HealthClient::new(self.channel.clone())
+            .check(CheckRequest {})
+            .await
+            .map_err(|status| Error::agent("Health.Check", status))?
+            .into_inner())
+    }
+
+    /// Where the start-up time went.
+    pub fn boot_timings(&self) -> BootTimings {
+        self.timings
+    }
+
+    /// The accelerator the VM runs with.
+    pub fn accel(&self) -> Accel {
+        self.accel
+    }
+
+    /// The agent's version.
+    pub fn agent_version(&self) -> &str {
+        &self.agent_version
+    }
+
+    /// The private state directory (console log, sockets).
+    pub fn state_dir(&self) -> &std::path::Path {
+        self.state_dir.path()
+    }
+
+    /// The guest console so far (kernel and agent logs), at most `max_bytes`
+    /// from the end.
+    pub fn console_tail(&self, max_bytes: usize) -> String {
+        self.vmm.diagnostics(max_bytes)
+    }
+
+    /// Powers the VM off gracefully: the agent syncs and powers off; after
+    /// `grace` the VM is killed regardless. The state directory is removed.
+    #[tracing::instrument(skip_all)]
+    pub async fn shutdown(mut self, grace: Duration) -> Result<()> {
+        let asked = tokio::time::timeout(
+            grace,
+            SystemClient::new(self.channel.clone()).shutdown(ShutdownRequest {}),
+        )
+        .await;
+        if let Ok(Err(status)) = &asked {
+            tracing::warn!(%status, "agent refused to shut down");
+        }
+        match self.vmm.wait_exit(grace).await? {
+            Some(status) => tracing::debug!(%status, "VM powered off"),
+            None => {
+                tracing::warn!(?grace, "VM did not power off in time; asking QEMU to quit");
+                match crate::Qmp::connect(self.vmm.qmp_socket()).await {
+                    Ok(mut qmp) => {
+                        if let Err(error) = qmp.execute("quit", None).await {
+                            tracing::debug!(%error, "qmp quit");
+                        }
+                    }
+                    Err(error) => tracing::debug!(%error, "qmp connect"),
+                }
+                self.vmm.wait_exit(Duration::from_secs(1)).await?;
+            }
+        }
+        self.vmm.kill();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn handles_are_send_and_sync() {
+        assert_send_sync::<Sandbox>();
+        assert_send_sync::<Execution>();
+        assert_send_sync::<SandboxBuilder>();
+    }
+
+    #[test]
+    fn missing_kernel_names_the_setup_command() {
+        let err = Sandbox::builder()
+            .kernel("/nonexistent/vmlinuz")
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/nonexistent/vmlinuz"), "{err}");
+        assert!(err.contains("scripts/setup"), "{err}");
+    }
+
+    #[test]
+    fn silly_sizes_are_refused() {
+        assert!(Sandbox::builder().memory_mib(8).validate().is_err());
+        assert!(Sandbox::builder().vcpus(0).validate().is_err());
+    }
+
+    #[test]
+    fn cmdline_carries_the_agent_port_and_extra_args() {
+        let line = Sandbox::builder()
+            .kernel_arg("airlock.log=debug")
+            .kernel_cmdline();
+        assert!(line.contains("airlock.port=1024"), "{line}");
+        assert!(line.ends_with("airlock.log=debug"), "{line}");
+    }
+}

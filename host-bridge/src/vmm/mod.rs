@@ -1,0 +1,254 @@
+//! The VMM backend: QEMU `-M microvm` plus `vhost-device-vsock`, the
+//! vhost-user device that gives the guest a vsock without the kernel's
+//! `/dev/vhost-vsock`.
+//!
+//! [`Vmm::start`] lays out the state directory, starts the vsock device,
+//! waits for its vhost-user socket, then starts QEMU. The host reaches the
+//! guest through the device's hybrid-vsock Unix socket ([`Vmm::vsock_uds`],
+//! see `transport`). Both processes are killed when the `Vmm` is dropped.
+//!
+//! - `binaries`: locating `qemu-system-x86_64` and `vhost-device-vsock`.
+//! - `qemu`: the QEMU command line.
+//! - `qmp`: a small QMP client for VMM-level control.
+
+mod binaries;
+mod qemu;
+pub mod qmp;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use std::os::unix::process::CommandExt;
+
+pub(crate) use qemu::QemuConfig;
+
+/// The guest's vsock context id. Each VM has its own vsock device, so every
+/// guest can use the same one.
+const GUEST_CID: u32 = 3;
+/// How long vhost-device-vsock may take to create its socket.
+const DEVICE_READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Errors starting or controlling the VMM processes.
+#[derive(Debug, thiserror::Error)]
+pub enum VmmError {
+    #[error("{name} not found (set {env} or {hint})")]
+    ProgramNotFound {
+        name: &'static str,
+        env: &'static str,
+        hint: &'static str,
+    },
+    #[error("cannot start {program}")]
+    Spawn {
+        program: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot create {path}")]
+    LogFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("vhost-device-vsock did not create {socket} within {timeout:?}; its log:\n{log}")]
+    DeviceNotReady {
+        socket: PathBuf,
+        timeout: Duration,
+        log: String,
+    },
+    #[error("waiting for a VMM process")]
+    Wait(#[source] std::io::Error),
+}
+
+/// The files a VM keeps in its private state directory.
+#[derive(Debug, Clone)]
+pub(crate) struct VmPaths {
+    pub vhost_user_socket: PathBuf,
+    pub vsock_uds: PathBuf,
+    pub console_log: PathBuf,
+    pub qmp_socket: PathBuf,
+    pub qemu_log: PathBuf,
+    pub device_log: PathBuf,
+}
+
+impl VmPaths {
+    pub fn in_dir(dir: &Path) -> Self {
+        VmPaths {
+            vhost_user_socket: dir.join("vhost-user-vsock.sock"),
+            vsock_uds: dir.join("vsock.sock"),
+            console_log: dir.join("console.log"),
+            qmp_socket: dir.join("qmp.sock"),
+            qemu_log: dir.join("qemu.log"),
+            device_log: dir.join("vhost-device-vsock.log"),
+        }
+    }
+}
+
+/// A running VM: the QEMU process and its vsock device process.
+#[derive(Debug)]
+pub(crate) struct Vmm {
+    qemu: Child,
+    device: Child,
+    paths: VmPaths,
+    qemu_exit: Option<ExitStatus>,
+}
+
+impl Vmm {
+    /// Starts the vsock device, then QEMU, with files under `paths`.
+    pub async fn start(config: &QemuConfig, paths: VmPaths) -> Result<Self, VmmError> {
+        let qemu_program = binaries::QEMU.locate()?;
+        let device_program = binaries::VHOST_DEVICE_VSOCK.locate()?;
+
+        let mut device_cmd = Command::new(&device_program);
+        device_cmd.arg("--vm").arg(format!(
+            "guest-cid={GUEST_CID},socket={},uds-path={}",
+            paths.vhost_user_socket.display(),
+            paths.vsock_uds.display()
+        ));
+        let mut device = spawn(&mut device_cmd, &device_program, &paths.device_log)?;
+        if let Err(error) =
+            wait_for_socket(&paths.vhost_user_socket, &mut device, &paths.device_log).await
+        {
+            kill_and_reap(&mut device);
+            return Err(error);
+        }
+
+        let mut qemu_cmd = Command::new(&qemu_program);
+        qemu_cmd.args(config.args());
+        tracing::debug!(command = ?qemu_cmd, "starting qemu");
+        let qemu = match spawn(&mut qemu_cmd, &qemu_program, &paths.qemu_log) {
+            Ok(qemu) => qemu,
+            Err(error) => {
+                kill_and_reap(&mut device);
+                return Err(error);
+            }
+        };
+        Ok(Vmm {
+            qemu,
+            device,
+            paths,
+            qemu_exit: None,
+        })
+    }
+
+    /// The hybrid-vsock Unix socket that reaches the guest.
+    pub fn vsock_uds(&self) -> &Path {
+        &self.paths.vsock_uds
+    }
+
+    pub fn qmp_socket(&self) -> &Path {
+        &self.paths.qmp_socket
+    }
+
+    /// QEMU's exit status if it has exited, without blocking.
+    pub fn try_exit(&mut self) -> Result<Option<ExitStatus>, VmmError> {
+        if self.qemu_exit.is_none() {
+            self.qemu_exit = self.qemu.try_wait().map_err(VmmError::Wait)?;
+        }
+        Ok(self.qemu_exit)
+    }
+
+    /// Waits up to `timeout` for QEMU to exit by itself.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Result<Option<ExitStatus>, VmmError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_exit()? {
+                return Ok(Some(status));
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The last `max_bytes` of the guest console plus QEMU's own stderr,
+    /// for error messages.
+    pub fn diagnostics(&self, max_bytes: usize) -> String {
+        let mut text = tail(&self.paths.console_log, max_bytes);
+        let qemu = tail(&self.paths.qemu_log, max_bytes / 4);
+        if !qemu.trim().is_empty() {
+            text.push_str("\n[qemu] ");
+            text.push_str(qemu.trim());
+        }
+        text
+    }
+
+    /// Kills both processes and reaps them. Idempotent.
+    pub fn kill(&mut self) {
+        if self.qemu_exit.is_none() {
+            kill_and_reap(&mut self.qemu);
+            self.qemu_exit = self.qemu.try_wait().ok().flatten();
+        }
+        kill_and_reap(&mut self.device);
+    }
+}
+
+impl Drop for Vmm {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn spawn(cmd: &mut Command, program: &Path, log: &Path) -> Result<Child, VmmError> {
+    let log_file = |path: &Path| {
+        File::create(path).map_err(|source| VmmError::LogFile {
+            path: path.to_owned(),
+            source,
+        })
+    };
+    let stdout = log_file(log)?;
+    let stderr = stdout.try_clone().map_err(|source| VmmError::LogFile {
+        path: log.to_owned(),
+        source,
+    })?;
+    cmd.stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        // Its own process group: a Ctrl-C at the user's terminal reaches the
+        // embedding program, which then tears the VM down in order.
+        .process_group(0)
+        .spawn()
+        .map_err(|source| VmmError::Spawn {
+            program: program.to_owned(),
+            source,
+        })
+}
+
+async fn wait_for_socket(socket: &Path, device: &mut Child, log: &Path) -> Result<(), VmmError> {
+    let deadline = Instant::now() + DEVICE_READY_TIMEOUT;
+    while !socket.exists() {
+        let exited = device.try_wait().map_err(VmmError::Wait)?.is_some();
+        if exited || Instant::now() >= deadline {
+            return Err(VmmError::DeviceNotReady {
+                socket: socket.to_owned(),
+                timeout: DEVICE_READY_TIMEOUT,
+                log: tail(log, 2048),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Ok(())
+}
+
+fn kill_and_reap(child: &mut Child) {
+    if let Ok(None) = child.try_wait() {
+        if let Err(error) = child.kill() {
+            tracing::warn!(%error, pid = child.id(), "cannot kill VMM process");
+        }
+        // SIGKILL cannot be caught: the wait is short.
+        if let Err(error) = child.wait() {
+            tracing::warn!(%error, pid = child.id(), "cannot reap VMM process");
+        }
+    }
+}
+
+/// The last `max_bytes` of a file, lossily decoded; empty if unreadable.
+pub(crate) fn tail(path: &Path, max_bytes: usize) -> String {
+    let Ok(bytes) = std::fs::read(path) else {
+        return String::new();
+    };
+    let start = bytes.len().saturating_sub(max_bytes);
+    String::from_utf8_lossy(&bytes[start..]).into_owned()
+}

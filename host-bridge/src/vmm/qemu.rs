@@ -1,0 +1,152 @@
+//! The QEMU `-M microvm` command line.
+//!
+//! Pure argument building, so it is unit-tested without starting anything.
+//! The guest's memory is a shared memfd: vhost-user devices (our vsock)
+//! need to map it from another process.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use crate::Accel;
+
+/// Everything the QEMU command line depends on.
+#[derive(Debug, Clone)]
+pub(crate) struct QemuConfig {
+    pub accel: Accel,
+    pub memory_mib: u32,
+    pub vcpus: u32,
+    pub kernel: PathBuf,
+    pub initramfs: PathBuf,
+    pub kernel_cmdline: String,
+    /// The vhost-user socket served by vhost-device-vsock.
+    pub vhost_user_socket: PathBuf,
+    pub console_log: PathBuf,
+    pub qmp_socket: PathBuf,
+}
+
+impl QemuConfig {
+    /// The arguments after the program name.
+    pub fn args(&self) -> Vec<OsString> {
+        let mem = self.memory_mib;
+        let cpu = match self.accel {
+            Accel::Kvm => "host",
+            Accel::Tcg | Accel::Auto => "max",
+        };
+        let mut args: Vec<OsString> = Vec::new();
+        let mut push = |parts: &[&str]| args.extend(parts.iter().map(OsString::from));
+        push(&[
+            "-M",
+            &format!(
+                "microvm,accel={},memory-backend=mem",
+                self.accel.qemu_name()
+            ),
+        ]);
+        push(&[
+            "-cpu",
+            cpu,
+            "-smp",
+            &self.vcpus.to_string(),
+            "-m",
+            &format!("{mem}M"),
+        ]);
+        push(&[
+            "-object",
+            &format!("memory-backend-memfd,id=mem,size={mem}M,share=on"),
+        ]);
+        push(&[
+            "-nodefaults",
+            "-no-user-config",
+            "-no-reboot",
+            "-display",
+            "none",
+        ]);
+        args.push("-kernel".into());
+        args.push(self.kernel.clone().into());
+        args.push("-initrd".into());
+        args.push(self.initramfs.clone().into());
+        args.push("-append".into());
+        args.push(self.kernel_cmdline.clone().into());
+        args.push("-chardev".into());
+        args.push(path_option(
+            "socket,id=vsock0,path=",
+            &self.vhost_user_socket,
+        ));
+        args.push("-device".into());
+        args.push("vhost-user-vsock-device,chardev=vsock0".into());
+        args.push("-serial".into());
+        args.push(path_option("file:", &self.console_log));
+        args.push("-qmp".into());
+        let mut qmp = path_option("unix:", &self.qmp_socket);
+        qmp.push(",server=on,wait=off");
+        args.push(qmp);
+        args
+    }
+}
+
+fn path_option(prefix: &str, path: &std::path::Path) -> OsString {
+    let mut option = OsString::from(prefix);
+    option.push(path.as_os_str());
+    option
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(accel: Accel) -> QemuConfig {
+        QemuConfig {
+            accel,
+            memory_mib: 512,
+            vcpus: 2,
+            kernel: "/k/vmlinuz".into(),
+            initramfs: "/k/initramfs.cpio.gz".into(),
+            kernel_cmdline: "console=ttyS0 airlock.port=1024".into(),
+            vhost_user_socket: "/s/vhost-user.sock".into(),
+            console_log: "/s/console.log".into(),
+            qmp_socket: "/s/qmp.sock".into(),
+        }
+    }
+
+    fn joined(config: &QemuConfig) -> String {
+        config
+            .args()
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn tcg_command_line_has_shared_memory_and_vhost_user_vsock() {
+        let line = joined(&config(Accel::Tcg));
+        assert!(
+            line.contains("-M microvm,accel=tcg,memory-backend=mem"),
+            "{line}"
+        );
+        assert!(
+            line.contains("memory-backend-memfd,id=mem,size=512M,share=on"),
+            "{line}"
+        );
+        assert!(
+            line.contains("-chardev socket,id=vsock0,path=/s/vhost-user.sock"),
+            "{line}"
+        );
+        assert!(
+            line.contains("-device vhost-user-vsock-device,chardev=vsock0"),
+            "{line}"
+        );
+        assert!(
+            line.contains("-append console=ttyS0 airlock.port=1024"),
+            "{line}"
+        );
+        assert!(line.contains("-smp 2"), "{line}");
+        assert!(line.contains("-cpu max"), "{line}");
+    }
+
+    #[test]
+    fn kvm_uses_host_cpu() {
+        let line = joined(&config(Accel::Kvm));
+        assert!(line.contains("accel=kvm"), "{line}");
+        assert!(line.contains("-cpu host"), "{line}");
+    }
+}

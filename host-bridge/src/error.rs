@@ -50,7 +50,7 @@ pub enum Error {
     },
 
     /// The agent refused or failed a call.
-    #[error("agent call {call} failed: {status}")]
+    #[error("{call}: {} ({:?})", status.message(), status.code())]
     Agent {
         call: &'static str,
         status: Box<tonic::Status>,

@@ -47,3 +47,5 @@ pub use exec::{Command, Event, Execution, ExitStatus, Output};
 pub use sandbox::{BootTimings, Sandbox, SandboxBuilder};
 pub use vmm::qmp::{Qmp, QmpError};
 pub use vmm::VmmError;
+/// gRPC status codes, as returned by [`Error::agent_code`].
+pub use tonic::Code;

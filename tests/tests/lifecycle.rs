@@ -1,0 +1,59 @@
+//! Sandboxes come and go without leaving anything behind, and a VM that
+//! dies during boot is reported with its console.
+
+use std::time::Duration;
+
+use airlock::{Command, Error};
+
+#[tokio::test]
+async fn drop_kills_the_vm_and_removes_its_state() {
+    let sandbox = airlock_tests::boot().await;
+    let state_dir = sandbox.state_dir().to_owned();
+    assert!(state_dir.is_dir());
+    let vm_processes = airlock_tests::processes_mentioning(&state_dir);
+    assert_eq!(vm_processes.len(), 2, "qemu and vhost-device-vsock: {vm_processes:?}");
+
+    drop(sandbox);
+    assert!(!state_dir.exists(), "state dir left behind: {}", state_dir.display());
+    let left = airlock_tests::processes_mentioning(&state_dir);
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+}
+
+#[tokio::test]
+async fn graceful_shutdown_powers_off_and_cleans_up() {
+    let sandbox = airlock_tests::boot().await;
+    let state_dir = sandbox.state_dir().to_owned();
+    let out = sandbox
+        .exec(&Command::new("cat").arg("/proc/1/comm"))
+        .await
+        .expect("start")
+        .output()
+        .await
+        .expect("output");
+    assert_eq!(out.stdout, b"init\n", "the agent is PID 1");
+
+    sandbox.shutdown(Duration::from_secs(20)).await.expect("shutdown");
+    assert!(!state_dir.exists(), "state dir left behind: {}", state_dir.display());
+    let left = airlock_tests::processes_mentioning(&state_dir);
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+}
+
+#[tokio::test]
+async fn a_vm_that_dies_during_boot_is_reported_with_its_console() {
+    // A kernel with an unusable initramfs panics; panic=-1 and -no-reboot
+    // make QEMU exit. The error must say so and show the console.
+    let junk = tempfile_path("not-an-initramfs");
+    std::fs::write(&junk, b"this is not a cpio archive").expect("write junk");
+    let error = airlock_tests::builder()
+        .initramfs(&junk)
+        .start()
+        .await
+        .expect_err("boot must fail");
+    let _ = std::fs::remove_file(&junk);
+    assert!(matches!(error, Error::VmExited { .. }), "{error}");
+    assert!(error.to_string().contains("Kernel panic"), "{error}");
+}
+
+fn tempfile_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("airlock-test-{}-{name}", std::process::id()))
+}

@@ -1,1 +1,121 @@
-//! placeholder
+//! `airlock-agent`: the guest side of Airlock. It runs as PID 1 inside a
+//! microVM and serves `airlock.agent.v1` over vsock.
+//!
+//! Data flow, in start-up order:
+//!
+//! 1. [`boot`]: `main` calls [`Boot::begin`], which records the boot clock
+//!    ([`clock`]), installs the power-off panic hook and mounts `/proc` when
+//!    PID 1, and parses the kernel command line ([`cmdline`]).
+//! 2. `main` sets up logging, then calls [`run`], which as PID 1 finishes
+//!    [`init`] (mounts, kernel modules, hostname) or else becomes a child
+//!    subreaper, and starts the tokio runtime.
+//! 3. [`reaper`] takes ownership of `waitpid(-1)` before anything spawns.
+//! 4. [`server`] binds the [`Listen`] address (vsock, or a Unix socket for
+//!    tests) and serves the [`services`]: `Health`, `Process` (spawns via the
+//!    reaper, streams output through a bounded channel) and `System`
+//!    (shutdown).
+//! 5. Every error that reaches a client becomes a `tonic::Status` in
+//!    [`error`]. As PID 1 the agent never exits: errors, panics and
+//!    `Shutdown` all end in a synced power-off ([`init::poweroff`]).
+
+pub mod boot;
+pub mod clock;
+pub mod cmdline;
+pub mod error;
+pub mod init;
+pub mod reaper;
+pub mod server;
+pub mod services;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+pub use boot::Boot;
+pub use error::AgentError;
+pub use server::Listen;
+
+use init::poweroff;
+use server::Listener;
+use services::{HealthService, ProcessService, Services, ShutdownMode, SystemService};
+
+/// How long a stopping (non-PID 1) agent waits for open calls to finish.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Runs the agent until shutdown. `listen` overrides the default (vsock on
+/// the command line's `airlock.port`). Returns only when not PID 1.
+pub fn run(boot: Boot, listen: Option<Listen>) -> ExitCode {
+    let pid1 = boot.pid1;
+    let result = start(boot, listen);
+    match (result, pid1) {
+        (Ok(()), false) => ExitCode::SUCCESS,
+        (Ok(()), true) => poweroff::power_off_or_exit("agent stopped serving"),
+        (Err(e), pid1) => {
+            tracing::error!(error = %error::chain(&e), "agent failed");
+            if pid1 {
+                poweroff::power_off_or_exit("agent failed");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn start(boot: Boot, listen: Option<Listen>) -> Result<(), AgentError> {
+    if let Err(e) = &boot.proc_mount {
+        tracing::warn!(error = %error::chain(e), "/proc unavailable");
+    }
+    let cmdline = boot.cmdline?;
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        pid1 = boot.pid1,
+        "airlock agent starting"
+    );
+    if boot.pid1 {
+        init::setup(&cmdline);
+    } else {
+        init::adopt_orphans();
+    }
+    let listen = listen.unwrap_or(Listen::Vsock(cmdline.port));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(AgentError::Runtime)?;
+    let served = runtime.block_on(serve(boot.pid1, boot.init_started_us, listen));
+    runtime.shutdown_timeout(STOP_GRACE);
+    served
+}
+
+async fn serve(pid1: bool, init_started_us: u64, listen: Listen) -> Result<(), AgentError> {
+    let reaper = reaper::Reaper::start()?;
+    let listener = Listener::bind(&listen)?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mode = if pid1 {
+        ShutdownMode::PowerOff
+    } else {
+        ShutdownMode::Stop(stop_tx)
+    };
+    let serving_since_us = clock::boottime_us();
+    let router = services::router(Services {
+        health: HealthService::new(init_started_us, serving_since_us),
+        process: ProcessService::new(reaper),
+        system: SystemService::new(mode),
+    });
+    tracing::info!(%listen, "serving");
+
+    tokio::select! {
+        served = listener.serve(router, stopped(stop_rx.clone())) => served?,
+        () = async { stopped(stop_rx).await; tokio::time::sleep(STOP_GRACE).await } => {
+            tracing::warn!("calls still open after shutdown; stopping anyway");
+        }
+    }
+    tracing::info!("server stopped");
+    Ok(())
+}
+
+/// Completes once the stop flag is set (never, if its sender is gone).
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    if stop.wait_for(|stop| *stop).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}

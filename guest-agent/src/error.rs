@@ -1,0 +1,134 @@
+//! The agent's error at its public face, and the ONE place errors become
+//! gRPC statuses.
+//!
+//! Each module has its own error enum ([`CmdlineError`], [`ReaperError`],
+//! [`ServerError`], [`ProcessError`]); [`AgentError`] gathers them.
+//! `From<AgentError> for Status` picks the code a client can act on, and the
+//! message is the `Display` chain (error, then each source), never `Debug`.
+
+use tonic::{Code, Status};
+
+use crate::cmdline::CmdlineError;
+use crate::reaper::ReaperError;
+use crate::server::ServerError;
+use crate::services::process::ProcessError;
+
+/// Anything that can go wrong in the agent.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// The kernel command line asks for something impossible.
+    #[error(transparent)]
+    Cmdline(#[from] CmdlineError),
+    /// The child reaper could not start.
+    #[error(transparent)]
+    Reaper(#[from] ReaperError),
+    /// The gRPC server could not listen or serve.
+    #[error(transparent)]
+    Server(#[from] ServerError),
+    /// A program could not be started or followed.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+    /// The tokio runtime could not be built.
+    #[error("cannot build the async runtime")]
+    Runtime(#[source] std::io::Error),
+}
+
+impl From<AgentError> for Status {
+    fn from(e: AgentError) -> Self {
+        Status::new(code(&e), chain(&e))
+    }
+}
+
+impl From<ProcessError> for Status {
+    fn from(e: ProcessError) -> Self {
+        AgentError::from(e).into()
+    }
+}
+
+/// The gRPC code for an error: what the client should do about it.
+fn code(e: &AgentError) -> Code {
+    use ProcessError as P;
+    match e {
+        AgentError::Process(p) => match p {
+            P::EmptyArgv
+            | P::Nul { .. }
+            | P::BadEnvName(_)
+            | P::RelativeCwd(_)
+            | P::CwdNotDirectory(_)
+            | P::CwdUnusable { .. }
+            | P::ArgsTooLong => Code::InvalidArgument,
+            P::ProgramNotFound(_) | P::InterpreterMissing(_) | P::CwdNotFound(_) => Code::NotFound,
+            P::ProgramNoAccess(_) | P::CwdNoAccess(_) => Code::PermissionDenied,
+            P::NotExecutable(_) => Code::FailedPrecondition,
+            P::Exhausted { .. } => Code::ResourceExhausted,
+            P::Spawn { .. } | P::DevNull(_) | P::Pipe { .. } | P::Lost { .. } => Code::Internal,
+        },
+        AgentError::Cmdline(_) => Code::InvalidArgument,
+        AgentError::Reaper(_) | AgentError::Server(_) | AgentError::Runtime(_) => Code::Internal,
+    }
+}
+
+/// Formats an error and its sources as `outer: inner: innermost`.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        // thiserror's transparent variants can repeat a message; skip echoes.
+        if !text.ends_with(&s_text) {
+            text.push_str(": ");
+            text.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_codes_are_precise() {
+        let cases = [
+            (ProcessError::EmptyArgv, Code::InvalidArgument),
+            (ProcessError::ProgramNotFound("x".into()), Code::NotFound),
+            (ProcessError::CwdNotFound("/nope".into()), Code::NotFound),
+            (
+                ProcessError::ProgramNoAccess("x".into()),
+                Code::PermissionDenied,
+            ),
+            (
+                ProcessError::NotExecutable("x".into()),
+                Code::FailedPrecondition,
+            ),
+            (
+                ProcessError::Exhausted {
+                    program: "x".into(),
+                    source: std::io::Error::from_raw_os_error(nix::libc::EMFILE),
+                },
+                Code::ResourceExhausted,
+            ),
+        ];
+        for (err, want) in cases {
+            assert_eq!(Status::from(err).code(), want);
+        }
+    }
+
+    #[test]
+    fn message_is_display_with_sources_not_debug() {
+        let status = Status::from(ProcessError::Spawn {
+            program: "tool".into(),
+            source: std::io::Error::other("boom"),
+        });
+        assert_eq!(status.message(), "cannot start tool: boom");
+        assert!(!status.message().contains("Spawn"));
+    }
+
+    #[test]
+    fn not_found_message_names_the_program() {
+        let status = Status::from(ProcessError::ProgramNotFound("frobnicate".into()));
+        assert_eq!(status.message(), "program not found: frobnicate");
+    }
+}

@@ -1,0 +1,48 @@
+//! The `airlock-agent` binary: parses arguments, sets up logging on stderr
+//! (the console when PID 1), and hands over to [`airlock_agent::run`].
+
+use std::process::ExitCode;
+
+use airlock_agent::{Boot, Listen};
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+/// Airlock's guest agent: PID 1 in the microVM, serving gRPC over vsock.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Cli {
+    /// Where to serve: `vsock:PORT` or `unix:PATH`. Default: vsock on the
+    /// kernel command line's `airlock.port` (1024).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<Listen>,
+}
+
+fn main() -> ExitCode {
+    let boot = Boot::begin();
+    // As PID 1, argv holds whatever stray words the kernel command line had;
+    // exiting over them would panic the kernel, so they are only reported.
+    let (listen, arg_error) = match Cli::try_parse() {
+        Ok(cli) => (cli.listen, None),
+        Err(e) if boot.is_pid1() => (None, Some(e)),
+        Err(e) => e.exit(),
+    };
+
+    let filter = boot.log_filter();
+    let (env_filter, filter_error) = match EnvFilter::try_new(&filter) {
+        Ok(f) => (f, None),
+        Err(e) => (EnvFilter::new("info"), Some(e)),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(env_filter)
+        .try_init();
+    if let Some(e) = filter_error {
+        tracing::warn!(filter, error = %e, "bad log filter; using info");
+    }
+    if let Some(e) = arg_error {
+        tracing::warn!(error = %e.kind(), "ignoring arguments from the kernel");
+    }
+
+    airlock_agent::run(boot, listen)
+}

@@ -1,0 +1,36 @@
+//! The gRPC services of `airlock.agent.v1`, one file each:
+//! [`health`], [`process`], [`system`]. [`router`] mounts them on a tonic
+//! server for `crate::server` to serve.
+
+pub mod health;
+pub mod process;
+pub mod system;
+
+use airlock_proto::v1::{
+    health_server::HealthServer, process_server::ProcessServer, system_server::SystemServer,
+};
+use tonic::transport::server::Router;
+use tonic::transport::Server;
+
+pub use health::HealthService;
+pub use process::ProcessService;
+pub use system::{ShutdownMode, SystemService};
+
+/// Everything the agent serves.
+#[derive(Debug)]
+pub struct Services {
+    /// `Health`.
+    pub health: HealthService,
+    /// `Process`.
+    pub process: ProcessService,
+    /// `System`.
+    pub system: SystemService,
+}
+
+/// A tonic router serving all services.
+pub fn router(services: Services) -> Router {
+    Server::builder()
+        .add_service(HealthServer::new(services.health))
+        .add_service(ProcessServer::new(services.process))
+        .add_service(SystemServer::new(services.system))
+}

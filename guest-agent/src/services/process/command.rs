@@ -1,0 +1,283 @@
+//! From a `StartRequest` to a running child: validation, the environment,
+//! and turning spawn failures into precise [`ProcessError`]s.
+//!
+//! [`Spec::from_request`] checks everything that can be checked before
+//! `fork` (NUL bytes, env names, the working directory), because after it
+//! std reports a failed `chdir` and a missing program with the same
+//! `ENOENT`. [`Spec::spawn`] builds the `Command` (cleared environment plus
+//! [`DEFAULT_ENV`] plus the request's, stdin `/dev/null`, stdout and stderr
+//! piped, its own process group) and spawns it through the reaper.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use airlock_proto::v1::StartRequest;
+use nix::errno::Errno;
+use nix::unistd::{access, AccessFlags};
+use tokio::sync::oneshot;
+
+use super::ProcessError;
+use crate::reaper::{Exit, Reaper};
+
+/// The environment every program starts with; the request's `env` is laid
+/// over it. The agent's own environment is not inherited.
+pub const DEFAULT_ENV: &[(&str, &str)] = &[
+    (
+        "PATH",
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    ),
+    ("HOME", "/root"),
+];
+
+/// A validated request, ready to spawn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    cwd: PathBuf,
+}
+
+impl Spec {
+    /// Validates a request.
+    pub fn from_request(req: StartRequest) -> Result<Self, ProcessError> {
+        if req.argv.is_empty() {
+            return Err(ProcessError::EmptyArgv);
+        }
+        for (i, arg) in req.argv.iter().enumerate() {
+            no_nul(arg, || format!("argv[{i}]"))?;
+        }
+        for (key, value) in &req.env {
+            no_nul(key, || format!("env key {key:?}"))?;
+            no_nul(value, || format!("env value of {key}"))?;
+            if key.is_empty() || key.contains('=') {
+                return Err(ProcessError::BadEnvName(key.clone()));
+            }
+        }
+        no_nul(&req.cwd, || "cwd".to_owned())?;
+        let cwd = if req.cwd.is_empty() {
+            PathBuf::from("/")
+        } else {
+            check_cwd(&req.cwd)?
+        };
+        Ok(Self {
+            argv: req.argv,
+            env: merge_env(req.env),
+            cwd,
+        })
+    }
+
+    /// The program as the user named it.
+    pub fn program(&self) -> &str {
+        self.argv.first().map(String::as_str).unwrap_or_default()
+    }
+
+    /// Spawns the program through the reaper. Blocks for the `fork`/`exec`.
+    pub fn spawn(&self, reaper: &Reaper) -> Result<(Child, oneshot::Receiver<Exit>), ProcessError> {
+        let stdin = File::open("/dev/null").map_err(ProcessError::DevNull)?;
+        let mut command = Command::new(self.program());
+        command
+            .args(self.argv.iter().skip(1))
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&self.cwd)
+            .stdin(Stdio::from(stdin))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        reaper
+            .spawn(&mut command)
+            .map_err(|e| classify(self.program(), e))
+    }
+}
+
+fn no_nul(value: &str, field: impl FnOnce() -> String) -> Result<(), ProcessError> {
+    if value.contains('\0') {
+        return Err(ProcessError::Nul { field: field() });
+    }
+    Ok(())
+}
+
+/// The request's variables over [`DEFAULT_ENV`], sorted for determinism.
+fn merge_env(extra: HashMap<String, String>) -> Vec<(String, String)> {
+    let mut env: std::collections::BTreeMap<String, String> = DEFAULT_ENV
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    env.extend(extra);
+    env.into_iter().collect()
+}
+
+fn check_cwd(cwd: &str) -> Result<PathBuf, ProcessError> {
+    let path = Path::new(cwd);
+    if !path.is_absolute() {
+        return Err(ProcessError::RelativeCwd(cwd.to_owned()));
+    }
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_dir() => return Err(ProcessError::CwdNotDirectory(cwd.to_owned())),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ProcessError::CwdNotFound(cwd.to_owned()))
+        }
+        Err(source) => {
+            return Err(ProcessError::CwdUnusable {
+                path: cwd.to_owned(),
+                source,
+            })
+        }
+    }
+    match access(path, AccessFlags::X_OK) {
+        Ok(()) => Ok(path.to_owned()),
+        Err(_) => Err(ProcessError::CwdNoAccess(cwd.to_owned())),
+    }
+}
+
+/// Names a spawn failure by its errno.
+fn classify(program: &str, e: std::io::Error) -> ProcessError {
+    let program = program.to_owned();
+    let errno = e.raw_os_error().map(Errno::from_raw);
+    match errno {
+        Some(Errno::ENOENT | Errno::ENOTDIR) => {
+            // A path that exists but "is not found" lacks its interpreter.
+            if program.contains('/') && Path::new(&program).is_file() {
+                ProcessError::InterpreterMissing(program)
+            } else {
+                ProcessError::ProgramNotFound(program)
+            }
+        }
+        Some(Errno::EACCES | Errno::EPERM) => ProcessError::ProgramNoAccess(program),
+        Some(Errno::ENOEXEC) => ProcessError::NotExecutable(program),
+        Some(Errno::E2BIG) => ProcessError::ArgsTooLong,
+        Some(Errno::EAGAIN | Errno::ENOMEM | Errno::EMFILE | Errno::ENFILE) => {
+            ProcessError::Exhausted { program, source: e }
+        }
+        _ => ProcessError::Spawn { program, source: e },
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn req(argv: &[&str]) -> StartRequest {
+        StartRequest {
+            argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn empty_argv_is_rejected() {
+        assert!(matches!(
+            Spec::from_request(req(&[])),
+            Err(ProcessError::EmptyArgv)
+        ));
+    }
+
+    #[test]
+    fn nul_bytes_are_rejected_naming_the_field() {
+        let err = Spec::from_request(req(&["sh", "a\0b"])).unwrap_err();
+        assert_eq!(err.to_string(), "argv[1] contains a NUL byte");
+
+        let mut r = req(&["sh"]);
+        r.env.insert("K".into(), "v\0".into());
+        assert!(matches!(
+            Spec::from_request(r),
+            Err(ProcessError::Nul { .. })
+        ));
+    }
+
+    #[test]
+    fn bad_env_names_are_rejected() {
+        for name in ["", "A=B"] {
+            let mut r = req(&["sh"]);
+            r.env.insert(name.into(), "v".into());
+            assert!(matches!(
+                Spec::from_request(r),
+                Err(ProcessError::BadEnvName(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn env_is_defaults_overlaid_by_request() {
+        let mut r = req(&["sh"]);
+        r.env.insert("HOME".into(), "/home/u".into());
+        r.env.insert("FOO".into(), "bar".into());
+        let spec = Spec::from_request(r).unwrap();
+        let env: HashMap<_, _> = spec.env.into_iter().collect();
+        assert_eq!(env["HOME"], "/home/u");
+        assert_eq!(env["FOO"], "bar");
+        assert!(env["PATH"].contains("/usr/bin"));
+        assert_eq!(env.len(), 3);
+    }
+
+    #[test]
+    fn empty_cwd_means_root() {
+        assert_eq!(
+            Spec::from_request(req(&["sh"])).unwrap().cwd,
+            Path::new("/")
+        );
+    }
+
+    #[test]
+    fn bad_cwds_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"").unwrap();
+        type Check = fn(&ProcessError) -> bool;
+        let cases: [(String, Check); 4] = [
+            ("rel/dir".into(), |e| {
+                matches!(e, ProcessError::RelativeCwd(_))
+            }),
+            (dir.path().join("missing").display().to_string(), |e| {
+                matches!(e, ProcessError::CwdNotFound(_))
+            }),
+            (file.display().to_string(), |e| {
+                matches!(e, ProcessError::CwdNotDirectory(_))
+            }),
+            (file.join("below").display().to_string(), |e| {
+                matches!(e, ProcessError::CwdUnusable { .. })
+            }),
+        ];
+        for (cwd, want) in cases {
+            let mut r = req(&["sh"]);
+            r.cwd = cwd.clone();
+            let err = Spec::from_request(r).unwrap_err();
+            assert!(want(&err), "{cwd}: {err}");
+            assert!(err.to_string().contains(&cwd), "{err}");
+        }
+    }
+
+    #[test]
+    fn spawn_errors_are_classified_by_errno() {
+        let os = std::io::Error::from_raw_os_error;
+        assert!(matches!(
+            classify("nope", os(nix::libc::ENOENT)),
+            ProcessError::ProgramNotFound(_)
+        ));
+        assert!(matches!(
+            classify("/bin/sh", os(nix::libc::ENOENT)),
+            ProcessError::InterpreterMissing(_)
+        ));
+        assert!(matches!(
+            classify("x", os(nix::libc::EACCES)),
+            ProcessError::ProgramNoAccess(_)
+        ));
+        assert!(matches!(
+            classify("x", os(nix::libc::ENOEXEC)),
+            ProcessError::NotExecutable(_)
+        ));
+        assert!(matches!(
+            classify("x", os(nix::libc::EAGAIN)),
+            ProcessError::Exhausted { .. }
+        ));
+        assert!(matches!(
+            classify("x", os(nix::libc::EIO)),
+            ProcessError::Spawn { .. }
+        ));
+    }
+}

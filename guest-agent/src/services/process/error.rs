@@ -1,0 +1,94 @@
+//! What can go wrong starting or following a program.
+//!
+//! Codes are assigned in `crate::error`, the one place errors become
+//! statuses; messages here name the offending value so a user can fix it.
+
+/// A program could not be started or followed to its end.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// `argv` was empty.
+    #[error("argv is empty; name a program to run")]
+    EmptyArgv,
+    /// A string the kernel needs as a C string contains NUL.
+    #[error("{field} contains a NUL byte")]
+    Nul {
+        /// Which field, e.g. `argv[1]` or `env key FOO`.
+        field: String,
+    },
+    /// An environment variable name is empty or contains `=`.
+    #[error("invalid environment variable name {0:?}; names must be non-empty and contain no '='")]
+    BadEnvName(String),
+    /// `cwd` is relative.
+    #[error("working directory must be an absolute path: {0}")]
+    RelativeCwd(String),
+    /// `cwd` does not exist.
+    #[error("working directory not found: {0}")]
+    CwdNotFound(String),
+    /// `cwd` exists but is not a directory.
+    #[error("working directory is not a directory: {0}")]
+    CwdNotDirectory(String),
+    /// `cwd` cannot be examined (e.g. a path component is a file).
+    #[error("working directory unusable: {path}")]
+    CwdUnusable {
+        /// The requested directory.
+        path: String,
+        /// Why it cannot be used.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `cwd` exists but the agent may not enter it.
+    #[error("working directory not accessible: {0}")]
+    CwdNoAccess(String),
+    /// No such program (or not found in `PATH`).
+    #[error("program not found: {0}")]
+    ProgramNotFound(String),
+    /// The program exists, but the interpreter or dynamic loader it needs
+    /// does not.
+    #[error("program found but its interpreter (#! line or ELF loader) is missing: {0}")]
+    InterpreterMissing(String),
+    /// The program is not executable by the agent.
+    #[error("permission denied running {0}; is it executable?")]
+    ProgramNoAccess(String),
+    /// The kernel does not recognise the file as an executable.
+    #[error("{0} is not an executable this guest can run")]
+    NotExecutable(String),
+    /// argv plus environment exceed the kernel's limit.
+    #[error("argument list and environment too long")]
+    ArgsTooLong,
+    /// The guest is out of processes, memory or file descriptors.
+    #[error("out of resources starting {program}")]
+    Exhausted {
+        /// argv[0].
+        program: String,
+        /// The errno behind it.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Any other spawn failure.
+    #[error("cannot start {program}")]
+    Spawn {
+        /// argv[0].
+        program: String,
+        /// Why spawning failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `/dev/null` could not be opened for the program's stdin.
+    #[error("cannot open /dev/null for stdin")]
+    DevNull(#[source] std::io::Error),
+    /// The program's output pipes could not be watched.
+    #[error("cannot watch the output of pid {pid}")]
+    Pipe {
+        /// The program's pid.
+        pid: u32,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The reaper stopped before reporting the program's exit.
+    #[error("lost track of pid {pid}; its exit status is unknown")]
+    Lost {
+        /// The program's pid.
+        pid: u32,
+    },
+}

@@ -1,0 +1,3 @@
+//! `airlock-rootfs`: placeholder until the commands land.
+
+fn main() {}

@@ -91,45 +91,51 @@ pub enum AptError {
 
 /// Resolves `name` (a metapackage such as `linux-image-cloud-amd64`, or a concrete image
 /// package) to the concrete kernel image package apt would install, preferring `-unsigned`.
+///
+/// Each step asks apt about a package and its `-unsigned` twin in one `apt-cache` call,
+/// since every call re-reads apt's lists (about a second where apt keeps no binary cache).
 pub fn resolve_image(name: &str) -> Result<Package, AptError> {
     let mut current = name.to_owned();
     for _ in 0..=MAX_META_DEPTH {
-        let stanza = show(&current)?;
-        let depends = field(&stanza, "Depends").unwrap_or_default();
-        match depends_names(&depends)
+        let unsigned = if current.ends_with("-unsigned") {
+            None
+        } else {
+            Some(format!("{current}-unsigned"))
+        };
+        let names: Vec<&str> = std::iter::once(current.as_str())
+            .chain(unsigned.as_deref())
+            .collect();
+        let stanzas = show(&names)?;
+        let stanza_of = |n: &str| {
+            stanzas
+                .iter()
+                .find(|s| field(s, "Package").as_deref() == Some(n))
+        };
+        let Some(stanza) = stanza_of(&current) else {
+            return Err(AptError::NotFound { name: current });
+        };
+        let depends = field(stanza, "Depends").unwrap_or_default();
+        if let Some(next) = depends_names(&depends)
             .into_iter()
             .find(|dep| dep.starts_with("linux-image-"))
         {
-            Some(next) => {
-                tracing::debug!(from = %current, to = %next, "following metapackage");
-                current = next;
-            }
-            None => return prefer_unsigned(package_from(&current, &stanza)?),
+            tracing::debug!(from = %current, to = %next, "following metapackage");
+            current = next;
+            continue;
         }
+        let signed = package_from(&current, stanza)?;
+        let unsigned = match unsigned.as_deref().and_then(|n| Some((n, stanza_of(n)?))) {
+            Some((n, stanza)) => Some(package_from(n, stanza)?),
+            None => None,
+        };
+        return Ok(match unsigned {
+            Some(unsigned) if unsigned.version == signed.version => unsigned,
+            _ => signed,
+        });
     }
     Err(AptError::MetaLoop {
         name: name.to_owned(),
     })
-}
-
-fn prefer_unsigned(signed: Package) -> Result<Package, AptError> {
-    if signed.name.ends_with("-unsigned") {
-        return Ok(signed);
-    }
-    let unsigned_name = format!("{}-unsigned", signed.name);
-    match show(&unsigned_name) {
-        Ok(stanza) => {
-            let unsigned = package_from(&unsigned_name, &stanza)?;
-            if unsigned.version == signed.version {
-                Ok(unsigned)
-            } else {
-                tracing::debug!(%unsigned_name, "unsigned build has another version; using the signed one");
-                Ok(signed)
-            }
-        }
-        Err(AptError::NotFound { .. }) => Ok(signed),
-        Err(e) => Err(e),
-    }
 }
 
 fn package_from(name: &str, stanza: &str) -> Result<Package, AptError> {
@@ -143,23 +149,35 @@ fn package_from(name: &str, stanza: &str) -> Result<Package, AptError> {
     })
 }
 
-/// The candidate version's stanza from `apt-cache show`.
-fn show(name: &str) -> Result<String, AptError> {
-    let output = run("apt-cache", ["show", "--no-all-versions", name], None)?;
+/// The candidate version's stanza of each of `names` that apt knows, from one
+/// `apt-cache show` call. apt succeeds if it knows at least one of them.
+fn show(names: &[&str]) -> Result<Vec<String>, AptError> {
+    let mut args = vec!["show", "--no-all-versions"];
+    args.extend_from_slice(names);
+    let output = run("apt-cache", &args, None)?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     if !output.status.success() || stdout.trim().is_empty() {
         if stderr.contains("No packages found") || stdout.trim().is_empty() {
             return Err(AptError::NotFound {
-                name: name.to_owned(),
+                name: names.first().copied().unwrap_or_default().to_owned(),
             });
         }
         return Err(AptError::Failed {
-            command: format!("apt-cache show --no-all-versions {name}"),
+            command: format!("apt-cache {}", args.join(" ")),
             stderr: stderr.trim().to_owned(),
         });
     }
-    Ok(stdout.split("\n\n").next().unwrap_or_default().to_owned())
+    Ok(stanzas(&stdout))
+}
+
+/// Splits `apt-cache show` output into stanzas.
+fn stanzas(text: &str) -> Vec<String> {
+    text.split("\n\n")
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Downloads `package` (that exact version) into `dir` and returns the `.deb`'s path.
@@ -305,6 +323,17 @@ mod tests {
         assert_eq!(
             depends_names("libc6:amd64 (>= 2.36), python3:any | python3-minimal [amd64]"),
             ["libc6", "python3"]
+        );
+    }
+
+    #[test]
+    fn splits_stanzas() {
+        let text = format!("{META}\n{IMAGE}\n\n");
+        let parts = stanzas(&text);
+        assert_eq!(parts.len(), 2);
+        assert_eq!(
+            field(&parts[1], "Package").as_deref(),
+            Some("linux-image-6.1.0-57-cloud-amd64-unsigned")
         );
     }
 

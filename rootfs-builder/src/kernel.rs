@@ -119,6 +119,8 @@ pub fn fetch(options: &KernelOptions) -> Result<KernelBuild, KernelError> {
         return Ok(build);
     }
 
+    // Refuse a directory with foreign files now, before the download.
+    check_ours(&options.out_dir)?;
     let work = tempfile::Builder::new()
         .prefix("airlock-kernel-")
         .tempdir()

@@ -6,7 +6,9 @@
 
 #![forbid(unsafe_code)]
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use airlock_rootfs::{initramfs, kernel};
 use anyhow::Context;
@@ -34,8 +36,13 @@ enum Command {
         #[arg(long, value_name = "NAME", default_value = kernel::DEFAULT_PACKAGE)]
         package: String,
         /// Modules to ship, comma-separated; dependencies are added.
-        #[arg(long, value_name = "m1,m2,...", value_delimiter = ',')]
-        modules: Option<Vec<String>>,
+        #[arg(
+            long,
+            value_name = "m1,m2,...",
+            value_delimiter = ',',
+            default_values_t = kernel::DEFAULT_MODULES.map(String::from)
+        )]
+        modules: Vec<String>,
     },
     /// Build a gzip'd cpio initramfs whose /init is the agent.
     Initramfs {
@@ -54,26 +61,37 @@ enum Command {
     },
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .without_time()
         .init();
 
-    match Cli::parse().command {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            // `{:#}` prints the whole cause chain on one line, without a backtrace.
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
         Command::Kernel {
             out,
             package,
             modules,
         } => {
-            let mut options = kernel::KernelOptions::new(out).package(package);
-            if let Some(modules) = modules {
-                options = options.modules(modules);
-            }
+            let options = kernel::KernelOptions::new(out)
+                .package(package)
+                .modules(modules);
             let build = kernel::fetch(&options).context("building the kernel directory")?;
             println!(
                 "{}: kernel {} from {} {}, {} modules{}{}",

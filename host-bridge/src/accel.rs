@@ -89,6 +89,24 @@ pub fn detect(root: &Path) -> Accel {
     }
 }
 
+/// The host's TSC rate in kHz, as `/proc/cpuinfo` reports it.
+///
+/// Under TCG the guest's TSC runs at the host's rate, but the guest kernel
+/// calibrates it against an emulated PIT; on a busy host that calibration
+/// fails and boot stalls after "Marking TSC unstable". Passing the rate as
+/// `tsc_early_khz=` skips the calibration. KVM guests use kvmclock instead.
+pub(crate) fn host_tsc_khz() -> Option<u64> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    parse_cpu_khz(&cpuinfo)
+}
+
+fn parse_cpu_khz(cpuinfo: &str) -> Option<u64> {
+    let line = cpuinfo.lines().find(|line| line.starts_with("cpu MHz"))?;
+    let mhz: f64 = line.split(':').nth(1)?.trim().parse().ok()?;
+    let khz = (mhz * 1000.0).round();
+    (khz >= 1.0 && khz < 1e9).then_some(khz as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,5 +154,15 @@ mod tests {
         assert_eq!("tcg".parse::<Accel>().unwrap(), Accel::Tcg);
         assert_eq!("auto".parse::<Accel>().unwrap(), Accel::Auto);
         assert!("hvf".parse::<Accel>().is_err());
+    }
+
+    #[test]
+    fn tsc_rate_from_cpuinfo() {
+        let cpuinfo =
+            "processor\t: 0\nmodel name\t: Xeon\ncpu MHz\t\t: 2100.000\ncache size\t: 1 KB\n";
+        assert_eq!(parse_cpu_khz(cpuinfo), Some(2_100_000));
+        assert_eq!(parse_cpu_khz("cpu MHz\t: 2999.9996\n"), Some(3_000_000));
+        assert_eq!(parse_cpu_khz("model name: x\n"), None);
+        assert_eq!(parse_cpu_khz("cpu MHz\t: fast\n"), None);
     }
 }

@@ -45,7 +45,7 @@ pub use accel::{detect as detect_accel, Accel, ParseAccelError, ACCEL_ENV};
 pub use error::{Error, Result};
 pub use exec::{Command, Event, Execution, ExitStatus, Output};
 pub use sandbox::{BootTimings, Sandbox, SandboxBuilder};
-pub use vmm::qmp::{Qmp, QmpError};
-pub use vmm::VmmError;
 /// gRPC status codes, as returned by [`Error::agent_code`].
 pub use tonic::Code;
+pub use vmm::qmp::{Qmp, QmpError};
+pub use vmm::VmmError;

@@ -131,11 +131,16 @@ impl SandboxBuilder {
         Ok(())
     }
 
-    fn kernel_cmdline(&self) -> String {
+    fn kernel_cmdline(&self, accel: Accel) -> String {
         let mut cmdline = format!(
             "console=ttyS0 quiet panic=-1 airlock.port={}",
             self.agent_port
         );
+        if accel == Accel::Tcg {
+            if let Some(khz) = crate::accel::host_tsc_khz() {
+                cmdline.push_str(&format!(" tsc_early_khz={khz}"));
+            }
+        }
         for arg in &self.kernel_args {
             cmdline.push(' ');
             cmdline.push_str(arg);
@@ -160,7 +165,7 @@ impl SandboxBuilder {
             vcpus: self.vcpus,
             kernel: self.kernel.clone(),
             initramfs: self.initramfs.clone(),
-            kernel_cmdline: self.kernel_cmdline(),
+            kernel_cmdline: self.kernel_cmdline(accel),
             vhost_user_socket: paths.vhost_user_socket.clone(),
             console_log: paths.console_log.clone(),
             qmp_socket: paths.qmp_socket.clone(),

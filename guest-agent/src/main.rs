@@ -41,7 +41,8 @@ fn main() -> ExitCode {
         tracing::warn!(filter, error = %e, "bad log filter; using info");
     }
     if let Some(e) = arg_error {
-        tracing::warn!(error = %e.kind(), "ignoring arguments from the kernel");
+        let first_line = e.to_string().lines().next().unwrap_or_default().to_owned();
+        tracing::warn!(error = first_line, "ignoring arguments from the kernel");
     }
 
     airlock_agent::run(boot, listen)

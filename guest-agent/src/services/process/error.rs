@@ -58,7 +58,7 @@ pub enum ProcessError {
     /// The guest is out of processes, memory or file descriptors.
     #[error("out of resources starting {program}")]
     Exhausted {
-        /// argv[0].
+        /// The program, as `argv[0]` named it.
         program: String,
         /// The errno behind it.
         #[source]
@@ -67,7 +67,7 @@ pub enum ProcessError {
     /// Any other spawn failure.
     #[error("cannot start {program}")]
     Spawn {
-        /// argv[0].
+        /// The program, as `argv[0]` named it.
         program: String,
         /// Why spawning failed.
         #[source]

@@ -12,6 +12,7 @@ mod error;
 pub mod output;
 
 use std::os::fd::OwnedFd;
+use std::process::Child;
 
 use airlock_proto::v1::{process_event, process_server, ProcessEvent, StartRequest, Started};
 use tokio::net::unix::pipe::Receiver;
@@ -68,21 +69,7 @@ impl process_server::Process for ProcessService {
         let pid = child.id();
         tracing::info!(pid, program, "process started");
 
-        let pipes = child
-            .stdout
-            .take()
-            .zip(child.stderr.take())
-            .ok_or_else(|| ProcessError::Pipe {
-                pid,
-                source: std::io::Error::other("stdout or stderr not piped"),
-            })
-            .and_then(|(out, err)| {
-                let wrap = |fd: OwnedFd| {
-                    Receiver::from_owned_fd(fd).map_err(|source| ProcessError::Pipe { pid, source })
-                };
-                Ok((wrap(out.into())?, wrap(err.into())?))
-            });
-        let (stdout, stderr) = match pipes {
+        let (stdout, stderr) = match output_pipes(&mut child) {
             Ok(pipes) => pipes,
             Err(e) => {
                 // The child runs on and the reaper still reaps it.
@@ -99,5 +86,20 @@ impl process_server::Process for ProcessService {
         let _ = tx.try_send(Ok(started));
         tokio::spawn(output::pump(pid, stdout, stderr, exit_rx, tx));
         Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+/// Takes the child's stdout and stderr pipes as non-blocking tokio pipes.
+fn output_pipes(child: &mut Child) -> Result<(Receiver, Receiver), ProcessError> {
+    let pid = child.id();
+    let wrap = |fd: Option<OwnedFd>| {
+        let fd = fd.ok_or_else(|| std::io::Error::other("output not piped"))?;
+        Receiver::from_owned_fd(fd)
+    };
+    let stdout = wrap(child.stdout.take().map(OwnedFd::from));
+    let stderr = wrap(child.stderr.take().map(OwnedFd::from));
+    match (stdout, stderr) {
+        (Ok(stdout), Ok(stderr)) => Ok((stdout, stderr)),
+        (Err(source), _) | (_, Err(source)) => Err(ProcessError::Pipe { pid, source }),
     }
 }

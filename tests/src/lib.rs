@@ -16,14 +16,19 @@ pub const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
 /// A builder for a small test sandbox, failing with the set-up command when
 /// the guest artifacts are missing.
 pub fn builder() -> SandboxBuilder {
-    for path in [airlock::artifacts::default_kernel(), airlock::artifacts::default_initramfs()] {
+    for path in [
+        airlock::artifacts::default_kernel(),
+        airlock::artifacts::default_initramfs(),
+    ] {
         assert!(
             path.is_file(),
             "{} is missing: run scripts/setup (or scripts/test) first",
             path.display()
         );
     }
-    Sandbox::builder().memory_mib(256).boot_timeout(BOOT_TIMEOUT)
+    Sandbox::builder()
+        .memory_mib(256)
+        .boot_timeout(BOOT_TIMEOUT)
 }
 
 /// Boots a test sandbox.
@@ -47,7 +52,10 @@ pub fn processes_mentioning(needle: &Path) -> Vec<u32> {
             let proc_dir = PathBuf::from(format!("/proc/{pid}"));
             let cmdline = std::fs::read(proc_dir.join("cmdline")).unwrap_or_default();
             let stat = std::fs::read_to_string(proc_dir.join("stat")).unwrap_or_default();
-            let zombie = stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
+            let zombie = stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z'));
             !zombie && String::from_utf8_lossy(&cmdline).contains(&needle)
         })
         .collect()

@@ -15,14 +15,22 @@ fn run_streams_output_and_exits_with_the_commands_code() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.lines().any(|line| line == "err"), "stderr: {stderr}");
-    assert!(!stderr.contains("out"), "stdout leaked into stderr: {stderr}");
+    assert!(
+        !stderr.contains("out"),
+        "stdout leaked into stderr: {stderr}"
+    );
     assert_eq!(out.status.code(), Some(3), "stderr: {stderr}");
 }
 
 #[test]
 fn run_reports_death_by_signal_as_128_plus_n() {
     let out = airlock_run("kill -9 $$");
-    assert_eq!(out.status.code(), Some(137), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(137),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -31,7 +31,13 @@ async fn commands_in_one_vm() {
     assert_eq!(out.stderr, b"err\n");
 
     // Death by signal.
-    let status = sandbox.exec(&sh("kill -9 $$")).await.expect("start").wait().await.expect("wait");
+    let status = sandbox
+        .exec(&sh("kill -9 $$"))
+        .await
+        .expect("start")
+        .wait()
+        .await
+        .expect("wait");
     assert_eq!(status, ExitStatus::Signal(9));
     assert_eq!(status.shell_code(), 137);
 
@@ -48,7 +54,11 @@ async fn commands_in_one_vm() {
 
     // Environment and working directory reach the program.
     let out = sandbox
-        .exec(&sh("echo \"$GREETING from $(pwd)\"").env("GREETING", "hi").cwd("/tmp"))
+        .exec(
+            &sh("echo \"$GREETING from $(pwd)\"")
+                .env("GREETING", "hi")
+                .cwd("/tmp"),
+        )
         .await
         .expect("start")
         .output()
@@ -65,7 +75,10 @@ async fn commands_in_one_vm() {
         }
         assert_eq!(
             events,
-            [Event::Stdout("last\n".into()), Event::Exited(ExitStatus::Code(0))]
+            [
+                Event::Stdout("last\n".into()),
+                Event::Exited(ExitStatus::Code(0))
+            ]
         );
     }
 
@@ -75,11 +88,18 @@ async fn commands_in_one_vm() {
         let sandbox = &sandbox;
         async move { sandbox.exec(&command).await?.output().await }
     });
-    for (i, out) in futures::future::join_all(runs).await.into_iter().enumerate() {
+    for (i, out) in futures::future::join_all(runs)
+        .await
+        .into_iter()
+        .enumerate()
+    {
         let out = out.expect("concurrent exec");
         assert_eq!(out.stdout, format!("{i}\n").as_bytes());
         assert_eq!(out.stderr, format!("{i}\n").as_bytes());
     }
 
-    sandbox.shutdown(Duration::from_secs(10)).await.expect("shutdown");
+    sandbox
+        .shutdown(Duration::from_secs(10))
+        .await
+        .expect("shutdown");
 }

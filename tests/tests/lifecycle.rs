@@ -11,10 +11,18 @@ async fn drop_kills_the_vm_and_removes_its_state() {
     let state_dir = sandbox.state_dir().to_owned();
     assert!(state_dir.is_dir());
     let vm_processes = airlock_tests::processes_mentioning(&state_dir);
-    assert_eq!(vm_processes.len(), 2, "qemu and vhost-device-vsock: {vm_processes:?}");
+    assert_eq!(
+        vm_processes.len(),
+        2,
+        "qemu and vhost-device-vsock: {vm_processes:?}"
+    );
 
     drop(sandbox);
-    assert!(!state_dir.exists(), "state dir left behind: {}", state_dir.display());
+    assert!(
+        !state_dir.exists(),
+        "state dir left behind: {}",
+        state_dir.display()
+    );
     let left = airlock_tests::processes_mentioning(&state_dir);
     assert!(left.is_empty(), "processes left behind: {left:?}");
 }
@@ -32,8 +40,15 @@ async fn graceful_shutdown_powers_off_and_cleans_up() {
         .expect("output");
     assert_eq!(out.stdout, b"init\n", "the agent is PID 1");
 
-    sandbox.shutdown(Duration::from_secs(20)).await.expect("shutdown");
-    assert!(!state_dir.exists(), "state dir left behind: {}", state_dir.display());
+    sandbox
+        .shutdown(Duration::from_secs(20))
+        .await
+        .expect("shutdown");
+    assert!(
+        !state_dir.exists(),
+        "state dir left behind: {}",
+        state_dir.display()
+    );
     let left = airlock_tests::processes_mentioning(&state_dir);
     assert!(left.is_empty(), "processes left behind: {left:?}");
 }

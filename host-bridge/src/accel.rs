@@ -104,7 +104,7 @@ fn parse_cpu_khz(cpuinfo: &str) -> Option<u64> {
     let line = cpuinfo.lines().find(|line| line.starts_with("cpu MHz"))?;
     let mhz: f64 = line.split(':').nth(1)?.trim().parse().ok()?;
     let khz = (mhz * 1000.0).round();
-    (khz >= 1.0 && khz < 1e9).then_some(khz as u64)
+    (1.0..1e9).contains(&khz).then_some(khz as u64)
 }
 
 #[cfg(test)]

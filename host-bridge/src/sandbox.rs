@@ -406,8 +406,17 @@ mod tests {
     fn cmdline_carries_the_agent_port_and_extra_args() {
         let line = Sandbox::builder()
             .kernel_arg("airlock.log=debug")
-            .kernel_cmdline();
+            .kernel_cmdline(Accel::Kvm);
         assert!(line.contains("airlock.port=1024"), "{line}");
         assert!(line.ends_with("airlock.log=debug"), "{line}");
+        assert!(!line.contains("tsc_early_khz"), "{line}");
+    }
+
+    #[test]
+    fn tcg_guests_get_the_host_tsc_rate() {
+        let line = Sandbox::builder().kernel_cmdline(Accel::Tcg);
+        if crate::accel::host_tsc_khz().is_some() {
+            assert!(line.contains(" tsc_early_khz="), "{line}");
+        }
     }
 }

@@ -1,5 +1,8 @@
 //! `airlock run` as a user types it.
 
+// A test panics with its reason; that is what expect is for here.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 use std::process::Command;
 
 fn airlock_run(script: &str) -> std::process::Output {

@@ -1,6 +1,9 @@
 //! Sandboxes come and go without leaving anything behind, and a VM that
 //! dies during boot is reported with its console.
 
+// A test panics with its reason; that is what expect is for here.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 use std::time::Duration;
 
 use airlock::{Command, Error};

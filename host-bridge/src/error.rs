@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::vmm::VmmError;
+use crate::workspace::WorkspaceError;
 
 /// Everything that can go wrong while starting, using or stopping a sandbox.
 #[derive(Debug, thiserror::Error)]
@@ -16,7 +17,7 @@ pub enum Error {
     #[error("invalid sandbox configuration: {0}")]
     Config(String),
 
-    /// A file the sandbox needs (kernel, initramfs) is missing.
+    /// A file the sandbox needs (kernel, initramfs, root image) is missing.
     #[error("{what} not found at {path}; build it with `scripts/setup` (see README)")]
     MissingArtifact { what: &'static str, path: PathBuf },
 
@@ -27,6 +28,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+
+    /// The workspace could not be created, opened or locked.
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
 
     /// Starting or talking to the VMM or its vsock helper failed.
     #[error(transparent)]

@@ -15,6 +15,8 @@
 //! - `transport`: the hybrid-vsock handshake and the gRPC channel.
 //! - `accel`: choosing KVM or TCG.
 //! - `artifacts` and `state_dir`: where kernels, images and per-VM state live.
+//! - [`images`]: the cache of root filesystem images (`airlock image ls|rm`).
+//! - `workspace`: the persistent, exclusively locked disk behind `.workspace()`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), airlock::Error> {
@@ -38,8 +40,10 @@ mod error;
 mod exec;
 mod sandbox;
 pub mod state_dir;
+pub mod images;
 pub mod transport;
 mod vmm;
+mod workspace;
 
 pub use accel::{detect as detect_accel, Accel, ParseAccelError, ACCEL_ENV};
 pub use error::{Error, Result};
@@ -49,3 +53,4 @@ pub use sandbox::{BootTimings, Sandbox, SandboxBuilder};
 pub use tonic::Code;
 pub use vmm::qmp::{Qmp, QmpError};
 pub use vmm::VmmError;
+pub use workspace::{WorkspaceError, DEFAULT_WORKSPACE_BYTES};

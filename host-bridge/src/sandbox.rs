@@ -1,7 +1,8 @@
 //! [`Sandbox`]: one microVM with the agent running as its PID 1.
 //!
-//! [`SandboxBuilder::start`] creates the private state directory, starts the
-//! VMM (see `vmm`), then connects to the agent over hybrid vsock (see
+//! [`SandboxBuilder::start`] locks the workspace if there is one (see
+//! `workspace`), creates the private state directory, starts the VMM (see
+//! `vmm`) with the root image and the workspace as disks, then connects to the agent over hybrid vsock (see
 //! `transport`), retrying with backoff until the boot deadline, and waits for
 //! `Health.Check`. After that, [`Sandbox::exec`] runs programs. Dropping the
 //! sandbox kills the VM and removes its state directory;
@@ -19,9 +20,13 @@ use tonic::transport::Channel;
 
 use crate::error::{Error, Result};
 use crate::exec::{Command, Execution};
-use crate::vmm::{QemuConfig, VmPaths, Vmm};
+use crate::vmm::{Disk, QemuConfig, VmPaths, Vmm};
+use crate::workspace::{Workspace, DEFAULT_WORKSPACE_BYTES};
 use crate::{artifacts, state_dir, transport, Accel};
 
+/// QEMU drive ids (and virtio serials) of the root image and the workspace.
+const ROOT_DISK: &str = "root";
+const WORKSPACE_DISK: &str = "workspace";
 /// How much console output goes into error messages.
 const CONSOLE_TAIL_BYTES: usize = 4096;
 /// How long a single Health probe may take during boot.
@@ -39,6 +44,9 @@ pub struct SandboxBuilder {
     agent_port: u32,
     state_dir_base: PathBuf,
     kernel_args: Vec<String>,
+    image: Option<PathBuf>,
+    workspace: Option<PathBuf>,
+    workspace_bytes: u64,
 }
 
 impl Default for SandboxBuilder {
@@ -53,6 +61,9 @@ impl Default for SandboxBuilder {
             agent_port: airlock_proto::DEFAULT_AGENT_PORT,
             state_dir_base: state_dir::default_base(),
             kernel_args: Vec::new(),
+            image: None,
+            workspace: None,
+            workspace_bytes: DEFAULT_WORKSPACE_BYTES,
         }
     }
 }
@@ -101,6 +112,33 @@ impl SandboxBuilder {
         self
     }
 
+    /// Boots into this root filesystem image (ext4, see `airlock::images`)
+    /// instead of the initramfs's busybox: the agent mounts it read-only
+    /// under an overlay whose writable layer lives in memory, or on the
+    /// workspace. The file is attached read-only, so any number of sandboxes
+    /// can share it.
+    pub fn image(mut self, path: impl Into<PathBuf>) -> Self {
+        self.image = Some(path.into());
+        self
+    }
+
+    /// Keeps the guest's writes on this disk file, created on first use
+    /// (sparse, [`SandboxBuilder::workspace_size`] bytes, ext4): what one
+    /// sandbox writes outside `/tmp` the next one on the same workspace
+    /// sees. Needs [`SandboxBuilder::image`]. Only one sandbox at a time may
+    /// hold a workspace.
+    pub fn workspace(mut self, path: impl Into<PathBuf>) -> Self {
+        self.workspace = Some(path.into());
+        self
+    }
+
+    /// The size limit of a workspace created by this sandbox (default
+    /// 4 GiB). An existing workspace keeps its size.
+    pub fn workspace_size(mut self, bytes: u64) -> Self {
+        self.workspace_bytes = bytes;
+        self
+    }
+
     /// Appends an argument to the guest kernel's command line.
     pub fn kernel_arg(mut self, arg: impl Into<String>) -> Self {
         self.kernel_args.push(arg.into());
@@ -128,6 +166,19 @@ impl SandboxBuilder {
                 });
             }
         }
+        if let Some(image) = &self.image {
+            if !image.is_file() {
+                return Err(Error::MissingArtifact {
+                    what: "root image",
+                    path: image.clone(),
+                });
+            }
+        }
+        if self.workspace.is_some() && self.image.is_none() {
+            return Err(Error::Config(
+                "a workspace needs a root image; set one with .image()".into(),
+            ));
+        }
         Ok(())
     }
 
@@ -141,11 +192,37 @@ impl SandboxBuilder {
                 cmdline.push_str(&format!(" tsc_early_khz={khz}"));
             }
         }
+        // Disks appear as vda, vdb, ... in the order of `disks()`.
+        let mut devices = (b'a'..=b'z').map(|letter| format!("/dev/vd{}", letter as char));
+        for disk in self.disks() {
+            if let Some(device) = devices.next() {
+                let key = match disk.id {
+                    ROOT_DISK => "airlock.root",
+                    _ => "airlock.workspace",
+                };
+                cmdline.push_str(&format!(" {key}={device}"));
+            }
+        }
         for arg in &self.kernel_args {
             cmdline.push(' ');
             cmdline.push_str(arg);
         }
         cmdline
+    }
+
+    /// The disks to attach, in guest order: the image, then the workspace.
+    fn disks(&self) -> Vec<Disk> {
+        let root = self.image.iter().map(|path| Disk {
+            id: ROOT_DISK,
+            path: path.clone(),
+            read_only: true,
+        });
+        let workspace = self.workspace.iter().map(|path| Disk {
+            id: WORKSPACE_DISK,
+            path: path.clone(),
+            read_only: false,
+        });
+        root.chain(workspace).collect()
     }
 
     /// Boots the VM and waits until the agent answers.
@@ -157,6 +234,16 @@ impl SandboxBuilder {
             .accel
             .resolve()
             .map_err(|e| Error::Config(e.to_string()))?;
+        // The lock is taken before anything starts, and lives in the Sandbox.
+        let workspace = match &self.workspace {
+            Some(path) => Some(Workspace::open(path, self.workspace_bytes)?),
+            None => None,
+        };
+        let mut disks = self.disks();
+        if let (Some(ws), Some(disk)) = (&workspace, disks.last_mut()) {
+            tracing::info!(path = %ws.path().display(), created = ws.created(), "workspace attached");
+            disk.path = ws.path().to_owned();
+        }
         let dir = state_dir::create(&self.state_dir_base)?;
         let paths = VmPaths::in_dir(dir.path());
         let config = QemuConfig {
@@ -169,6 +256,7 @@ impl SandboxBuilder {
             vhost_user_socket: paths.vhost_user_socket.clone(),
             console_log: paths.console_log.clone(),
             qmp_socket: paths.qmp_socket.clone(),
+            disks,
         };
         tracing::info!(state_dir = %dir.path().display(), accel = accel.qemu_name(), "starting VM");
         let mut vmm = Vmm::start(&config, paths).await?;
@@ -199,6 +287,7 @@ impl SandboxBuilder {
             accel,
             agent_version: health.agent_version,
             state_dir: dir,
+            _workspace: workspace,
         })
     }
 }
@@ -284,6 +373,8 @@ pub struct Sandbox {
     accel: Accel,
     agent_version: String,
     state_dir: TempDir,
+    /// Holds the workspace lock until the VM is gone.
+    _workspace: Option<Workspace>,
 }
 
 impl Sandbox {
@@ -410,6 +501,35 @@ mod tests {
         assert!(line.contains("airlock.port=1024"), "{line}");
         assert!(line.ends_with("airlock.log=debug"), "{line}");
         assert!(!line.contains("tsc_early_khz"), "{line}");
+    }
+
+    #[test]
+    fn image_and_workspace_are_named_on_the_command_line() {
+        let plain = Sandbox::builder().kernel_cmdline(Accel::Kvm);
+        assert!(!plain.contains("airlock.root"), "{plain}");
+        let builder = Sandbox::builder().image("/i/rootfs.ext4");
+        let line = builder.kernel_cmdline(Accel::Kvm);
+        assert!(line.contains(" airlock.root=/dev/vda"), "{line}");
+        assert!(!line.contains("airlock.workspace"), "{line}");
+        let builder = builder.workspace("/w/ws.img");
+        let line = builder.kernel_cmdline(Accel::Kvm);
+        assert!(line.contains(" airlock.root=/dev/vda"), "{line}");
+        assert!(line.contains(" airlock.workspace=/dev/vdb"), "{line}");
+        let disks = builder.disks();
+        assert_eq!(disks.len(), 2);
+        assert!(disks[0].read_only && !disks[1].read_only);
+    }
+
+    #[test]
+    fn a_workspace_needs_an_image() {
+        let err = Sandbox::builder()
+            .kernel("/bin/sh")
+            .initramfs("/bin/sh")
+            .workspace("/tmp/ws")
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("workspace needs a root image"), "{err}");
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //!
 //! Pure argument building, so it is unit-tested without starting anything.
 //! The guest's memory is a shared memfd: vhost-user devices (our vsock)
-//! need to map it from another process.
+//! need to map it from another process. Disks are virtio-blk on virtio-mmio
+//! (`virtio-blk-device`), one per [`Disk`], in order: the guest names them
+//! `/dev/vda`, `/dev/vdb`, ... in the order they appear here.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -22,6 +24,19 @@ pub(crate) struct QemuConfig {
     pub vhost_user_socket: PathBuf,
     pub console_log: PathBuf,
     pub qmp_socket: PathBuf,
+    /// Block devices, in guest order.
+    pub disks: Vec<Disk>,
+}
+
+/// A raw disk image attached as a virtio-blk device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Disk {
+    /// QEMU's id for the drive, also the device's serial (seen by the guest
+    /// in `/sys/block/vdX/serial`).
+    pub id: &'static str,
+    pub path: PathBuf,
+    /// Shared, read-only: any number of VMs may attach the same file.
+    pub read_only: bool,
 }
 
 impl QemuConfig {
@@ -73,6 +88,19 @@ impl QemuConfig {
         ));
         args.push("-device".into());
         args.push("vhost-user-vsock-device,chardev=vsock0".into());
+        for disk in &self.disks {
+            // Commas in a -drive value are escaped by doubling them.
+            let file = disk.path.as_os_str().to_string_lossy().replace(',', ",,");
+            let mode = if disk.read_only {
+                "readonly=on"
+            } else {
+                "discard=unmap"
+            };
+            args.push("-drive".into());
+            args.push(format!("file={file},format=raw,if=none,{mode},id={}", disk.id).into());
+            args.push("-device".into());
+            args.push(format!("virtio-blk-device,drive={0},serial={0}", disk.id).into());
+        }
         args.push("-serial".into());
         args.push(path_option("file:", &self.console_log));
         args.push("-qmp".into());
@@ -90,6 +118,7 @@ fn path_option(prefix: &str, path: &std::path::Path) -> OsString {
 }
 
 #[cfg(test)]
+#[allow(clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -104,6 +133,7 @@ mod tests {
             vhost_user_socket: "/s/vhost-user.sock".into(),
             console_log: "/s/console.log".into(),
             qmp_socket: "/s/qmp.sock".into(),
+            disks: Vec::new(),
         }
     }
 
@@ -141,6 +171,34 @@ mod tests {
         );
         assert!(line.contains("-smp 2"), "{line}");
         assert!(line.contains("-cpu max"), "{line}");
+    }
+
+    #[test]
+    fn disks_are_virtio_mmio_block_devices_in_order() {
+        let mut config = config(Accel::Tcg);
+        assert!(!joined(&config).contains("-drive"));
+        config.disks = vec![
+            Disk {
+                id: "root",
+                path: "/img/a,b.ext4".into(),
+                read_only: true,
+            },
+            Disk {
+                id: "ws",
+                path: "/w/ws.img".into(),
+                read_only: false,
+            },
+        ];
+        let line = joined(&config);
+        let root = line
+            .find("-drive file=/img/a,,b.ext4,format=raw,if=none,readonly=on,id=root")
+            .expect(&line);
+        let ws = line
+            .find("-drive file=/w/ws.img,format=raw,if=none,discard=unmap,id=ws")
+            .expect(&line);
+        assert!(root < ws, "{line}");
+        assert!(line.contains("-device virtio-blk-device,drive=root,serial=root"), "{line}");
+        assert!(line.contains("-device virtio-blk-device,drive=ws,serial=ws"), "{line}");
     }
 
     #[test]

@@ -140,8 +140,8 @@ async fn stream_command(
 fn print_timings(sandbox: &Sandbox, ready: Duration, first_output: Duration, total: Duration) {
     let t = sandbox.boot_timings();
     eprintln!(
-        "airlock: accel {} | vmm started {:.0?} | guest kernel to agent {:.0?} | agent init {:.0?} | \
-         agent ready {:.0?} | exec to first output {:.0?} | total {:.0?}",
+        "airlock: accel {} | vmm started {:.1?} | guest kernel to agent {:.2?} | agent init {:.1?} | \
+         agent ready {:.2?} | exec to first output {:.1?} | total {:.2?}",
         sandbox.accel().qemu_name(),
         t.vmm_started,
         t.kernel_to_init,

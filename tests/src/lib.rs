@@ -4,6 +4,8 @@
 //! `scripts/setup` builds; when those are missing a test fails with a
 //! message naming that command, never skips.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -72,7 +74,7 @@ pub fn airlock_bin() -> PathBuf {
         .unwrap_or_default();
     assert!(
         bin.is_file(),
-        "{} is missing: run the suite with `cargo test --workspace` (scripts/test)",
+        "{} is missing: build it with `cargo build --workspace --bins` first (scripts/test does)",
         bin.display()
     );
     bin

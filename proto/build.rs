@@ -16,6 +16,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let descriptors = protox::compile(PROTOS, [root])?;
     tonic_prost_build::configure()
+        // No `XClient::connect(endpoint)` constructors: clients are built
+        // on a channel (`XClient::new`), and `Process.Connect` needs the name.
+        .build_transport(false)
         .bytes(".airlock.agent.v1")
         .compile_fds(descriptors)?;
     Ok(())

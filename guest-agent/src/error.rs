@@ -57,12 +57,34 @@ fn code(e: &AgentError) -> Code {
             | P::RelativeCwd(_)
             | P::CwdNotDirectory(_)
             | P::CwdUnusable { .. }
-            | P::ArgsTooLong => Code::InvalidArgument,
-            P::ProgramNotFound(_) | P::InterpreterMissing(_) | P::CwdNotFound(_) => Code::NotFound,
-            P::ProgramNoAccess(_) | P::CwdNoAccess(_) => Code::PermissionDenied,
-            P::NotExecutable(_) => Code::FailedPrecondition,
+            | P::ArgsTooLong
+            | P::BadUser(_)
+            | P::BadTag(_)
+            | P::NoSelector
+            | P::BadSignal(_) => Code::InvalidArgument,
+            P::ProgramNotFound(_)
+            | P::InterpreterMissing(_)
+            | P::CwdNotFound(_)
+            | P::UserNotFound(_)
+            | P::GroupNotFound(_)
+            | P::NoSuchProcess(_) => Code::NotFound,
+            P::ProgramNoAccess(_) | P::CwdNoAccess(_) | P::UserSwitchDenied(_) => {
+                Code::PermissionDenied
+            }
+            P::NotExecutable(_)
+            | P::StdinNotPiped(_)
+            | P::StdinClosed(_)
+            | P::StdinGone(_)
+            | P::Exited(_) => Code::FailedPrecondition,
+            P::TagInUse(_) => Code::AlreadyExists,
+            P::Displaced(_) => Code::Aborted,
             P::Exhausted { .. } => Code::ResourceExhausted,
-            P::Spawn { .. } | P::DevNull(_) | P::Pipe { .. } | P::Lost { .. } => Code::Internal,
+            P::Spawn { .. }
+            | P::DevNull(_)
+            | P::Pipe { .. }
+            | P::Lost { .. }
+            | P::StdinWrite { .. }
+            | P::Signal { .. } => Code::Internal,
         },
         AgentError::Cmdline(_) => Code::InvalidArgument,
         AgentError::Reaper(_) | AgentError::Server(_) | AgentError::Runtime(_) => Code::Internal,
@@ -110,6 +132,14 @@ mod tests {
                 },
                 Code::ResourceExhausted,
             ),
+            (ProcessError::UserNotFound("bob".into()), Code::NotFound),
+            (ProcessError::NoSuchProcess("pid 7".into()), Code::NotFound),
+            (ProcessError::BadUser("a:b:c".into()), Code::InvalidArgument),
+            (ProcessError::BadSignal(99), Code::InvalidArgument),
+            (ProcessError::TagInUse("t".into()), Code::AlreadyExists),
+            (ProcessError::Exited(7), Code::FailedPrecondition),
+            (ProcessError::StdinNotPiped(7), Code::FailedPrecondition),
+            (ProcessError::Displaced(7), Code::Aborted),
         ];
         for (err, want) in cases {
             assert_eq!(Status::from(err).code(), want);

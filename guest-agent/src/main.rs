@@ -1,6 +1,8 @@
 //! The `airlock-agent` binary: parses arguments, sets up logging on stderr
 //! (the console when PID 1), and hands over to [`airlock_agent::run`].
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use airlock_agent::{Boot, Listen};

@@ -72,6 +72,14 @@ impl Reaper {
         Ok(reaper)
     }
 
+    /// A reaper with no reap task, for unit tests that never spawn.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Self {
+        Self {
+            table: Arc::new(Mutex::new(Table::new())),
+        }
+    }
+
     /// Spawns `command` and registers its pid; the receiver yields its exit.
     ///
     /// This blocks for as long as `fork`/`exec` takes; call it from
@@ -86,6 +94,15 @@ impl Reaper {
         let pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
         table.insert(pid, tx);
         Ok((child, rx))
+    }
+
+    /// Runs `f` if `pid` is a child that has not been reaped yet, holding
+    /// the reap lock so the pid cannot be reaped (and reused) meanwhile:
+    /// what `f` does to `pid` reaches the right process.
+    pub fn while_unreaped<T>(&self, pid: u32, f: impl FnOnce() -> T) -> Option<T> {
+        let table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        let pid = i32::try_from(pid).ok()?;
+        table.contains_key(&pid).then(f)
     }
 }
 
@@ -149,6 +166,17 @@ mod tests {
         for (code, rx) in waits {
             assert_eq!(rx.await.unwrap(), Exit::Code(code));
         }
+
+        // A running child can be acted on; a reaped one cannot.
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c").arg("read x");
+        cmd.stdin(std::process::Stdio::piped());
+        let (child, rx) = reaper.spawn(&mut cmd).unwrap();
+        let pid = child.id();
+        assert_eq!(reaper.while_unreaped(pid, || 5), Some(5));
+        drop(child); // closes its stdin: `read` ends
+        assert_eq!(rx.await.unwrap(), Exit::Code(1));
+        assert_eq!(reaper.while_unreaped(pid, || 5), None);
 
         // A failed spawn registers nothing.
         let mut cmd = Command::new("/nonexistent/airlock-test-program");

@@ -8,6 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use airlock_proto::v1::exited::Status as ExitStatus;
+use airlock_proto::v1::process_event;
 use common::{request, Agent};
 
 /// `seq 1 n` as the program prints it.
@@ -124,4 +125,67 @@ async fn concurrent_starts_each_get_their_own_output() {
         assert_eq!(out.exit, ExitStatus::Code(i as i32));
         assert!(pids.insert(out.pid), "pid {} reported twice", out.pid);
     }
+}
+
+#[tokio::test]
+async fn a_slow_client_gets_every_byte_while_the_agent_stays_small() {
+    let agent = Agent::start().await;
+    let copy = agent.dir().join("copy");
+    let script = format!("head -c 33554432 /dev/urandom | tee {}", copy.display());
+    let baseline = common::memory_kib(agent.pid(), "VmRSS");
+    let mut stream = agent
+        .process()
+        .start(request(&["sh", "-c", &script]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut stdout = Vec::new();
+    let mut peak_rss = 0;
+    let mut exit = None;
+    let mut reads = 0u32;
+    while let Some(event) = stream.message().await.unwrap() {
+        match event.event.unwrap() {
+            process_event::Event::Stdout(b) => stdout.extend_from_slice(&b),
+            process_event::Event::Exited(e) => exit = e.status,
+            _ => {}
+        }
+        reads += 1;
+        if reads.is_multiple_of(16) {
+            peak_rss = peak_rss.max(common::memory_kib(agent.pid(), "VmRSS"));
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(exit, Some(ExitStatus::Code(0)));
+    let want = std::fs::read(&copy).unwrap();
+    assert_eq!(stdout.len(), 33_554_432);
+    assert!(stdout == want, "output differs from what the program wrote");
+    // The agent holds a bounded window, not the 32 MiB it forwarded.
+    assert!(
+        peak_rss < baseline + 16 * 1024,
+        "agent RSS grew from {baseline} KiB to {peak_rss} KiB"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_read_holds_the_program_back() {
+    let agent = Agent::start().await;
+    let done = agent.dir().join("done");
+    let script = format!("head -c 20000000 /dev/zero; : > {}", done.display());
+    let mut stream = agent
+        .process()
+        .start(request(&["sh", "-c", &script]))
+        .await
+        .unwrap()
+        .into_inner();
+    let pid = common::started_pid(&mut stream).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !done.exists(),
+        "the program ran ahead of a client that read nothing"
+    );
+    assert!(common::proc_state(pid).is_some());
+    let out = common::collect_after_started(stream).await;
+    assert_eq!(out.stdout.len(), 20_000_000);
+    assert!(done.exists());
+    assert_eq!(out.dropped, 0);
 }

@@ -10,31 +10,7 @@ use std::time::{Duration, Instant};
 
 use airlock_proto::v1::exited::Status as ExitStatus;
 use airlock_proto::v1::{process_event, CheckRequest};
-use common::{request, Agent};
-
-/// The process state letter and parent pid from `/proc/PID/stat`, if the
-/// pid still exists.
-fn proc_state(pid: u32) -> Option<(char, u32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_comm = &stat[stat.rfind(')')? + 2..];
-    let mut fields = after_comm.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let ppid = fields.next()?.parse().ok()?;
-    Some((state, ppid))
-}
-
-/// Waits until `pid` no longer exists, failing if it lingers (as a zombie
-/// it would, if nobody reaped it).
-async fn assert_gone(pid: u32) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while let Some(state) = proc_state(pid) {
-        assert!(
-            Instant::now() < deadline,
-            "pid {pid} still exists: {state:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use common::{assert_gone, proc_state, request, Agent};
 
 #[tokio::test]
 async fn orphans_are_adopted_and_reaped() {

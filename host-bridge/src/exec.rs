@@ -71,6 +71,7 @@ impl Command {
             argv: self.argv.clone(),
             env: self.env.clone().into_iter().collect(),
             cwd: self.cwd.clone().unwrap_or_default(),
+            ..StartRequest::default()
         }
     }
 }
@@ -183,6 +184,9 @@ impl Execution {
             Some(process_event::Event::Started(_)) => {
                 return Err(Error::Protocol("a second started event".into()))
             }
+            Some(process_event::Event::Dropped(_)) => {
+                return Err(Error::Protocol("unexpected dropped event".into()))
+            }
             None => {
                 return Err(Error::Protocol(
                     "the output stream ended without an exit status".into(),
@@ -232,8 +236,10 @@ async fn next_proto_event(
     events: &mut Streaming<ProcessEvent>,
 ) -> Result<Option<process_event::Event>> {
     match events.message().await {
-        Ok(Some(ProcessEvent { event: Some(event) })) => Ok(Some(event)),
-        Ok(Some(ProcessEvent { event: None })) => {
+        Ok(Some(ProcessEvent {
+            event: Some(event), ..
+        })) => Ok(Some(event)),
+        Ok(Some(ProcessEvent { event: None, .. })) => {
             Err(Error::Protocol("empty process event".into()))
         }
         Ok(None) => Ok(None),

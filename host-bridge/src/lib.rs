@@ -34,13 +34,15 @@
 //! # }
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod accel;
 pub mod artifacts;
 mod error;
 mod exec;
+pub mod images;
 mod sandbox;
 pub mod state_dir;
-pub mod images;
 pub mod transport;
 mod vmm;
 mod workspace;

@@ -1,5 +1,7 @@
 //! The `airlock` command line tool: a thin layer over the library.
 
+#![forbid(unsafe_code)]
+
 use clap::Parser;
 
 mod cli;

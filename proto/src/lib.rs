@@ -9,6 +9,7 @@
 //! Compatibility rule for v1: fields and RPCs are only ever added, never
 //! renumbered or removed. `PROTOCOL_REVISION` counts the additions.
 
+#![forbid(unsafe_code)]
 #![allow(missing_debug_implementations)]
 
 /// Generated code for package `airlock.agent.v1`.
@@ -17,7 +18,7 @@ pub mod v1 {
 }
 
 /// The revision of `airlock.agent.v1` that this crate describes.
-pub const PROTOCOL_REVISION: u32 = 1;
+pub const PROTOCOL_REVISION: u32 = 2;
 
 /// The vsock port the agent listens on unless the kernel command line says
 /// otherwise (`airlock.port=N`).

@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 use airlock_proto::v1::health_client::HealthClient;
 use airlock_proto::v1::process_client::ProcessClient;
 use airlock_proto::v1::system_client::SystemClient;
-use airlock_proto::v1::{exited, process_event, ProcessEvent, StartRequest};
+use airlock_proto::v1::{
+    exited, process_event, process_selector, Exited, ProcessEvent, ProcessSelector, StartRequest,
+    StdinMode,
+};
 use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint};
@@ -155,6 +158,28 @@ pub fn request(argv: &[&str]) -> StartRequest {
     }
 }
 
+/// A request for `argv` with a stdin pipe.
+pub fn piped(argv: &[&str]) -> StartRequest {
+    StartRequest {
+        stdin: StdinMode::Pipe as i32,
+        ..request(argv)
+    }
+}
+
+/// Names a process by pid.
+pub fn by_pid(pid: u32) -> Option<ProcessSelector> {
+    Some(ProcessSelector {
+        selector: Some(process_selector::Selector::Pid(pid)),
+    })
+}
+
+/// Names a process by tag.
+pub fn by_tag(tag: &str) -> Option<ProcessSelector> {
+    Some(ProcessSelector {
+        selector: Some(process_selector::Selector::Tag(tag.into())),
+    })
+}
+
 /// Everything a program's stream carried.
 #[derive(Debug)]
 pub struct Outcome {
@@ -162,6 +187,10 @@ pub struct Outcome {
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
     pub exit: exited::Status,
+    /// The whole `exited` event (timed_out, oom_killed, duration).
+    pub exited: Exited,
+    /// Bytes the agent reported dropped (`dropped` events).
+    pub dropped: u64,
 }
 
 impl Outcome {
@@ -180,7 +209,8 @@ pub async fn collect(mut stream: Streaming<ProcessEvent>) -> Result<Outcome, Sta
     let mut pid = None;
     let mut stdout = Vec::new();
     let mut stderr = Vec::new();
-    let mut exit = None;
+    let mut exit: Option<Exited> = None;
+    let mut dropped = 0;
     while let Some(event) = stream.message().await? {
         assert!(exit.is_none(), "event after exited: {event:?}");
         match event.event.expect("event without a body") {
@@ -196,13 +226,103 @@ pub async fn collect(mut stream: Streaming<ProcessEvent>) -> Result<Outcome, Sta
                 assert!(pid.is_some(), "output before started");
                 stderr.extend_from_slice(&b);
             }
-            process_event::Event::Exited(e) => exit = Some(e.status.expect("exit status")),
+            process_event::Event::Dropped(d) => {
+                assert!(pid.is_some(), "dropped before started");
+                assert!(
+                    stdout.is_empty() && stderr.is_empty(),
+                    "dropped after output"
+                );
+                dropped += d.bytes;
+            }
+            process_event::Event::Exited(e) => exit = Some(e),
         }
     }
+    let exited = exit.expect("stream ended without exited");
     Ok(Outcome {
         pid: pid.expect("no started event"),
         stdout,
         stderr,
-        exit: exit.expect("stream ended without exited"),
+        exit: exited.status.expect("exit status"),
+        exited,
+        dropped,
     })
+}
+
+/// Reads the `started` event a stream must begin with; returns the pid.
+pub async fn started_pid(stream: &mut Streaming<ProcessEvent>) -> u32 {
+    let first = stream
+        .message()
+        .await
+        .unwrap()
+        .expect("stream ended at once");
+    match first.event {
+        Some(process_event::Event::Started(s)) => s.pid,
+        other => panic!("first event is not started: {other:?}"),
+    }
+}
+
+/// Collects a stream whose `started` event was already read (the outcome's
+/// pid is 0).
+pub async fn collect_after_started(mut stream: Streaming<ProcessEvent>) -> Outcome {
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    let mut dropped = 0;
+    loop {
+        let event = stream.message().await.unwrap().expect("stream ended early");
+        match event.event.expect("event without a body") {
+            process_event::Event::Stdout(b) => stdout.extend_from_slice(&b),
+            process_event::Event::Stderr(b) => stderr.extend_from_slice(&b),
+            process_event::Event::Dropped(d) => dropped += d.bytes,
+            process_event::Event::Exited(e) => {
+                assert!(
+                    stream.message().await.unwrap().is_none(),
+                    "event after exited"
+                );
+                return Outcome {
+                    pid: 0,
+                    stdout,
+                    stderr,
+                    exit: e.status.expect("exit status"),
+                    exited: e,
+                    dropped,
+                };
+            }
+            process_event::Event::Started(_) => panic!("second started"),
+        }
+    }
+}
+
+/// The process state letter and parent pid from `/proc/PID/stat`, if the
+/// pid still exists.
+pub fn proc_state(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_comm = &stat[stat.rfind(')')? + 2..];
+    let mut fields = after_comm.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+/// Waits until `pid` no longer exists, failing if it lingers (as a zombie
+/// it would, if nobody reaped it).
+pub async fn assert_gone(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Some(state) = proc_state(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "pid {pid} still exists: {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A process's resident memory in KiB, from `/proc/PID/status` (`VmRSS` or
+/// `VmHWM`, the peak).
+pub fn memory_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
 }

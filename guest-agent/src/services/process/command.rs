@@ -1,24 +1,32 @@
 //! From a `StartRequest` to a running child: validation, the environment,
-//! and turning spawn failures into precise [`ProcessError`]s.
+//! the user, and turning spawn failures into precise [`ProcessError`]s.
 //!
 //! [`Spec::from_request`] checks everything that can be checked before
-//! `fork` (NUL bytes, env names, the working directory), because after it
-//! std reports a failed `chdir` and a missing program with the same
-//! `ENOENT`. [`Spec::spawn`] builds the `Command` (cleared environment plus
-//! [`DEFAULT_ENV`] plus the request's, stdin `/dev/null`, stdout and stderr
-//! piped, its own process group) and spawns it through the reaper.
+//! `fork` (NUL bytes, env names, the user, the tag, the working directory),
+//! because after it std reports a failed `chdir` and a missing program with
+//! the same `ENOENT`. [`Spec::spawn`] builds the `Command` (cleared
+//! environment plus [`DEFAULT_ENV`] plus the user's `HOME`/`USER` plus the
+//! request's; stdin `/dev/null` or a pipe; stdout and stderr piped; its own
+//! process group; its cgroup and user set in the child by `child_setup`)
+//! and spawns it through the reaper.
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
-use airlock_proto::v1::StartRequest;
+use airlock_proto::v1::{StartRequest, StdinMode};
 use nix::errno::Errno;
-use nix::unistd::{access, AccessFlags};
+use nix::unistd::{access, geteuid, getgid, AccessFlags};
 use tokio::sync::oneshot;
 
+use super::cgroup::Cgroup;
+use super::child_setup::ChildSetup;
+use super::table::check_tag;
+use super::user::{self, Credentials};
 use super::ProcessError;
 use crate::reaper::{Exit, Reaper};
 
@@ -38,10 +46,14 @@ pub struct Spec {
     argv: Vec<String>,
     env: Vec<(String, String)>,
     cwd: PathBuf,
+    credentials: Option<Credentials>,
+    stdin_pipe: bool,
+    tag: Option<String>,
+    timeout: Option<Duration>,
 }
 
 impl Spec {
-    /// Validates a request.
+    /// Validates a request and resolves its user.
     pub fn from_request(req: StartRequest) -> Result<Self, ProcessError> {
         if req.argv.is_empty() {
             return Err(ProcessError::EmptyArgv);
@@ -57,15 +69,24 @@ impl Spec {
             }
         }
         no_nul(&req.cwd, || "cwd".to_owned())?;
+        no_nul(&req.user, || "user".to_owned())?;
+        let tag = check_tag(&req.tag)?;
+        let credentials = credentials_for(&req.user)?;
         let cwd = if req.cwd.is_empty() {
             PathBuf::from("/")
         } else {
-            check_cwd(&req.cwd)?
+            check_cwd(&req.cwd, credentials.as_ref())?
         };
+        let stdin_pipe = req.stdin == StdinMode::Pipe as i32;
+        let timeout = (req.timeout_ms > 0).then(|| Duration::from_millis(req.timeout_ms));
         Ok(Self {
             argv: req.argv,
-            env: merge_env(req.env),
+            env: merge_env(req.env, credentials.as_ref()),
             cwd,
+            credentials,
+            stdin_pipe,
+            tag,
+            timeout,
         })
     }
 
@@ -74,23 +95,78 @@ impl Spec {
         self.argv.first().map(String::as_str).unwrap_or_default()
     }
 
-    /// Spawns the program through the reaper. Blocks for the `fork`/`exec`.
-    pub fn spawn(&self, reaper: &Reaper) -> Result<(Child, oneshot::Receiver<Exit>), ProcessError> {
-        let stdin = File::open("/dev/null").map_err(ProcessError::DevNull)?;
+    /// The program and its arguments.
+    pub fn argv(&self) -> &[String] {
+        &self.argv
+    }
+
+    /// The tag, if any.
+    pub fn tag(&self) -> Option<&str> {
+        self.tag.as_deref()
+    }
+
+    /// The agent-enforced deadline, if any.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// Spawns the program through the reaper, in `cgroup` if given. Blocks
+    /// for the `fork`/`exec`. The child's stdin is taken by the caller when
+    /// it is a pipe.
+    pub fn spawn(
+        &self,
+        reaper: &Reaper,
+        cgroup: Option<&Cgroup>,
+    ) -> Result<(Child, oneshot::Receiver<Exit>), ProcessError> {
+        let stdin = if self.stdin_pipe {
+            Stdio::piped()
+        } else {
+            Stdio::from(File::open("/dev/null").map_err(ProcessError::DevNull)?)
+        };
+        let cgroup_procs = match cgroup.map(Cgroup::procs_for_joining).transpose() {
+            Ok(procs) => procs,
+            Err(source) => {
+                return Err(ProcessError::Spawn {
+                    program: self.program().to_owned(),
+                    source,
+                })
+            }
+        };
         let mut command = Command::new(self.program());
         command
             .args(self.argv.iter().skip(1))
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&self.cwd)
-            .stdin(Stdio::from(stdin))
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
+        ChildSetup {
+            cgroup_procs,
+            credentials: self.credentials.clone(),
+        }
+        .install(&mut command);
         reaper
             .spawn(&mut command)
             .map_err(|e| classify(self.program(), e))
     }
+}
+
+/// Resolves the request's user. An unprivileged agent (tests) can only run
+/// programs as itself.
+fn credentials_for(spec: &str) -> Result<Option<Credentials>, ProcessError> {
+    let Some(credentials) = user::resolve(spec)? else {
+        return Ok(None);
+    };
+    let euid = geteuid();
+    if euid.is_root() {
+        return Ok(Some(credentials));
+    }
+    if credentials.uid == euid.as_raw() && credentials.gid == getgid().as_raw() {
+        return Ok(None);
+    }
+    Err(ProcessError::UserSwitchDenied(spec.to_owned()))
 }
 
 fn no_nul(value: &str, field: impl FnOnce() -> String) -> Result<(), ProcessError> {
@@ -100,24 +176,41 @@ fn no_nul(value: &str, field: impl FnOnce() -> String) -> Result<(), ProcessErro
     Ok(())
 }
 
-/// The request's variables over [`DEFAULT_ENV`], sorted for determinism.
-fn merge_env(extra: HashMap<String, String>) -> Vec<(String, String)> {
+/// The request's variables over [`DEFAULT_ENV`] and the user's `HOME`,
+/// `USER` and `LOGNAME`, sorted for determinism.
+fn merge_env(
+    extra: HashMap<String, String>,
+    credentials: Option<&Credentials>,
+) -> Vec<(String, String)> {
     let mut env: std::collections::BTreeMap<String, String> = DEFAULT_ENV
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
+    if let Some(c) = credentials {
+        env.insert("HOME".into(), c.home.clone().unwrap_or_else(|| "/".into()));
+        if let Some(name) = &c.name {
+            env.insert("USER".into(), name.clone());
+            env.insert("LOGNAME".into(), name.clone());
+        }
+    }
     env.extend(extra);
     env.into_iter().collect()
 }
 
-fn check_cwd(cwd: &str) -> Result<PathBuf, ProcessError> {
+fn check_cwd(cwd: &str, credentials: Option<&Credentials>) -> Result<PathBuf, ProcessError> {
     let path = Path::new(cwd);
     if !path.is_absolute() {
         return Err(ProcessError::RelativeCwd(cwd.to_owned()));
     }
     match std::fs::metadata(path) {
         Ok(meta) if !meta.is_dir() => return Err(ProcessError::CwdNotDirectory(cwd.to_owned())),
-        Ok(_) => {}
+        Ok(meta) => {
+            if let Some(c) = credentials {
+                if !may_enter(&meta, c) {
+                    return Err(ProcessError::CwdNoAccess(cwd.to_owned()));
+                }
+            }
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(ProcessError::CwdNotFound(cwd.to_owned()))
         }
@@ -131,6 +224,22 @@ fn check_cwd(cwd: &str) -> Result<PathBuf, ProcessError> {
     match access(path, AccessFlags::X_OK) {
         Ok(()) => Ok(path.to_owned()),
         Err(_) => Err(ProcessError::CwdNoAccess(cwd.to_owned())),
+    }
+}
+
+/// Whether `c` may enter a directory, judged from its mode bits (the
+/// agent cannot ask the kernel on another user's behalf before the fork).
+fn may_enter(meta: &std::fs::Metadata, c: &Credentials) -> bool {
+    let mode = meta.mode();
+    if c.uid == 0 {
+        return true;
+    }
+    if meta.uid() == c.uid {
+        mode & 0o100 != 0
+    } else if c.groups.contains(&meta.gid()) || meta.gid() == c.gid {
+        mode & 0o010 != 0
+    } else {
+        mode & 0o001 != 0
     }
 }
 

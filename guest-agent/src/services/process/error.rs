@@ -91,4 +91,66 @@ pub enum ProcessError {
         /// The program's pid.
         pid: u32,
     },
+    /// `user` is not a name, a number or `user:group`.
+    #[error("invalid user {0:?}; use name, uid, name:group or uid:gid")]
+    BadUser(String),
+    /// `user` names no entry of /etc/passwd.
+    #[error("user not found in the guest's /etc/passwd: {0}")]
+    UserNotFound(String),
+    /// The group part of `user` names no entry of /etc/group.
+    #[error("group not found in the guest's /etc/group: {0}")]
+    GroupNotFound(String),
+    /// The agent is not root, so it cannot run programs as someone else.
+    #[error("the agent runs unprivileged and cannot switch to user {0}")]
+    UserSwitchDenied(String),
+    /// The tag is unusable.
+    #[error("invalid tag {0:?}; use 1 to 128 printable characters")]
+    BadTag(String),
+    /// Another running program has the tag.
+    #[error("tag {0:?} is in use by a running process")]
+    TagInUse(String),
+    /// A request names no process.
+    #[error("no process named; give a pid or a tag")]
+    NoSelector,
+    /// The table has no such process (it never ran here, or it finished
+    /// long enough ago to be forgotten).
+    #[error("no such process: {0}")]
+    NoSuchProcess(String),
+    /// Input for a program started without a stdin pipe.
+    #[error("stdin of pid {0} is not a pipe; start it with stdin mode PIPE")]
+    StdinNotPiped(u32),
+    /// Input after CloseStdin.
+    #[error("stdin of pid {0} is closed")]
+    StdinClosed(u32),
+    /// The program (and whatever inherited its stdin) stopped reading.
+    #[error("pid {0} no longer reads its stdin")]
+    StdinGone(u32),
+    /// Writing to the stdin pipe failed otherwise.
+    #[error("cannot write to the stdin of pid {pid}")]
+    StdinWrite {
+        /// The program's pid.
+        pid: u32,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The program has exited (and, for signals, nothing of its tree is
+    /// left).
+    #[error("pid {0} has exited")]
+    Exited(u32),
+    /// Not a signal number.
+    #[error("invalid signal number {0}")]
+    BadSignal(i32),
+    /// `kill(2)` failed.
+    #[error("cannot signal pid {pid}")]
+    Signal {
+        /// The program's pid.
+        pid: u32,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another client attached to the program's output.
+    #[error("another client attached to pid {0}")]
+    Displaced(u32),
 }

@@ -1,105 +1,267 @@
 //! `airlock.agent.v1.Process`: running programs in the guest.
 //!
-//! `Start` flows through three files: [`command`] validates the request and
-//! spawns the child through the [`Reaper`] (on a blocking thread, as
-//! `fork`/`exec` block); this module wraps the child's pipes for tokio and
-//! sends `started`; [`output`] then streams the output and the exit into a
-//! bounded channel that tonic turns into the response stream.
-//! [`ProcessError`] (in `error.rs`) names every failure.
+//! Every program is an [`Entry`](entry::Entry) in the [`ProcessTable`]
+//! (`table`), which outlives the call that started it. The files, in the
+//! order a `Start` flows through them:
+//!
+//! - [`command`] validates the request (with [`user`] resolving who runs
+//!   it) and spawns the child through the [`Reaper`], in its own process
+//!   group and, where the agent has them, its own cgroup ([`cgroup`]),
+//!   joined between fork and exec by [`child_setup`].
+//! - [`entry`] holds one program's state: undelivered output ([`buffer`]),
+//!   the attached client, the end, its stdin ([`stdin`]) and its process
+//!   tree ([`signal`]).
+//! - [`output`] reads the pipes into the entry, enforces the deadline and
+//!   records the exit.
+//! - [`attach`] is a client's event stream: `Start` attaches the caller,
+//!   `Connect` re-attaches anyone later.
+//!
+//! [`ProcessError`] (in `error.rs`) names every failure; statuses are made
+//! in `crate::error`.
 
+pub mod attach;
+pub mod buffer;
+pub mod cgroup;
+mod child_setup;
 pub mod command;
+pub mod entry;
 mod error;
 pub mod output;
+pub mod signal;
+pub mod stdin;
+pub mod table;
+pub mod user;
 
 use std::os::fd::OwnedFd;
 use std::process::Child;
+use std::sync::Arc;
+use std::time::Instant;
 
-use airlock_proto::v1::{process_event, process_server, ProcessEvent, StartRequest, Started};
-use tokio::net::unix::pipe::Receiver;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Request, Response, Status};
+use airlock_proto::v1::{
+    process_server, CloseStdinRequest, CloseStdinResponse, ConnectRequest, ListRequest,
+    ListResponse, SendInputRequest, SendInputResponse, SendSignalRequest, SendSignalResponse,
+    StartRequest, StreamInputRequest, StreamInputResponse,
+};
+use tokio::net::unix::pipe::{Receiver, Sender};
+use tonic::{Request, Response, Status, Streaming};
 
 pub use error::ProcessError;
 
 use crate::reaper::Reaper;
+use attach::EventStream;
+use cgroup::Cgroups;
 use command::Spec;
-
-/// Events buffered per process before the reader waits for the client:
-/// at most this many chunks of [`output::CHUNK`] bytes.
-const EVENT_QUEUE: usize = 16;
+use entry::{Entry, Identity};
+use stdin::StdinPipe;
+use table::ProcessTable;
 
 /// The Process service.
 #[derive(Debug, Clone)]
 pub struct ProcessService {
     reaper: Reaper,
+    table: Arc<ProcessTable>,
+    cgroups: Option<Arc<Cgroups>>,
 }
 
 impl ProcessService {
-    /// A service spawning through `reaper`.
+    /// A service spawning through `reaper`, with a cgroup per program when
+    /// the agent can create them.
     pub fn new(reaper: Reaper) -> Self {
-        Self { reaper }
+        Self {
+            reaper,
+            table: Arc::default(),
+            cgroups: Cgroups::detect().map(Arc::new),
+        }
+    }
+
+    /// Spawns `spec`, enters it in the table and attaches the caller.
+    async fn start(&self, spec: Spec) -> Result<EventStream, ProcessError> {
+        let claim = self.table.reserve_tag(spec.tag().map(str::to_owned))?;
+        let cgroup = self.cgroups.as_ref().and_then(|c| match c.create() {
+            Ok(cgroup) => Some(cgroup),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot create a cgroup; using the process group");
+                None
+            }
+        });
+        let reaper = self.reaper.clone();
+        let program = spec.program().to_owned();
+        let (spec, cgroup, spawned) = tokio::task::spawn_blocking(move || {
+            let spawned = spec.spawn(&reaper, cgroup.as_ref());
+            (spec, cgroup, spawned)
+        })
+        .await
+        .map_err(|e| ProcessError::Spawn {
+            program: program.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        let started = Instant::now();
+        let (mut child, exit_rx) = match spawned {
+            Ok(spawned) => spawned,
+            Err(e) => {
+                if let Some(cgroup) = cgroup {
+                    let _ = cgroup.remove();
+                }
+                tracing::info!(program, error = %crate::error::chain(&e), "start failed");
+                return Err(e);
+            }
+        };
+        let pid = child.id();
+        let tree = signal::Tree::new(pid, self.reaper.clone(), cgroup);
+        let pipes = match pipes(&mut child) {
+            Ok(pipes) => pipes,
+            Err(e) => {
+                tracing::error!(pid, error = %crate::error::chain(&e), "cannot follow process; killing it");
+                tree.kill();
+                return Err(e);
+            }
+        };
+        tracing::info!(
+            pid,
+            program,
+            tag = spec.tag(),
+            cgroup = tree.has_cgroup(),
+            "process started"
+        );
+        let entry = Arc::new(Entry::new(
+            Identity {
+                pid,
+                tag: spec.tag().map(str::to_owned),
+                argv: spec.argv().to_vec(),
+                started,
+            },
+            pipes.stdin.map(|w| StdinPipe::new(pid, w)),
+            tree,
+        ));
+        self.table.insert(Arc::clone(&entry), claim);
+        // The caller attaches before the reader starts, so nothing the
+        // program writes goes through the (lossy) replay buffer.
+        let events = attach::events(Arc::clone(&entry), 0);
+        tokio::spawn(output::follow(
+            Arc::clone(&self.table),
+            entry,
+            pipes.stdout,
+            pipes.stderr,
+            exit_rx,
+            spec.timeout(),
+        ));
+        Ok(events)
     }
 }
 
 #[tonic::async_trait]
 impl process_server::Process for ProcessService {
-    type StartStream = ReceiverStream<Result<ProcessEvent, Status>>;
+    type StartStream = EventStream;
+    type ConnectStream = EventStream;
 
     async fn start(
         &self,
         request: Request<StartRequest>,
     ) -> Result<Response<Self::StartStream>, Status> {
         let spec = Spec::from_request(request.into_inner())?;
-        let reaper = self.reaper.clone();
-        let program = spec.program().to_owned();
-        let spawned = tokio::task::spawn_blocking(move || spec.spawn(&reaper))
-            .await
-            .map_err(|e| ProcessError::Spawn {
-                program: program.clone(),
-                source: std::io::Error::other(e.to_string()),
-            })?;
-        let (mut child, exit_rx) = match spawned {
-            Ok(spawned) => spawned,
-            Err(e) => {
-                tracing::info!(program, error = %crate::error::chain(&e), "start failed");
-                return Err(e.into());
-            }
-        };
-        let pid = child.id();
-        tracing::info!(pid, program, "process started");
+        Ok(Response::new(ProcessService::start(self, spec).await?))
+    }
 
-        let (stdout, stderr) = match output_pipes(&mut child) {
-            Ok(pipes) => pipes,
-            Err(e) => {
-                // The child runs on and the reaper still reaps it.
-                tracing::error!(pid, error = %crate::error::chain(&e), "cannot follow process");
-                return Err(e.into());
-            }
-        };
+    async fn connect(
+        &self,
+        request: Request<ConnectRequest>,
+    ) -> Result<Response<Self::ConnectStream>, Status> {
+        let request = request.into_inner();
+        let entry = self.table.find(request.process.as_ref())?;
+        tracing::debug!(
+            pid = entry.pid(),
+            from_offset = request.from_offset,
+            "client connecting"
+        );
+        Ok(Response::new(attach::events(entry, request.from_offset)))
+    }
 
-        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
-        let started = ProcessEvent {
-            event: Some(process_event::Event::Started(Started { pid })),
+    async fn list(&self, _request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
+        let processes = self.table.list().iter().map(|e| e.info()).collect();
+        Ok(Response::new(ListResponse { processes }))
+    }
+
+    async fn send_input(
+        &self,
+        request: Request<SendInputRequest>,
+    ) -> Result<Response<SendInputResponse>, Status> {
+        let request = request.into_inner();
+        let entry = self.table.find(request.process.as_ref())?;
+        entry.stdin()?.write(&request.data).await?;
+        Ok(Response::new(SendInputResponse {}))
+    }
+
+    async fn stream_input(
+        &self,
+        request: Request<Streaming<StreamInputRequest>>,
+    ) -> Result<Response<StreamInputResponse>, Status> {
+        let mut messages = request.into_inner();
+        let Some(first) = messages.message().await? else {
+            return Err(ProcessError::NoSelector.into());
         };
-        // The queue is empty and `rx` is alive: this cannot fail.
-        let _ = tx.try_send(Ok(started));
-        tokio::spawn(output::pump(pid, stdout, stderr, exit_rx, tx));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        let entry = self.table.find(first.process.as_ref())?;
+        let stdin = entry.stdin()?;
+        stdin.write(&first.data).await?;
+        while let Some(message) = messages.message().await? {
+            stdin.write(&message.data).await?;
+        }
+        Ok(Response::new(StreamInputResponse {}))
+    }
+
+    async fn close_stdin(
+        &self,
+        request: Request<CloseStdinRequest>,
+    ) -> Result<Response<CloseStdinResponse>, Status> {
+        let entry = self.table.find(request.get_ref().process.as_ref())?;
+        entry.stdin()?.close().await?;
+        Ok(Response::new(CloseStdinResponse {}))
+    }
+
+    async fn send_signal(
+        &self,
+        request: Request<SendSignalRequest>,
+    ) -> Result<Response<SendSignalResponse>, Status> {
+        let request = request.into_inner();
+        let signal = signal::parse(request.signal)?;
+        let entry = self.table.find(request.process.as_ref())?;
+        tracing::info!(
+            pid = entry.pid(),
+            ?signal,
+            leader_only = request.leader_only,
+            "signal"
+        );
+        entry.tree().signal(signal, request.leader_only)?;
+        Ok(Response::new(SendSignalResponse {}))
     }
 }
 
-/// Takes the child's stdout and stderr pipes as non-blocking tokio pipes.
-fn output_pipes(child: &mut Child) -> Result<(Receiver, Receiver), ProcessError> {
+/// The child's pipes, as non-blocking tokio pipes.
+#[derive(Debug)]
+struct Pipes {
+    stdin: Option<Sender>,
+    stdout: Receiver,
+    stderr: Receiver,
+}
+
+/// Takes the child's pipes for tokio.
+fn pipes(child: &mut Child) -> Result<Pipes, ProcessError> {
     let pid = child.id();
-    let wrap = |fd: Option<OwnedFd>| {
+    let pipe_err = |source| ProcessError::Pipe { pid, source };
+    let output = |fd: Option<OwnedFd>| {
         let fd = fd.ok_or_else(|| std::io::Error::other("output not piped"))?;
         Receiver::from_owned_fd(fd)
     };
-    let stdout = wrap(child.stdout.take().map(OwnedFd::from));
-    let stderr = wrap(child.stderr.take().map(OwnedFd::from));
-    match (stdout, stderr) {
-        (Ok(stdout), Ok(stderr)) => Ok((stdout, stderr)),
-        (Err(source), _) | (_, Err(source)) => Err(ProcessError::Pipe { pid, source }),
-    }
+    let stdout = output(child.stdout.take().map(OwnedFd::from)).map_err(pipe_err)?;
+    let stderr = output(child.stderr.take().map(OwnedFd::from)).map_err(pipe_err)?;
+    let stdin = child
+        .stdin
+        .take()
+        .map(|fd| Sender::from_owned_fd(OwnedFd::from(fd)))
+        .transpose()
+        .map_err(pipe_err)?;
+    Ok(Pipes {
+        stdin,
+        stdout,
+        stderr,
+    })
 }

@@ -1,36 +1,41 @@
-//! Following a running program: its output chunks, then its exit.
+//! Following a running program: its output, its deadline and its exit.
 //!
-//! [`pump`] owns the program's stdout and stderr pipes and its exit
-//! receiver from the reaper, and feeds the response channel in three phases:
+//! [`follow`] owns the program's stdout and stderr pipes and runs two
+//! tasks. The exit watcher waits for the reaper's report; if the request
+//! had a deadline and it passes first, it kills the whole tree and marks
+//! the exit `timed_out`. It then closes the program's stdin, reads the OOM
+//! count from its cgroup, and hands over an [`ExitReport`].
 //!
-//! 1. Running: read both pipes concurrently, sending each chunk (up to
-//!    [`CHUNK`] bytes) as it arrives, until the reaper reports the exit.
+//! The reader (this task) feeds the process table entry in three phases:
+//!
+//! 1. Running: read both pipes concurrently, delivering each chunk (up to
+//!    [`CHUNK`] bytes) as it arrives, until the exit report comes.
 //! 2. Exited: keep reading until both pipes reach EOF, but for at most
 //!    [`DRAIN_AFTER_EXIT`]: a background grandchild that inherited the
-//!    pipes (`sh -c 'sleep 30 & echo done'`) must not hold the stream open.
+//!    pipes (`sh -c 'sleep 30 & echo done'`) must not hold the end back.
 //! 3. Final drain: read whatever is still buffered in a pipe with plain
 //!    non-blocking reads until it is empty (at most [`FINAL_DRAIN_LIMIT`]).
 //!    Everything the program wrote before it exited is in the pipe buffer
 //!    by then, so no byte it wrote is lost whatever the timing.
 //!
-//! Then `exited` is sent and the stream ends. The channel is bounded, so a
-//! slow client slows the reads and, through the full pipe, the program. If
-//! the client goes away, output is read and dropped so the program still
-//! runs to completion and is reaped.
+//! Then the end is recorded on the entry. Delivery waits while an attached
+//! client is behind (see `entry`), which stops the reads and, through the
+//! full pipe, the program. With no client attached it never waits.
 
 use std::fs::File;
 use std::io::Read;
+use std::sync::Arc;
 use std::time::Duration;
 
-use airlock_proto::v1::{exited, process_event, Exited, ProcessEvent};
 use bytes::Bytes;
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe::Receiver;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::{sleep_until, Instant};
-use tonic::Status;
 
-use super::ProcessError;
+use super::buffer::{Chunk, Stream};
+use super::entry::{End, Entry, ExitReport};
+use super::table::ProcessTable;
 use crate::reaper::Exit;
 
 /// The largest chunk sent in one event.
@@ -43,15 +48,6 @@ pub const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(250);
 /// grandchild keeps writing.
 pub const FINAL_DRAIN_LIMIT: usize = 4 * 1024 * 1024;
 
-/// Events as the response stream carries them.
-pub type EventSender = mpsc::Sender<Result<ProcessEvent, Status>>;
-
-#[derive(Debug, Clone, Copy)]
-enum Stream {
-    Stdout,
-    Stderr,
-}
-
 /// One output pipe; `rx` is `None` once it reached EOF or failed.
 #[derive(Debug)]
 struct Pipe {
@@ -60,35 +56,26 @@ struct Pipe {
     buf: Vec<u8>,
 }
 
-/// The response channel, remembering whether the client still listens.
-#[derive(Debug)]
-struct Sink {
-    pid: u32,
-    tx: EventSender,
-    client_gone: bool,
-}
-
-/// Streams the program's output and exit into `tx`, then returns.
-pub async fn pump(
-    pid: u32,
+/// Follows `entry`'s program to its end; see the module docs.
+pub async fn follow(
+    table: Arc<ProcessTable>,
+    entry: Arc<Entry>,
     stdout: Receiver,
     stderr: Receiver,
-    mut exit_rx: oneshot::Receiver<Exit>,
-    tx: EventSender,
+    exit_rx: oneshot::Receiver<Exit>,
+    timeout: Option<Duration>,
 ) {
+    let pid = entry.pid();
+    let (report_tx, mut report_rx) = oneshot::channel();
+    tokio::spawn(watch_exit(Arc::clone(&entry), exit_rx, timeout, report_tx));
+
     let mut out = Pipe::new(Stream::Stdout, stdout);
     let mut err = Pipe::new(Stream::Stderr, stderr);
-    let mut sink = Sink {
-        pid,
-        tx,
-        client_gone: false,
-    };
-
-    let exit = loop {
+    let report = loop {
         tokio::select! {
-            r = out.read() => out.handle(r, &mut sink).await,
-            r = err.read() => err.handle(r, &mut sink).await,
-            exit = &mut exit_rx => break exit,
+            r = out.read() => out.handle(r, &entry).await,
+            r = err.read() => err.handle(r, &entry).await,
+            report = &mut report_rx => break report,
         }
     };
 
@@ -100,23 +87,71 @@ pub async fn pump(
                 tracing::debug!(pid, "output still open after exit; a descendant holds it");
                 break;
             }
-            r = out.read() => out.handle(r, &mut sink).await,
-            r = err.read() => err.handle(r, &mut sink).await,
+            r = out.read() => out.handle(r, &entry).await,
+            r = err.read() => err.handle(r, &entry).await,
         }
     }
-    out.drain_now(&mut sink).await;
-    err.drain_now(&mut sink).await;
+    out.drain_now(&entry).await;
+    err.drain_now(&entry).await;
 
-    match exit {
-        Ok(exit) => {
-            tracing::info!(pid, ?exit, "process exited");
-            sink.send(Ok(exited_event(exit))).await;
+    let end = match report {
+        Ok(report) => {
+            tracing::info!(pid, exit = ?report.exit, timed_out = report.timed_out, oom_killed = report.oom_killed, "process exited");
+            End::Exited(report)
         }
         Err(_) => {
-            let e = ProcessError::Lost { pid };
-            tracing::error!(pid, error = %e, "no exit status");
-            sink.send(Err(e.into())).await;
+            tracing::error!(pid, "no exit status");
+            End::Lost
         }
+    };
+    entry.finish(end);
+    entry.tree().try_release_cgroup();
+    if !table.contains(&entry) {
+        // A recycled pid replaced the entry while its output drained.
+        if let Some(cgroup) = entry.tree().take_cgroup() {
+            table.linger(cgroup);
+        }
+    }
+}
+
+/// Waits for the exit, enforcing the deadline; see the module docs.
+async fn watch_exit(
+    entry: Arc<Entry>,
+    mut exit_rx: oneshot::Receiver<Exit>,
+    timeout: Option<Duration>,
+    report_tx: oneshot::Sender<ExitReport>,
+) {
+    let pid = entry.pid();
+    let mut timed_out = false;
+    let exit = match timeout {
+        None => exit_rx.await,
+        Some(limit) => {
+            let deadline = Instant::from_std(entry.started()) + limit;
+            tokio::select! {
+                exit = &mut exit_rx => exit,
+                () = sleep_until(deadline) => {
+                    tracing::info!(pid, ?limit, "deadline passed; killing the process tree");
+                    timed_out = true;
+                    entry.tree().kill();
+                    exit_rx.await
+                }
+            }
+        }
+    };
+    let duration = entry.started().elapsed();
+    let Ok(exit) = exit else {
+        // The reaper is gone; dropping `report_tx` reports the loss.
+        return;
+    };
+    let oom_killed = entry.tree().oom_kills().is_some_and(|n| n > 0);
+    let _ = report_tx.send(ExitReport {
+        exit,
+        timed_out,
+        oom_killed,
+        duration,
+    });
+    if let Ok(stdin) = entry.stdin() {
+        stdin.process_exited().await;
     }
 }
 
@@ -141,16 +176,13 @@ impl Pipe {
         }
     }
 
-    /// Acts on a read: send the chunk, or close the pipe on EOF or error.
-    async fn handle(&mut self, read: std::io::Result<usize>, sink: &mut Sink) {
+    /// Acts on a read: deliver the chunk, or close the pipe on EOF or error.
+    async fn handle(&mut self, read: std::io::Result<usize>, entry: &Entry) {
         match read {
             Ok(0) => self.rx = None,
-            Ok(n) => {
-                let chunk = Bytes::copy_from_slice(&self.buf[..n]);
-                sink.send(Ok(self.event(chunk))).await;
-            }
+            Ok(n) => entry.deliver(self.chunk(n)).await,
             Err(e) => {
-                tracing::warn!(pid = sink.pid, stream = ?self.stream, error = %e, "output read failed");
+                tracing::warn!(pid = entry.pid(), stream = ?self.stream, error = %e, "output read failed");
                 self.rx = None;
             }
         }
@@ -158,14 +190,14 @@ impl Pipe {
 
     /// Sends what the pipe holds right now, with real non-blocking reads
     /// (not the reactor's possibly stale readiness), then closes it.
-    async fn drain_now(&mut self, sink: &mut Sink) {
+    async fn drain_now(&mut self, entry: &Entry) {
         let Some(rx) = self.rx.take() else {
             return;
         };
         let mut file = match rx.into_nonblocking_fd() {
             Ok(fd) => File::from(fd),
             Err(e) => {
-                tracing::warn!(pid = sink.pid, error = %e, "cannot drain output");
+                tracing::warn!(pid = entry.pid(), error = %e, "cannot drain output");
                 return;
             }
         };
@@ -175,53 +207,22 @@ impl Pipe {
                 Ok(0) => break,
                 Ok(n) => {
                     total += n;
-                    let chunk = Bytes::copy_from_slice(&self.buf[..n]);
-                    sink.send(Ok(self.event(chunk))).await;
+                    entry.deliver(self.chunk(n)).await;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) => {
-                    tracing::warn!(pid = sink.pid, error = %e, "output drain failed");
+                    tracing::warn!(pid = entry.pid(), error = %e, "output drain failed");
                     break;
                 }
             }
         }
     }
 
-    fn event(&self, chunk: Bytes) -> ProcessEvent {
-        let event = match self.stream {
-            Stream::Stdout => process_event::Event::Stdout(chunk),
-            Stream::Stderr => process_event::Event::Stderr(chunk),
-        };
-        ProcessEvent { event: Some(event) }
-    }
-}
-
-impl Sink {
-    /// Sends an event, waiting for room (backpressure). Once the client is
-    /// gone, events are dropped.
-    async fn send(&mut self, event: Result<ProcessEvent, Status>) {
-        if self.client_gone {
-            return;
+    fn chunk(&self, n: usize) -> Chunk {
+        Chunk {
+            stream: self.stream,
+            data: Bytes::copy_from_slice(&self.buf[..n]),
         }
-        if self.tx.send(event).await.is_err() {
-            tracing::debug!(
-                pid = self.pid,
-                "client went away; output is discarded until exit"
-            );
-            self.client_gone = true;
-        }
-    }
-}
-
-fn exited_event(exit: Exit) -> ProcessEvent {
-    let status = match exit {
-        Exit::Code(code) => exited::Status::Code(code),
-        Exit::Signal(signal) => exited::Status::Signal(signal),
-    };
-    ProcessEvent {
-        event: Some(process_event::Event::Exited(Exited {
-            status: Some(status),
-        })),
     }
 }

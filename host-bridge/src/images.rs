@@ -139,12 +139,11 @@ impl ImageStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(io("read", &meta_path, source)),
         };
-        let meta: ImageMeta = serde_json::from_str(&text).map_err(|source| {
-            ImageStoreError::BadMeta {
+        let meta: ImageMeta =
+            serde_json::from_str(&text).map_err(|source| ImageStoreError::BadMeta {
                 path: meta_path.clone(),
                 source,
-            }
-        })?;
+            })?;
         let disk_bytes = match std::fs::metadata(&path) {
             Ok(m) => {
                 use std::os::unix::fs::MetadataExt;
@@ -296,12 +295,11 @@ impl ImageStore {
             std::fs::rename(image, &target).map_err(|source| io("move", image, source))?;
         }
         let meta_path = build.join(META_FILE);
-        let text = serde_json::to_string_pretty(meta).map_err(|source| {
-            ImageStoreError::BadMeta {
+        let text =
+            serde_json::to_string_pretty(meta).map_err(|source| ImageStoreError::BadMeta {
                 path: meta_path.clone(),
                 source,
-            }
-        })?;
+            })?;
         std::fs::write(&meta_path, text).map_err(|source| io("write", &meta_path, source))?;
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => {}
@@ -415,10 +413,20 @@ mod tests {
         assert_eq!(info.meta.id, "0123456789abcdef");
         assert_eq!(info.names, vec!["default".to_owned()]);
         assert_eq!(store.resolve("fedcba9876543210").unwrap().names.len(), 0);
-        let ids: Vec<_> = store.list().unwrap().into_iter().map(|i| i.meta.id).collect();
+        let ids: Vec<_> = store
+            .list()
+            .unwrap()
+            .into_iter()
+            .map(|i| i.meta.id)
+            .collect();
         assert_eq!(ids, vec!["fedcba9876543210", "0123456789abcdef"]);
         // The staging area is empty again.
-        assert_eq!(std::fs::read_dir(store.root().join(TMP_DIR)).unwrap().count(), 0);
+        assert_eq!(
+            std::fs::read_dir(store.root().join(TMP_DIR))
+                .unwrap()
+                .count(),
+            0
+        );
     }
 
     #[test]

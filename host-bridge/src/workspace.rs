@@ -51,7 +51,9 @@ pub enum WorkspaceError {
         source: std::io::Error,
     },
     /// `mkfs.ext4` failed or is missing.
-    #[error("cannot format workspace {path} with mkfs.ext4 (install Debian's e2fsprogs): {detail}")]
+    #[error(
+        "cannot format workspace {path} with mkfs.ext4 (install Debian's e2fsprogs): {detail}"
+    )]
     Format {
         /// The workspace file.
         path: PathBuf,

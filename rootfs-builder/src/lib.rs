@@ -13,6 +13,12 @@
 //! applets) + the agent -> [`archive`] (sorted, fixed-mtime newc cpio) -> gzip -> atomic
 //! rename.
 //!
+//! Data flow for [`image::build`] (root filesystem images for sandboxes):
+//! a [`image::Source`] (Debian via debootstrap, a directory, a tarball, an
+//! OCI layout or `docker save` archive) -> hash of the inputs -> the image
+//! store's cache, or else a root tree (container layers applied with their
+//! whiteouts) -> `mkfs.ext4 -d` -> the store, under a name.
+//!
 //! ```no_run
 //! use airlock_rootfs::{initramfs, kernel};
 //!
@@ -36,6 +42,7 @@ pub mod busybox;
 pub mod decompress;
 pub mod depsort;
 pub mod elf;
+pub mod image;
 pub mod initramfs;
 pub mod kernel;
 pub mod kernel_dir;

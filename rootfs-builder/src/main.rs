@@ -1,7 +1,8 @@
 //! `airlock-rootfs`: command-line front end of the `airlock_rootfs` library.
 //!
 //! `kernel` calls [`airlock_rootfs::kernel::fetch`]; `initramfs` calls
-//! [`airlock_rootfs::initramfs::build`]. Progress goes to stderr through `tracing`
+//! [`airlock_rootfs::initramfs::build`]; `image build` calls
+//! [`airlock_rootfs::image::build`]. Progress goes to stderr through `tracing`
 //! (`RUST_LOG` overrides the level); the one-line result goes to stdout.
 
 #![forbid(unsafe_code)]
@@ -10,6 +11,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use airlock_rootfs::image::{self, debian, Source};
 use airlock_rootfs::{initramfs, kernel};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -59,6 +61,77 @@ enum Command {
         #[arg(long, value_name = "PATH", default_value = airlock_rootfs::busybox::DEFAULT_PATH)]
         busybox: PathBuf,
     },
+    /// Root filesystem images for `airlock run --image`.
+    #[command(subcommand)]
+    Image(ImageCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ImageCommand {
+    /// Build an ext4 root image into the image store (cached by a hash of
+    /// its inputs). Without a source option: Debian bookworm minbase with
+    /// python3, ca-certificates and coreutils.
+    Build(BuildArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct BuildArgs {
+    /// Name to give the image (`airlock run --image NAME`); `default` is
+    /// what `airlock run` uses.
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// Debian packages to add to the default set, comma-separated (e.g. git,curl).
+    #[arg(long, value_name = "p1,p2,...", value_delimiter = ',')]
+    include: Vec<String>,
+    /// Debian suite.
+    #[arg(long, default_value = debian::DEFAULT_SUITE)]
+    suite: String,
+    /// Debian mirror.
+    #[arg(long, default_value = debian::DEFAULT_MIRROR)]
+    mirror: String,
+    /// Use this directory as the root tree.
+    #[arg(long, value_name = "DIR", group = "source")]
+    dir: Option<PathBuf>,
+    /// Unpack this tarball (plain, gzip or zstd) as the root tree.
+    #[arg(long, value_name = "FILE", group = "source")]
+    tar: Option<PathBuf>,
+    /// Apply the layers of an OCI image layout (skopeo copy ... oci:DIR) or a
+    /// `docker save` archive.
+    #[arg(long, value_name = "DIR|FILE", group = "source")]
+    oci: Option<PathBuf>,
+    /// Which image of a layout or archive (ref.name annotation or repo tag).
+    #[arg(long, value_name = "REF", requires = "oci")]
+    reference: Option<String>,
+    /// Free space beyond the content, MiB.
+    #[arg(long, value_name = "MIB", default_value_t = image::DEFAULT_HEADROOM_MIB)]
+    headroom: u64,
+    /// Build even if the store already has an image of these inputs.
+    #[arg(long)]
+    rebuild: bool,
+    /// Image store directory (default: $AIRLOCK_HOME/images).
+    #[arg(long, value_name = "DIR")]
+    store: Option<PathBuf>,
+}
+
+impl BuildArgs {
+    fn source(&self) -> Source {
+        if let Some(dir) = &self.dir {
+            Source::Dir(dir.clone())
+        } else if let Some(tar) = &self.tar {
+            Source::Tar(tar.clone())
+        } else if let Some(path) = &self.oci {
+            Source::Container {
+                path: path.clone(),
+                reference: self.reference.clone(),
+            }
+        } else {
+            Source::Debian(debian::DebianSpec::new(
+                &self.suite,
+                &self.mirror,
+                &self.include,
+            ))
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -125,6 +198,31 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 summary.release,
                 summary.applets,
                 summary.bytes
+            );
+        }
+        Command::Image(ImageCommand::Build(args)) => {
+            let mut options = image::BuildOptions::new(args.source());
+            options.name = args.name.clone();
+            options.headroom = args.headroom << 20;
+            options.rebuild = args.rebuild;
+            if let Some(store) = &args.store {
+                options.store = airlock::images::ImageStore::at(store);
+            }
+            let built = image::build(&options).context("building the image")?;
+            let info = &built.info;
+            println!(
+                "{}{}: {} ({}, {:.1} MiB image, {:.1} MiB content, built in {:.0} s){}",
+                info.names
+                    .first()
+                    .map(|n| format!("{n} = "))
+                    .unwrap_or_default(),
+                info.meta.id,
+                info.path.display(),
+                info.meta.source,
+                info.meta.image_bytes as f64 / 1048576.0,
+                info.meta.content_bytes as f64 / 1048576.0,
+                info.meta.build_seconds,
+                if built.cached { " (cached)" } else { "" }
             );
         }
     }

@@ -197,8 +197,14 @@ mod tests {
             .find("-drive file=/w/ws.img,format=raw,if=none,discard=unmap,id=ws")
             .expect(&line);
         assert!(root < ws, "{line}");
-        assert!(line.contains("-device virtio-blk-device,drive=root,serial=root"), "{line}");
-        assert!(line.contains("-device virtio-blk-device,drive=ws,serial=ws"), "{line}");
+        assert!(
+            line.contains("-device virtio-blk-device,drive=root,serial=root"),
+            "{line}"
+        );
+        assert!(
+            line.contains("-device virtio-blk-device,drive=ws,serial=ws"),
+            "{line}"
+        );
     }
 
     #[test]

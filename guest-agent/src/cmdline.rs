@@ -9,12 +9,14 @@
 //! | `airlock.port=N`    | vsock port the gRPC server listens on | 1024      |
 //! | `airlock.hostname=` | the guest's hostname                 | `airlock` |
 //! | `airlock.log=`      | tracing env-filter for agent logs    | `info`    |
+//! | `airlock.root=DEV`  | root image disk (ext4) to switch to  | none: stay in the initramfs |
+//! | `airlock.workspace=DEV` | ext4 disk for the overlay's writable layer | none: tmpfs |
 //!
 //! Values may be double-quoted (`airlock.log="info,airlock_agent=debug"`), as
 //! the kernel allows. Words after a lone `--` belong to init's argv and are
 //! not parameters. Unknown keys are ignored; a later key overrides an earlier.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The hostname used when the command line names none.
 pub const DEFAULT_HOSTNAME: &str = "airlock";
@@ -34,6 +36,17 @@ pub enum CmdlineError {
     /// `airlock.hostname` is empty, too long or contains a `/`.
     #[error("airlock.hostname={0:?} is not a valid hostname (1-64 bytes, no '/')")]
     BadHostname(String),
+    /// `airlock.root` or `airlock.workspace` is not a device path.
+    #[error("{key}={value:?} is not a device; pass e.g. {key}=/dev/vda")]
+    BadDevice {
+        /// The key.
+        key: &'static str,
+        /// The value given.
+        value: String,
+    },
+    /// A workspace without a root image has nothing to be the upper layer of.
+    #[error("airlock.workspace needs airlock.root")]
+    WorkspaceWithoutRoot,
     /// `/proc/cmdline` could not be read.
     #[error("cannot read {path}")]
     Read {
@@ -54,6 +67,10 @@ pub struct Cmdline {
     pub hostname: String,
     /// The tracing env-filter directive.
     pub log: String,
+    /// The root image's disk, if the agent is to switch into it.
+    pub root: Option<PathBuf>,
+    /// The workspace disk: the overlay's writable layer instead of a tmpfs.
+    pub workspace: Option<PathBuf>,
 }
 
 impl Default for Cmdline {
@@ -62,6 +79,8 @@ impl Default for Cmdline {
             port: airlock_proto::DEFAULT_AGENT_PORT,
             hostname: DEFAULT_HOSTNAME.to_owned(),
             log: DEFAULT_LOG_FILTER.to_owned(),
+            root: None,
+            workspace: None,
         }
     }
 }
@@ -95,8 +114,15 @@ impl Cmdline {
                 "airlock.port" => cmdline.port = parse_port(value)?,
                 "airlock.hostname" => cmdline.hostname = parse_hostname(value)?,
                 "airlock.log" => cmdline.log = value.to_owned(),
+                "airlock.root" => cmdline.root = Some(parse_device("airlock.root", value)?),
+                "airlock.workspace" => {
+                    cmdline.workspace = Some(parse_device("airlock.workspace", value)?);
+                }
                 _ => {}
             }
+        }
+        if cmdline.workspace.is_some() && cmdline.root.is_none() {
+            return Err(CmdlineError::WorkspaceWithoutRoot);
         }
         Ok(cmdline)
     }
@@ -137,6 +163,22 @@ fn parse_port(value: &str) -> Result<u32, CmdlineError> {
     match value.parse::<u32>() {
         Ok(port) if port != 0 => Ok(port),
         _ => Err(CmdlineError::BadPort(value.to_owned())),
+    }
+}
+
+/// A device path: absolute, under `/dev/`, no `..`.
+fn parse_device(key: &'static str, value: &str) -> Result<PathBuf, CmdlineError> {
+    let path = Path::new(value);
+    let plain = path
+        .components()
+        .all(|c| !matches!(c, std::path::Component::ParentDir));
+    if value.len() > "/dev/".len() && value.starts_with("/dev/") && plain {
+        Ok(path.to_owned())
+    } else {
+        Err(CmdlineError::BadDevice {
+            key,
+            value: value.to_owned(),
+        })
     }
 }
 
@@ -223,6 +265,29 @@ mod tests {
                 Err(CmdlineError::BadHostname(_))
             ));
         }
+    }
+
+    #[test]
+    fn root_and_workspace_devices() {
+        let c = Cmdline::parse("airlock.root=/dev/vda airlock.workspace=/dev/vdb").unwrap();
+        assert_eq!(c.root.as_deref(), Some(Path::new("/dev/vda")));
+        assert_eq!(c.workspace.as_deref(), Some(Path::new("/dev/vdb")));
+        assert_eq!(Cmdline::parse("").unwrap().root, None);
+        for bad in [
+            "airlock.root=vda",
+            "airlock.root=/dev/",
+            "airlock.root=/dev/../etc/x",
+            "airlock.root=/etc/passwd",
+        ] {
+            assert!(
+                matches!(Cmdline::parse(bad), Err(CmdlineError::BadDevice { .. })),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            Cmdline::parse("airlock.workspace=/dev/vdb"),
+            Err(CmdlineError::WorkspaceWithoutRoot)
+        ));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 use tonic::{Code, Status};
 
 use crate::cmdline::CmdlineError;
+use crate::init::root::RootError;
 use crate::reaper::ReaperError;
 use crate::server::ServerError;
 use crate::services::process::ProcessError;
@@ -20,6 +21,9 @@ pub enum AgentError {
     /// The kernel command line asks for something impossible.
     #[error(transparent)]
     Cmdline(#[from] CmdlineError),
+    /// The root image could not be mounted and switched to.
+    #[error(transparent)]
+    Root(#[from] RootError),
     /// The child reaper could not start.
     #[error(transparent)]
     Reaper(#[from] ReaperError),
@@ -87,7 +91,10 @@ fn code(e: &AgentError) -> Code {
             | P::Signal { .. } => Code::Internal,
         },
         AgentError::Cmdline(_) => Code::InvalidArgument,
-        AgentError::Reaper(_) | AgentError::Server(_) | AgentError::Runtime(_) => Code::Internal,
+        AgentError::Root(_)
+        | AgentError::Reaper(_)
+        | AgentError::Server(_)
+        | AgentError::Runtime(_) => Code::Internal,
     }
 }
 

@@ -7,7 +7,8 @@
 //!    ([`clock`]), installs the power-off panic hook and mounts `/proc` when
 //!    PID 1, and parses the kernel command line ([`cmdline`]).
 //! 2. `main` sets up logging, then calls [`run`], which as PID 1 finishes
-//!    [`init`] (mounts, kernel modules, hostname) or else becomes a child
+//!    [`init`] (mounts, kernel modules, the switch into a root image when
+//!    the command line names one, hostname) or else becomes a child
 //!    subreaper, and starts the tokio runtime.
 //! 3. [`reaper`] takes ownership of `waitpid(-1)` before anything spawns.
 //! 4. [`server`] binds the [`Listen`] address (vsock, or a Unix socket for
@@ -72,7 +73,7 @@ fn start(boot: Boot, listen: Option<Listen>) -> Result<(), AgentError> {
         "airlock agent starting"
     );
     if boot.pid1 {
-        init::setup(&cmdline);
+        init::setup(&cmdline)?;
     } else {
         init::adopt_orphans();
     }

@@ -186,6 +186,8 @@ fn merge_env(
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
+    // The root image's own environment (its PATH above all): init::root.
+    env.extend(crate::init::root::image_env().iter().cloned());
     if let Some(c) = credentials {
         env.insert("HOME".into(), c.home.clone().unwrap_or_else(|| "/".into()));
         if let Some(name) = &c.name {

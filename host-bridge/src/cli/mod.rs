@@ -1,7 +1,9 @@
 //! Argument parsing and dispatch for the `airlock` binary.
 //!
 //! - `run`: boot a fresh sandbox, run one command, stream its output, tear down.
+//! - `image`: list and remove the root filesystem images in the image store.
 
+mod image;
 mod run;
 
 use std::path::PathBuf;
@@ -27,6 +29,21 @@ pub struct Args {
 pub enum Commands {
     /// Boot a fresh sandbox, run a command in it, and exit with its exit code.
     Run(RunArgs),
+    /// Manage root filesystem images (built by `airlock-rootfs image build`).
+    #[command(subcommand)]
+    Image(ImageCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImageCommand {
+    /// List the images in the store.
+    Ls,
+    /// Remove names or ids; an image goes when no name points at it.
+    Rm {
+        /// Image names or ids.
+        #[arg(required = true, value_name = "NAME")]
+        names: Vec<String>,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -55,9 +72,52 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH")]
     pub initramfs: Option<PathBuf>,
 
+    /// Root filesystem image: a name or id from `airlock image ls`, or an
+    /// ext4 file.
+    #[arg(long, value_name = "NAME|PATH", default_value = airlock::images::DEFAULT_IMAGE)]
+    pub image: String,
+
+    /// No root image: run in the initramfs's busybox environment.
+    #[arg(long, conflicts_with_all = ["image", "workspace"])]
+    pub no_image: bool,
+
+    /// Keep what the command writes (outside /tmp) in this disk file for
+    /// the next run; created on first use. One sandbox at a time.
+    #[arg(long, value_name = "PATH")]
+    pub workspace: Option<PathBuf>,
+
+    /// Size limit of a new workspace, e.g. 512M, 4G (sparse: costs only
+    /// what is written).
+    #[arg(long, value_name = "SIZE", default_value = "4G", value_parser = parse_size)]
+    pub workspace_size: u64,
+
     /// The program and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// Parses a size with an optional binary suffix: `4G`, `512M`, `65536`.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (digits, shift) = match text.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(format!("unknown size suffix in {text:?}; use K, M, G or T")),
+            };
+            (&text[..i], shift)
+        }
+        _ => (text, 0),
+    };
+    let number: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size like 4G or 512M"))?;
+    number
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("{text:?} is too big"))
 }
 
 /// Installs the tracing subscriber: warnings by default, Airlock's own
@@ -77,5 +137,41 @@ pub fn init_tracing(verbose: bool) {
 pub async fn main(args: Args) -> u8 {
     match args.command {
         Commands::Run(run) => run::run(run, args.verbose).await,
+        Commands::Image(command) => image::run(command),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_size("4G"), Ok(4 << 30));
+        assert_eq!(parse_size("512m"), Ok(512 << 20));
+        assert_eq!(parse_size("65536"), Ok(65536));
+        assert!(parse_size("4X").is_err());
+        assert!(parse_size("G").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn run_defaults_to_the_default_image() {
+        let args = Args::try_parse_from(["airlock", "run", "--", "true"]).unwrap();
+        let Commands::Run(run) = args.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.image, "default");
+        assert!(!run.no_image);
+        assert!(Args::try_parse_from([
+            "airlock",
+            "run",
+            "--no-image",
+            "--workspace",
+            "w",
+            "--",
+            "true"
+        ])
+        .is_err());
     }
 }

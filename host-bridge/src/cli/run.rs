@@ -42,6 +42,24 @@ pub async fn run(args: RunArgs, verbose: bool) -> u8 {
     if let Some(initramfs) = args.initramfs {
         builder = builder.initramfs(initramfs);
     }
+    if !args.no_image {
+        match airlock::images::ImageStore::open_default().locate(&args.image) {
+            Ok(image) => builder = builder.image(image),
+            Err(error) => {
+                let cause = std::error::Error::source(&error)
+                    .map(|cause| format!(": {cause}"))
+                    .unwrap_or_default();
+                return fail(&format!(
+                    "{error}{cause} (or pass --no-image for the busybox initramfs)"
+                ));
+            }
+        }
+    }
+    if let Some(workspace) = args.workspace {
+        builder = builder
+            .workspace(workspace)
+            .workspace_size(args.workspace_size);
+    }
     let timeout = match args.timeout.map(Duration::try_from_secs_f64).transpose() {
         Ok(timeout) => timeout,
         Err(_) => return fail("--timeout must be a positive number of seconds"),

@@ -65,6 +65,17 @@ pub enum Error {
     #[error("agent connection failed")]
     Transport(#[source] tonic::transport::Error),
 
+    /// The guest agent predates a feature the call needs.
+    #[error(
+        "{feature} needs agent protocol revision {needed}, but the guest agent speaks {found}; \
+         rebuild the initramfs with scripts/setup"
+    )]
+    AgentTooOld {
+        feature: &'static str,
+        needed: u32,
+        found: u32,
+    },
+
     /// The agent sent something the protocol does not allow.
     #[error("protocol violation: {0}")]
     Protocol(String),

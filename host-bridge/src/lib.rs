@@ -10,7 +10,8 @@
 //!
 //! Modules:
 //! - `sandbox`: the builder, boot sequence, exec and teardown.
-//! - `exec`: [`Command`], [`Execution`] (a running program's event stream), [`Output`].
+//! - `exec`: [`Command`], [`Execution`] (a running program's events and controls),
+//!   [`ProcessHandle`] (stdin and signals by pid or tag), [`Output`], [`ProcessInfo`].
 //! - `vmm`: the QEMU and vhost-device-vsock processes and QMP.
 //! - `transport`: the hybrid-vsock handshake and the gRPC channel.
 //! - `accel`: choosing KVM or TCG.
@@ -49,7 +50,10 @@ mod workspace;
 
 pub use accel::{detect as detect_accel, Accel, ParseAccelError, ACCEL_ENV};
 pub use error::{Error, Result};
-pub use exec::{Command, Event, Execution, ExitStatus, Output};
+pub use exec::{
+    Command, Event, Execution, Exit, ExitStatus, Output, ProcessHandle, ProcessInfo, ProcessState,
+    Signal, Stdin, Target,
+};
 pub use sandbox::{BootTimings, Sandbox, SandboxBuilder};
 /// gRPC status codes, as returned by [`Error::agent_code`].
 pub use tonic::Code;

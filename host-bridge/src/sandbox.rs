@@ -14,12 +14,14 @@ use std::time::{Duration, Instant};
 use airlock_proto::v1::health_client::HealthClient;
 use airlock_proto::v1::process_client::ProcessClient;
 use airlock_proto::v1::system_client::SystemClient;
-use airlock_proto::v1::{CheckRequest, CheckResponse, ShutdownRequest};
+use airlock_proto::v1::{
+    CheckRequest, CheckResponse, ConnectRequest, ListRequest, ShutdownRequest,
+};
 use tempfile::TempDir;
 use tonic::transport::Channel;
 
 use crate::error::{Error, Result};
-use crate::exec::{Command, Execution};
+use crate::exec::{Command, Execution, ProcessHandle, ProcessInfo, Target};
 use crate::vmm::{Disk, QemuConfig, VmPaths, Vmm};
 use crate::workspace::{Workspace, DEFAULT_WORKSPACE_BYTES};
 use crate::{artifacts, state_dir, transport, Accel};
@@ -286,6 +288,7 @@ impl SandboxBuilder {
             timings,
             accel,
             agent_version: health.agent_version,
+            protocol_revision: health.protocol_revision,
             state_dir: dir,
             _workspace: workspace,
         })
@@ -372,6 +375,7 @@ pub struct Sandbox {
     timings: BootTimings,
     accel: Accel,
     agent_version: String,
+    protocol_revision: u32,
     state_dir: TempDir,
     /// Holds the workspace lock until the VM is gone.
     _workspace: Option<Workspace>,
@@ -383,17 +387,78 @@ impl Sandbox {
         SandboxBuilder::default()
     }
 
-    /// Starts `command` and returns once the guest has started it.
+    /// Starts `command` (by value or by reference) and returns once the
+    /// guest has started it; the returned [`Execution`] streams its output
+    /// and controls it.
     ///
     /// A program that cannot start (not found, not executable, bad working
-    /// directory) is an [`Error::Agent`] whose [`Error::agent_code`] tells why.
-    pub async fn exec(&self, command: &Command) -> Result<Execution> {
+    /// directory, unknown user) is an [`Error::Agent`] whose
+    /// [`Error::agent_code`] tells why.
+    pub async fn exec(&self, command: impl std::borrow::Borrow<Command>) -> Result<Execution> {
+        let command = command.borrow();
+        self.require_revision(command.needed_revision(), "these command options")?;
         let events = ProcessClient::new(self.channel.clone())
             .start(command.to_request())
             .await
             .map_err(|status| Error::agent("Process.Start", status))?
             .into_inner();
-        Execution::begin(events).await
+        Execution::begin("Process.Start", self.channel.clone(), events).await
+    }
+
+    /// Attaches to a program started earlier (by pid or tag), running or
+    /// recently finished: replays the output the agent still holds (an
+    /// [`Event::Dropped`](crate::Event::Dropped) first if some was lost),
+    /// then follows it live. Takes over from any client attached before.
+    pub async fn attach(&self, target: impl Into<Target>) -> Result<Execution> {
+        self.attach_from(target, 0).await
+    }
+
+    /// Like [`attach`](Sandbox::attach), replaying from output offset
+    /// `offset` on: pass [`Execution::offset`] to resume a broken stream
+    /// without gaps or repeats.
+    pub async fn attach_from(&self, target: impl Into<Target>, offset: u64) -> Result<Execution> {
+        self.require_revision(2, "attach")?;
+        let events = ProcessClient::new(self.channel.clone())
+            .connect(ConnectRequest {
+                process: target.into().selector(),
+                from_offset: offset,
+            })
+            .await
+            .map_err(|status| Error::agent("Process.Connect", status))?
+            .into_inner();
+        Execution::begin("Process.Connect", self.channel.clone(), events).await
+    }
+
+    /// The controls (stdin, signals) of a program by pid or tag, without
+    /// attaching to its output.
+    pub fn process(&self, target: impl Into<Target>) -> ProcessHandle {
+        ProcessHandle::new(self.channel.clone(), target.into())
+    }
+
+    /// Running and recently finished programs, oldest first.
+    pub async fn list(&self) -> Result<Vec<ProcessInfo>> {
+        self.require_revision(2, "list")?;
+        let answer = ProcessClient::new(self.channel.clone())
+            .list(ListRequest {})
+            .await
+            .map_err(|status| Error::agent("Process.List", status))?
+            .into_inner();
+        answer
+            .processes
+            .into_iter()
+            .map(ProcessInfo::from_proto)
+            .collect()
+    }
+
+    fn require_revision(&self, needed: u32, feature: &'static str) -> Result<()> {
+        if self.protocol_revision >= needed {
+            return Ok(());
+        }
+        Err(Error::AgentTooOld {
+            feature,
+            needed,
+            found: self.protocol_revision,
+        })
     }
 
     /// Asks the agent for its health report.
@@ -473,6 +538,7 @@ mod tests {
     fn handles_are_send_and_sync() {
         assert_send_sync::<Sandbox>();
         assert_send_sync::<Execution>();
+        assert_send_sync::<ProcessHandle>();
         assert_send_sync::<SandboxBuilder>();
     }
 

@@ -145,8 +145,9 @@ async fn stream_command(
                 let _ = stderr.write_all(&data).await;
                 let _ = stderr.flush().await;
             }
-            Event::Exited(status) => {
-                return Ok((status, first_output.unwrap_or_else(|| started.elapsed())));
+            Event::Dropped(bytes) => eprintln!("airlock: {bytes} bytes of output were lost"),
+            Event::Exited(exit) => {
+                return Ok((exit.status, first_output.unwrap_or_else(|| started.elapsed())));
             }
         }
     }

@@ -1,0 +1,214 @@
+//! [`Command`]: a program to run in a sandbox and how to run it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use airlock_proto::v1::{StartRequest, StdinMode};
+
+/// Where a program's standard input comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Stdin {
+    /// `/dev/null`: the program reads end-of-file at once.
+    #[default]
+    Null,
+    /// A pipe the host writes with `ProcessHandle::write_stdin` (or
+    /// `stream_stdin`) and closes with `close_stdin`.
+    Piped,
+}
+
+/// A program to run in a sandbox, built like `std::process::Command`.
+///
+/// ```
+/// use std::time::Duration;
+/// use airlock::{Command, Stdin};
+///
+/// let command = Command::new("python3")
+///     .arg("-c")
+///     .arg("print(input())")
+///     .env("PYTHONUNBUFFERED", "1")
+///     .cwd("/tmp")
+///     .user("1000:1000")
+///     .stdin(Stdin::Piped)
+///     .tag("repl")
+///     .timeout(Duration::from_secs(30));
+/// assert_eq!(command.argv(), ["python3", "-c", "print(input())"]);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Command {
+    argv: Vec<String>,
+    env: BTreeMap<String, String>,
+    cwd: Option<String>,
+    user: Option<String>,
+    stdin: Stdin,
+    tag: Option<String>,
+    timeout: Option<Duration>,
+}
+
+impl Command {
+    /// A command running `program`, looked up in the guest's `PATH` when it
+    /// has no `/`.
+    pub fn new(program: impl Into<String>) -> Self {
+        Command {
+            argv: vec![program.into()],
+            env: BTreeMap::new(),
+            cwd: None,
+            user: None,
+            stdin: Stdin::Null,
+            tag: None,
+            timeout: None,
+        }
+    }
+
+    /// Appends one argument.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.argv.push(arg.into());
+        self
+    }
+
+    /// Appends arguments.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.argv.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets an environment variable (on top of the guest's default ones).
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets environment variables.
+    pub fn envs<I, K, V>(mut self, vars: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        self.env
+            .extend(vars.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self
+    }
+
+    /// Sets the working directory in the guest (default `/`).
+    pub fn cwd(mut self, dir: impl Into<String>) -> Self {
+        self.cwd = Some(dir.into());
+        self
+    }
+
+    /// Runs the program as `user`: `name`, `uid`, `name:group` or
+    /// `uid:gid`, resolved in the guest's `/etc/passwd` and `/etc/group`
+    /// (default: root).
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
+        self
+    }
+
+    /// Where standard input comes from (default [`Stdin::Null`]).
+    pub fn stdin(mut self, stdin: Stdin) -> Self {
+        self.stdin = stdin;
+        self
+    }
+
+    /// Names the program so it can be found again (`Sandbox::attach`,
+    /// `Sandbox::process`). Unique among running programs.
+    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+        self.tag = Some(tag.into());
+        self
+    }
+
+    /// A deadline enforced by the agent in the guest, whatever happens to
+    /// the connection: when it passes, the program's whole process tree is
+    /// killed and its exit says `timed_out`. Rounded up to milliseconds.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// The program and its arguments.
+    pub fn argv(&self) -> &[String] {
+        &self.argv
+    }
+
+    /// The protocol revision the agent needs to honour every option set.
+    pub(crate) fn needed_revision(&self) -> u32 {
+        let extended = self.user.is_some()
+            || self.stdin != Stdin::Null
+            || self.tag.is_some()
+            || self.timeout.is_some();
+        if extended {
+            2
+        } else {
+            1
+        }
+    }
+
+    pub(crate) fn to_request(&self) -> StartRequest {
+        let timeout_ms = self.timeout.map_or(0, |t| {
+            let ms = t.as_nanos().div_ceil(1_000_000);
+            u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+        });
+        StartRequest {
+            argv: self.argv.clone(),
+            env: self.env.clone().into_iter().collect(),
+            cwd: self.cwd.clone().unwrap_or_default(),
+            user: self.user.clone().unwrap_or_default(),
+            stdin: match self.stdin {
+                Stdin::Null => StdinMode::Closed,
+                Stdin::Piped => StdinMode::Pipe,
+            } as i32,
+            tag: self.tag.clone().unwrap_or_default(),
+            timeout_ms,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_builds_the_request() {
+        let request = Command::new("python3")
+            .arg("-c")
+            .args(["print(1)"])
+            .env("A", "1")
+            .envs([("B", "2")])
+            .cwd("/tmp")
+            .to_request();
+        assert_eq!(request.argv, ["python3", "-c", "print(1)"]);
+        assert_eq!(request.env.get("A").map(String::as_str), Some("1"));
+        assert_eq!(request.env.get("B").map(String::as_str), Some("2"));
+        assert_eq!(request.cwd, "/tmp");
+        assert_eq!(request.stdin, StdinMode::Closed as i32);
+        assert_eq!(request.timeout_ms, 0);
+    }
+
+    #[test]
+    fn extended_options_reach_the_request_and_need_revision_2() {
+        let plain = Command::new("true");
+        assert_eq!(plain.needed_revision(), 1);
+        let command = plain
+            .user("1000:1000")
+            .stdin(Stdin::Piped)
+            .tag("job")
+            .timeout(Duration::from_micros(1500));
+        assert_eq!(command.needed_revision(), 2);
+        let request = command.to_request();
+        assert_eq!(request.user, "1000:1000");
+        assert_eq!(request.stdin, StdinMode::Pipe as i32);
+        assert_eq!(request.tag, "job");
+        assert_eq!(request.timeout_ms, 2, "rounded up");
+        assert_eq!(
+            Command::new("x")
+                .timeout(Duration::ZERO)
+                .to_request()
+                .timeout_ms,
+            1,
+            "a zero timeout is the shortest, not none"
+        );
+    }
+}

@@ -1,0 +1,229 @@
+//! [`Execution`]: one client's view of a running program, from `Start` or
+//! `Connect`: one `started`, output chunks in arrival order, one `exited`.
+//! The protocol guarantees that every byte the program wrote arrives
+//! before `exited`.
+
+use airlock_proto::v1::{process_event, ProcessEvent};
+use bytes::Bytes;
+use futures::Stream;
+use tonic::transport::Channel;
+use tonic::Streaming;
+
+use super::process::{ProcessHandle, Target};
+use super::signal::Signal;
+use super::status::{Exit, ExitStatus};
+use crate::error::{Error, Result};
+
+/// Something a running program produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A chunk of standard output.
+    Stdout(Bytes),
+    /// A chunk of standard error.
+    Stderr(Bytes),
+    /// Output the agent no longer held when this client attached (it was
+    /// written while no client was attached and the replay buffer
+    /// overflowed): this many bytes are missing before what follows.
+    Dropped(u64),
+    /// The program ended; no event follows.
+    Exited(Exit),
+}
+
+/// Everything a finished program produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    /// Exit code or signal.
+    pub status: ExitStatus,
+    /// Its standard output.
+    pub stdout: Vec<u8>,
+    /// Its standard error.
+    pub stderr: Vec<u8>,
+    /// The agent killed it at its timeout (see `Command::timeout`); the
+    /// output is what it wrote until then.
+    pub timed_out: bool,
+    /// The OOM killer killed a process of its tree.
+    pub oom_killed: bool,
+    /// From start to exit.
+    pub duration: std::time::Duration,
+    /// Bytes of output missing from the start of `stdout`/`stderr` (only
+    /// after `Sandbox::attach` to a program whose replay buffer overflowed).
+    pub dropped: u64,
+}
+
+/// A program running in the guest, as seen by this client.
+///
+/// Read its output with [`next_event`](Execution::next_event) (or collect
+/// it with [`output`](Execution::output)); control it with
+/// [`write_stdin`](Execution::write_stdin), [`signal`](Execution::signal)
+/// or a [`ProcessHandle`] from [`handle`](Execution::handle), which other
+/// tasks can use at the same time.
+///
+/// Dropping an `Execution` detaches from the program; it keeps running in
+/// the guest. To stop it, [`signal`](Execution::signal) it or give the
+/// command a timeout.
+#[derive(Debug)]
+pub struct Execution {
+    call: &'static str,
+    pid: u32,
+    handle: ProcessHandle,
+    events: Streaming<ProcessEvent>,
+    exit: Option<Exit>,
+    offset: u64,
+}
+
+impl Execution {
+    /// Reads the mandatory `started` event of `call`'s stream.
+    pub(crate) async fn begin(
+        call: &'static str,
+        channel: Channel,
+        mut events: Streaming<ProcessEvent>,
+    ) -> Result<Self> {
+        match next_proto_event(call, &mut events).await? {
+            Some((process_event::Event::Started(started), _)) => Ok(Execution {
+                call,
+                pid: started.pid,
+                handle: ProcessHandle::new(channel, Target::Pid(started.pid)),
+                events,
+                exit: None,
+                offset: 0,
+            }),
+            other => Err(Error::Protocol(format!(
+                "expected a started event, got {other:?}"
+            ))),
+        }
+    }
+
+    /// The program's pid in the guest.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The program's controls, for use from other tasks.
+    pub fn handle(&self) -> ProcessHandle {
+        self.handle.clone()
+    }
+
+    /// The output offset after the last chunk received: where
+    /// `Sandbox::attach_from` resumes if this stream breaks.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Writes to the program's stdin; see [`ProcessHandle::write_stdin`].
+    pub async fn write_stdin(&self, data: impl Into<Bytes>) -> Result<()> {
+        self.handle.write_stdin(data).await
+    }
+
+    /// Closes the program's stdin; see [`ProcessHandle::close_stdin`].
+    pub async fn close_stdin(&self) -> Result<()> {
+        self.handle.close_stdin().await
+    }
+
+    /// Signals the program's tree; see [`ProcessHandle::signal`].
+    pub async fn signal(&self, signal: Signal) -> Result<()> {
+        self.handle.signal(signal).await
+    }
+
+    /// The next event, or `None` after [`Event::Exited`] was returned.
+    /// Cancel-safe: dropping the future loses no event.
+    pub async fn next_event(&mut self) -> Result<Option<Event>> {
+        if self.exit.is_some() {
+            return Ok(None);
+        }
+        let event = match next_proto_event(self.call, &mut self.events).await? {
+            Some((process_event::Event::Stdout(data), offset)) => {
+                self.offset = offset + data.len() as u64;
+                Event::Stdout(data)
+            }
+            Some((process_event::Event::Stderr(data), offset)) => {
+                self.offset = offset + data.len() as u64;
+                Event::Stderr(data)
+            }
+            Some((process_event::Event::Dropped(dropped), _)) => Event::Dropped(dropped.bytes),
+            Some((process_event::Event::Exited(exited), _)) => {
+                let exit = Exit::from_proto(&exited)?;
+                self.exit = Some(exit);
+                Event::Exited(exit)
+            }
+            Some((process_event::Event::Started(_), _)) => {
+                return Err(Error::Protocol("a second started event".into()))
+            }
+            None => {
+                return Err(Error::Protocol(
+                    "the output stream ended without an exit status".into(),
+                ))
+            }
+        };
+        Ok(Some(event))
+    }
+
+    /// The remaining events as a stream, ending after [`Event::Exited`].
+    pub fn into_events(self) -> impl Stream<Item = Result<Event>> + Send {
+        futures::stream::unfold(Some(self), |execution| async move {
+            let mut execution = execution?;
+            match execution.next_event().await {
+                Ok(Some(event)) => Some((Ok(event), Some(execution))),
+                Ok(None) => None,
+                Err(error) => Some((Err(error), None)),
+            }
+        })
+    }
+
+    /// Collects all remaining output and the exit.
+    pub async fn output(mut self) -> Result<Output> {
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        let mut dropped = 0;
+        while let Some(event) = self.next_event().await? {
+            match event {
+                Event::Stdout(data) => stdout.extend_from_slice(&data),
+                Event::Stderr(data) => stderr.extend_from_slice(&data),
+                Event::Dropped(bytes) => dropped += bytes,
+                Event::Exited(exit) => {
+                    return Ok(Output {
+                        status: exit.status,
+                        stdout,
+                        stderr,
+                        timed_out: exit.timed_out,
+                        oom_killed: exit.oom_killed,
+                        duration: exit.duration,
+                        dropped,
+                    })
+                }
+            }
+        }
+        Err(Error::Protocol("execution already finished".into()))
+    }
+
+    /// Discards remaining output and returns how the program ended.
+    pub async fn wait(mut self) -> Result<Exit> {
+        loop {
+            match self.next_event().await? {
+                Some(Event::Exited(exit)) => return Ok(exit),
+                Some(_) => {}
+                None => {
+                    return self
+                        .exit
+                        .ok_or_else(|| Error::Protocol("execution already finished".into()))
+                }
+            }
+        }
+    }
+}
+
+async fn next_proto_event(
+    call: &'static str,
+    events: &mut Streaming<ProcessEvent>,
+) -> Result<Option<(process_event::Event, u64)>> {
+    match events.message().await {
+        Ok(Some(ProcessEvent {
+            event: Some(event),
+            offset,
+        })) => Ok(Some((event, offset))),
+        Ok(Some(ProcessEvent { event: None, .. })) => {
+            Err(Error::Protocol("empty process event".into()))
+        }
+        Ok(None) => Ok(None),
+        Err(status) => Err(Error::agent(call, status)),
+    }
+}

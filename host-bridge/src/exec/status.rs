@@ -1,0 +1,139 @@
+//! How a program ended.
+
+use std::fmt;
+use std::time::Duration;
+
+use airlock_proto::v1::{exited, Exited};
+
+use crate::error::{Error, Result};
+
+/// How a program ended: its exit code, or the signal that killed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// It called `exit(code)`.
+    Code(i32),
+    /// A signal killed it.
+    Signal(i32),
+}
+
+impl ExitStatus {
+    /// True for exit code 0.
+    pub fn success(self) -> bool {
+        self == ExitStatus::Code(0)
+    }
+
+    /// The exit code, if it exited normally.
+    pub fn code(self) -> Option<i32> {
+        match self {
+            ExitStatus::Code(code) => Some(code),
+            ExitStatus::Signal(_) => None,
+        }
+    }
+
+    /// The code a shell would report: the exit code, or 128 + the signal.
+    pub fn shell_code(self) -> i32 {
+        match self {
+            ExitStatus::Code(code) => code,
+            ExitStatus::Signal(signal) => 128 + signal,
+        }
+    }
+}
+
+impl fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExitStatus::Code(code) => write!(f, "exit code {code}"),
+            ExitStatus::Signal(signal) => write!(f, "killed by signal {signal}"),
+        }
+    }
+}
+
+/// The end of a program, as the agent reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exit {
+    /// Exit code or signal.
+    pub status: ExitStatus,
+    /// The agent killed the program's tree because its timeout passed
+    /// (the status is then `Signal(9)`).
+    pub timed_out: bool,
+    /// The guest's OOM killer killed a process of the program's tree
+    /// (reported where the agent has cgroups, as in a VM).
+    pub oom_killed: bool,
+    /// From start to exit.
+    pub duration: Duration,
+}
+
+impl Exit {
+    /// An exit with no extras: not timed out, not OOM-killed, no duration.
+    pub fn from_status(status: ExitStatus) -> Exit {
+        Exit {
+            status,
+            timed_out: false,
+            oom_killed: false,
+            duration: Duration::ZERO,
+        }
+    }
+
+    pub(crate) fn from_proto(exited: &Exited) -> Result<Exit> {
+        let status = match exited.status {
+            Some(exited::Status::Code(code)) => ExitStatus::Code(code),
+            Some(exited::Status::Signal(signal)) => ExitStatus::Signal(signal),
+            None => return Err(Error::Protocol("exited event without a status".into())),
+        };
+        Ok(Exit {
+            status,
+            timed_out: exited.timed_out,
+            oom_killed: exited.oom_killed,
+            duration: Duration::from_micros(exited.duration_us),
+        })
+    }
+}
+
+impl PartialEq<ExitStatus> for Exit {
+    fn eq(&self, other: &ExitStatus) -> bool {
+        self.status == *other
+    }
+}
+
+impl fmt::Display for Exit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.status)?;
+        if self.timed_out {
+            f.write_str(" (timed out)")?;
+        }
+        if self.oom_killed {
+            f.write_str(" (out of memory)")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_codes() {
+        assert_eq!(ExitStatus::Code(3).shell_code(), 3);
+        assert_eq!(ExitStatus::Signal(9).shell_code(), 137);
+        assert!(ExitStatus::Code(0).success());
+        assert!(!ExitStatus::Signal(9).success());
+    }
+
+    #[test]
+    fn exits_come_from_the_protocol() {
+        let exit = Exit::from_proto(&Exited {
+            status: Some(exited::Status::Signal(9)),
+            timed_out: true,
+            oom_killed: false,
+            duration_us: 1_500_000,
+        })
+        .unwrap();
+        assert_eq!(exit, ExitStatus::Signal(9));
+        assert!(exit.timed_out);
+        assert_eq!(exit.duration, Duration::from_millis(1500));
+        assert_eq!(exit.to_string(), "killed by signal 9 (timed out)");
+        assert!(Exit::from_proto(&Exited::default()).is_err());
+    }
+}

@@ -28,7 +28,7 @@ pub struct Args {
 #[derive(Debug, Subcommand)]
 pub enum Commands {
     /// Boot a fresh sandbox, run a command in it, and exit with its exit code.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Manage root filesystem images (built by `airlock-rootfs image build`).
     #[command(subcommand)]
     Image(ImageCommand),
@@ -56,9 +56,23 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub vcpus: u32,
 
-    /// Kill the sandbox if the command has not finished after SECS seconds (exit 124).
+    /// Kill the command's process tree after SECS seconds (enforced in the
+    /// guest); the output so far is kept and airlock exits 124.
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<f64>,
+
+    /// Set an environment variable in the guest; KEY alone passes the
+    /// host's value. Repeatable.
+    #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+
+    /// Working directory in the guest (default /).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<String>,
+
+    /// Run the command as this guest user: name, uid, name:group or uid:gid.
+    #[arg(short, long, value_name = "USER")]
+    pub user: Option<String>,
 
     /// CPU accelerator: auto, kvm or tcg (default: AIRLOCK_ACCEL or auto).
     #[arg(long, value_name = "ACCEL")]
@@ -94,6 +108,21 @@ pub struct RunArgs {
     /// The program and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// Parses `KEY=VALUE`, or `KEY` alone for the host's value of KEY.
+fn parse_env(text: &str) -> Result<(String, String), String> {
+    let (key, value) = match text.split_once('=') {
+        Some((key, value)) => (key, value.to_owned()),
+        None => match std::env::var(text) {
+            Ok(value) => (text, value),
+            Err(_) => return Err(format!("{text} is not set on the host; use {text}=VALUE")),
+        },
+    };
+    if key.is_empty() {
+        return Err(format!("{text:?} has no variable name; use KEY=VALUE"));
+    }
+    Ok((key.to_owned(), value))
 }
 
 /// Parses a size with an optional binary suffix: `4G`, `512M`, `65536`.
@@ -136,7 +165,7 @@ pub fn init_tracing(verbose: bool) {
 /// Runs the parsed command and returns the process exit code.
 pub async fn main(args: Args) -> u8 {
     match args.command {
-        Commands::Run(run) => run::run(run, args.verbose).await,
+        Commands::Run(run) => run::run(*run, args.verbose).await,
         Commands::Image(command) => image::run(command),
     }
 }
@@ -153,6 +182,47 @@ mod tests {
         assert!(parse_size("4X").is_err());
         assert!(parse_size("G").is_err());
         assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn env_takes_key_value_or_the_hosts_value() {
+        assert_eq!(parse_env("A=1=2"), Ok(("A".into(), "1=2".into())));
+        assert_eq!(parse_env("EMPTY="), Ok(("EMPTY".into(), String::new())));
+        assert!(parse_env("=x").is_err());
+        assert!(parse_env("AIRLOCK_SURELY_UNSET_VARIABLE").is_err());
+        let path = std::env::var("PATH").unwrap_or_default();
+        assert_eq!(parse_env("PATH"), Ok(("PATH".into(), path)));
+    }
+
+    #[test]
+    fn run_takes_env_cwd_user_and_timeout() {
+        let args = Args::try_parse_from([
+            "airlock",
+            "run",
+            "-e",
+            "A=1",
+            "--env",
+            "B=2",
+            "--cwd",
+            "/tmp",
+            "--user",
+            "1000",
+            "--timeout",
+            "2.5",
+            "--",
+            "env",
+        ])
+        .unwrap();
+        let Commands::Run(run) = args.command else {
+            panic!("not run")
+        };
+        assert_eq!(
+            run.env,
+            [("A".into(), "1".into()), ("B".into(), "2".into())]
+        );
+        assert_eq!(run.cwd.as_deref(), Some("/tmp"));
+        assert_eq!(run.user.as_deref(), Some("1000"));
+        assert_eq!(run.timeout, Some(2.5));
     }
 
     #[test]

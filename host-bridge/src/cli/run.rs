@@ -1,13 +1,21 @@
 //! `airlock run`: one command in a fresh sandbox.
 //!
-//! Output chunks go to the matching host stream as they arrive. The sandbox
-//! is torn down on every path: normal exit, timeout, Ctrl-C, SIGTERM, error.
+//! Output chunks go to the matching host stream as they arrive. When the
+//! host's stdin is not a terminal it is forwarded to the command (so
+//! `producer | airlock run -- consumer` works); a terminal is not read. The
+//! first Ctrl-C is forwarded to the command's process tree as SIGINT; a
+//! second one, or SIGTERM, tears the sandbox down. `--timeout` is enforced by
+//! the agent in the guest: the tree is killed, the output so far printed,
+//! and airlock exits 124. The sandbox is torn down on every path.
 
+use std::io::{IsTerminal, Read};
 use std::time::{Duration, Instant};
 
-use airlock::{Command, Event, ExitStatus, Sandbox};
+use airlock::{Command, Event, Execution, Exit, ProcessHandle, Sandbox, Signal, Stdin};
+use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
 
 use super::{RunArgs, EXIT_AIRLOCK_ERROR};
 
@@ -15,11 +23,18 @@ use super::{RunArgs, EXIT_AIRLOCK_ERROR};
 const EXIT_TIMEOUT: u8 = 124;
 /// How long the guest gets to power off before it is killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+/// How long after `--timeout` airlock waits for the agent to report the
+/// kill before it stops waiting and kills the VM itself.
+const TIMEOUT_GRACE: Duration = Duration::from_secs(30);
+/// The largest piece of host stdin sent at once.
+const STDIN_CHUNK: usize = 64 * 1024;
 
 enum Ending {
-    Finished(ExitStatus),
+    Finished(Exit),
+    /// The agent did not report the timeout kill in time.
     TimedOut(Duration),
     Signalled(i32),
+    Failed(airlock::Error),
 }
 
 pub async fn run(args: RunArgs, verbose: bool) -> u8 {
@@ -64,8 +79,6 @@ pub async fn run(args: RunArgs, verbose: bool) -> u8 {
         Ok(timeout) => timeout,
         Err(_) => return fail("--timeout must be a positive number of seconds"),
     };
-    let deadline = tokio::time::sleep(timeout.unwrap_or(Duration::MAX / 4));
-    tokio::pin!(deadline);
 
     // Starting is cancellable too: the builder's future owns the VM until it
     // returns, and dropping it kills the VM.
@@ -76,38 +89,89 @@ pub async fn run(args: RunArgs, verbose: bool) -> u8 {
         },
         _ = sigint.recv() => return 130,
         _ = sigterm.recv() => return 143,
-        _ = &mut deadline => {
-            eprintln!("airlock: timed out after {:?} while starting", timeout.unwrap_or_default());
-            return EXIT_TIMEOUT;
-        }
     };
     let ready = began.elapsed();
-    let command = Command::new(args.command[0].clone()).args(args.command[1..].iter().cloned());
+    let mut command = Command::new(args.command[0].clone())
+        .args(args.command[1..].iter().cloned())
+        .envs(args.env);
+    if let Some(cwd) = args.cwd {
+        command = command.cwd(cwd);
+    }
+    if let Some(user) = args.user {
+        command = command.user(user);
+    }
+    if let Some(timeout) = timeout {
+        command = command.timeout(timeout);
+    }
+    let forward_stdin = !std::io::stdin().is_terminal();
+    if forward_stdin {
+        command = command.stdin(Stdin::Piped);
+    }
 
-    let ending = tokio::select! {
-        result = stream_command(&sandbox, &command) => match result {
-            Ok((status, first_output)) => {
-                if verbose {
-                    print_timings(&sandbox, ready, first_output, began.elapsed());
+    let exec_started = Instant::now();
+    let mut execution = match sandbox.exec(&command).await {
+        Ok(execution) => execution,
+        Err(error) => {
+            eprintln!("airlock: {error}");
+            drop(sandbox);
+            return EXIT_AIRLOCK_ERROR;
+        }
+    };
+    if forward_stdin {
+        tokio::spawn(forward_host_stdin(execution.handle()));
+    }
+    // The agent enforces the timeout; this only guards against an agent
+    // that never reports it.
+    let backstop = tokio::time::sleep(timeout.map_or(Duration::MAX / 4, |t| t + TIMEOUT_GRACE));
+    tokio::pin!(backstop);
+
+    let mut first_output = None;
+    let mut interrupted = false;
+    let ending = loop {
+        tokio::select! {
+            event = execution.next_event() => match event {
+                Ok(Some(Event::Exited(exit))) => break Ending::Finished(exit),
+                Ok(Some(event)) => {
+                    first_output.get_or_insert_with(|| exec_started.elapsed());
+                    print_event(event).await;
                 }
-                Ending::Finished(status)
+                Ok(None) => break Ending::Failed(airlock::Error::Protocol(
+                    "output ended without an exit status".into(),
+                )),
+                Err(error) => break Ending::Failed(error),
+            },
+            _ = sigint.recv() => {
+                if interrupted {
+                    break Ending::Signalled(2);
+                }
+                interrupted = true;
+                forward_interrupt(&execution).await;
             }
-            Err(error) => {
-                eprintln!("airlock: {error}");
-                drop(sandbox);
-                return EXIT_AIRLOCK_ERROR;
-            }
-        },
-        _ = sigint.recv() => Ending::Signalled(2),
-        _ = sigterm.recv() => Ending::Signalled(15),
-        _ = &mut deadline => Ending::TimedOut(timeout.unwrap_or_default()),
+            _ = sigterm.recv() => break Ending::Signalled(15),
+            _ = &mut backstop => break Ending::TimedOut(timeout.unwrap_or_default()),
+        }
     };
     match ending {
-        Ending::Finished(status) => {
+        Ending::Finished(exit) if exit.timed_out => {
+            drop(sandbox);
+            eprintln!(
+                "airlock: command timed out after {:?}; its processes were killed",
+                timeout.unwrap_or(exit.duration)
+            );
+            EXIT_TIMEOUT
+        }
+        Ending::Finished(exit) => {
+            if verbose {
+                let first = first_output.unwrap_or_else(|| exec_started.elapsed());
+                print_timings(&sandbox, ready, first, began.elapsed());
+            }
+            if exit.oom_killed {
+                eprintln!("airlock: the guest ran out of memory and killed part of the command");
+            }
             if let Err(error) = sandbox.shutdown(SHUTDOWN_GRACE).await {
                 tracing::warn!(%error, "shutdown was not clean");
             }
-            u8::try_from(status.shell_code() & 0xff).unwrap_or(EXIT_AIRLOCK_ERROR)
+            u8::try_from(exit.status.shell_code() & 0xff).unwrap_or(EXIT_AIRLOCK_ERROR)
         }
         Ending::TimedOut(after) => {
             drop(sandbox);
@@ -118,42 +182,84 @@ pub async fn run(args: RunArgs, verbose: bool) -> u8 {
             drop(sandbox);
             u8::try_from(128 + signal).unwrap_or(EXIT_AIRLOCK_ERROR)
         }
+        Ending::Failed(error) => {
+            eprintln!("airlock: {error}");
+            drop(sandbox);
+            EXIT_AIRLOCK_ERROR
+        }
     }
 }
 
-/// Streams the command's output to the host's stdout and stderr; returns
-/// its status and when the first output (or the exit) arrived.
-async fn stream_command(
-    sandbox: &Sandbox,
-    command: &Command,
-) -> Result<(ExitStatus, Duration), airlock::Error> {
-    let started = Instant::now();
-    let mut first_output = None;
-    let mut execution = sandbox.exec(command).await?;
-    let mut stdout = tokio::io::stdout();
-    let mut stderr = tokio::io::stderr();
-    while let Some(event) = execution.next_event().await? {
-        first_output.get_or_insert_with(|| started.elapsed());
-        // A closed host stream (say `| head`) must not stop us from
-        // collecting the exit status; ignore write errors.
-        match event {
-            Event::Stdout(data) => {
-                let _ = stdout.write_all(&data).await;
-                let _ = stdout.flush().await;
-            }
-            Event::Stderr(data) => {
-                let _ = stderr.write_all(&data).await;
-                let _ = stderr.flush().await;
-            }
-            Event::Dropped(bytes) => eprintln!("airlock: {bytes} bytes of output were lost"),
-            Event::Exited(exit) => {
-                return Ok((exit.status, first_output.unwrap_or_else(|| started.elapsed())));
-            }
+/// Writes an output chunk to the matching host stream. A closed host
+/// stream (say `| head`) must not stop us from collecting the exit status,
+/// so write errors are ignored.
+async fn print_event(event: Event) {
+    match event {
+        Event::Stdout(data) => {
+            let mut stdout = tokio::io::stdout();
+            let _ = stdout.write_all(&data).await;
+            let _ = stdout.flush().await;
         }
+        Event::Stderr(data) => {
+            let mut stderr = tokio::io::stderr();
+            let _ = stderr.write_all(&data).await;
+            let _ = stderr.flush().await;
+        }
+        Event::Dropped(bytes) => eprintln!("airlock: {bytes} bytes of output were lost"),
+        Event::Exited(_) => {}
     }
-    Err(airlock::Error::Protocol(
-        "output ended without an exit status".into(),
-    ))
+}
+
+/// Sends the first Ctrl-C on to the command, as a terminal would.
+async fn forward_interrupt(execution: &Execution) {
+    eprintln!("airlock: interrupting the command (Ctrl-C again to kill the sandbox)");
+    if let Err(error) = execution.signal(Signal::INT).await {
+        tracing::warn!(%error, "cannot forward SIGINT");
+    }
+}
+
+/// Copies the host's stdin to the command's, then closes it. A blocking
+/// thread reads stdin, so a read that never returns cannot hold up exit.
+async fn forward_host_stdin(handle: ProcessHandle) {
+    let (tx, rx) = mpsc::channel::<Bytes>(4);
+    let reader = std::thread::Builder::new()
+        .name("stdin".into())
+        .spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            let mut buf = vec![0; STDIN_CHUNK];
+            loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        if tx.blocking_send(Bytes::copy_from_slice(&buf[..n])).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot read stdin");
+                        break;
+                    }
+                }
+            }
+        });
+    if let Err(error) = reader {
+        tracing::warn!(%error, "cannot start the stdin reader");
+        return;
+    }
+    let chunks = futures::stream::unfold(rx, |mut rx| async move {
+        let chunk = rx.recv().await?;
+        Some((chunk, rx))
+    });
+    let forwarded = handle.stream_stdin(chunks).await;
+    let closed = match forwarded {
+        Ok(()) => handle.close_stdin().await,
+        Err(error) => Err(error),
+    };
+    // The command may exit (or close its stdin) before reading it all.
+    if let Err(error) = closed {
+        tracing::debug!(%error, "stdin not forwarded to the end");
+    }
 }
 
 fn print_timings(sandbox: &Sandbox, ready: Duration, first_output: Duration, total: Duration) {

@@ -33,6 +33,16 @@ pub fn builder() -> SandboxBuilder {
         .boot_timeout(BOOT_TIMEOUT)
 }
 
+/// The default root image (`scripts/setup` builds it), failing with the
+/// set-up command when it is missing.
+pub fn default_image() -> PathBuf {
+    let store = airlock::images::ImageStore::open_default();
+    match store.resolve(airlock::images::DEFAULT_IMAGE) {
+        Ok(image) => image.path,
+        Err(error) => panic!("{error}: run scripts/setup (or scripts/test) first"),
+    }
+}
+
 /// Boots a test sandbox.
 pub async fn boot() -> Sandbox {
     match builder().start().await {

@@ -49,6 +49,8 @@ mod vmm;
 mod workspace;
 
 pub use accel::{detect as detect_accel, Accel, ParseAccelError, ACCEL_ENV};
+/// Output chunks and stdin data are [`bytes::Bytes`].
+pub use bytes::Bytes;
 pub use error::{Error, Result};
 pub use exec::{
     Command, Event, Execution, Exit, ExitStatus, Output, ProcessHandle, ProcessInfo, ProcessState,

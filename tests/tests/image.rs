@@ -287,3 +287,20 @@ async fn an_oci_layout_builds_with_whiteouts_and_its_env() {
         .expect("output");
     assert_eq!(text(&out.stdout), "hello via PATH\n");
 }
+
+#[tokio::test]
+async fn an_image_that_is_not_ext4_stops_the_boot_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.ext4");
+    fs::write(&junk, vec![0u8; 1 << 20]).unwrap();
+    let error = airlock_tests::builder()
+        .image(&junk)
+        .start()
+        .await
+        .expect_err("boot must fail");
+    assert!(matches!(error, airlock::Error::VmExited { .. }), "{error}");
+    assert!(
+        error.to_string().contains("cannot mount /dev/vda (ext4)"),
+        "{error}"
+    );
+}

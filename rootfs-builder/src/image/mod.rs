@@ -436,6 +436,45 @@ mod tests {
         assert_eq!(env.trim(), "PATH=/opt/bin:/bin");
     }
 
+    #[test]
+    fn a_docker_save_archive_builds() {
+        let dir = tempfile::tempdir().unwrap();
+        let layer_file = dir.path().join("layer.tar");
+        layer::tests::write_layer(
+            &layer_file,
+            &[("etc", None), ("etc/from-docker", Some("d"))],
+            false,
+        );
+        let archive = dir.path().join("image.tar");
+        let mut outer = tar::Builder::new(fs::File::create(&archive).unwrap());
+        let mut add = |name: &str, bytes: &[u8]| {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(bytes.len() as u64);
+            header.set_mode(0o644);
+            header.set_mtime(1_700_000_000);
+            header.set_entry_type(tar::EntryType::Regular);
+            outer.append_data(&mut header, name, bytes).unwrap();
+        };
+        add("abc/layer.tar", &fs::read(&layer_file).unwrap());
+        add("cfg.json", br#"{"config":{"Env":["PATH=/usr/bin:/bin"]}}"#);
+        add(
+            "manifest.json",
+            br#"[{"Config":"cfg.json","RepoTags":["t:1"],"Layers":["abc/layer.tar"]}]"#,
+        );
+        outer.into_inner().unwrap();
+
+        let source = Source::Container {
+            path: archive,
+            reference: Some("t:1".into()),
+        };
+        let built = build(&options(&dir.path().join("store"), source)).unwrap();
+        assert_eq!(debugfs(&built.info.path, "cat /etc/from-docker"), "d");
+        assert_eq!(
+            debugfs(&built.info.path, "cat /etc/airlock/env").trim(),
+            "PATH=/usr/bin:/bin"
+        );
+    }
+
     fn debugfs(image: &Path, request: &str) -> String {
         let out = std::process::Command::new(debian::find_program("debugfs"))
             .args(["-R", request])

@@ -86,8 +86,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH")]
     pub initramfs: Option<PathBuf>,
 
-    /// Root filesystem image: a name or id from `airlock image ls`, or an
-    /// ext4 file.
+    /// Root filesystem image: a name or id from `airlock image ls`, or the
+    /// path of an ext4 file (with a '/', e.g. ./rootfs.ext4).
     #[arg(long, value_name = "NAME|PATH", default_value = airlock::images::DEFAULT_IMAGE)]
     pub image: String,
 

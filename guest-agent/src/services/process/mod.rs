@@ -113,6 +113,9 @@ impl ProcessService {
             Err(e) => {
                 tracing::error!(pid, error = %crate::error::chain(&e), "cannot follow process; killing it");
                 tree.kill();
+                if let Some(cgroup) = tree.take_cgroup() {
+                    self.table.linger(cgroup);
+                }
                 return Err(e);
             }
         };

@@ -51,7 +51,7 @@ mod workspace;
 pub use accel::{detect as detect_accel, Accel, ParseAccelError, ACCEL_ENV};
 /// Output chunks and stdin data are [`bytes::Bytes`].
 pub use bytes::Bytes;
-pub use error::{Error, Result};
+pub use error::{error_chain, Error, Result};
 pub use exec::{
     Command, Event, Execution, Exit, ExitStatus, Output, ProcessHandle, ProcessInfo, ProcessState,
     Signal, Stdin, Target,

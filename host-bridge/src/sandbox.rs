@@ -321,7 +321,7 @@ async fn connect_agent(
         let attempt = async {
             let channel = transport::channel(vmm.vsock_uds().to_owned(), port)
                 .await
-                .map_err(|e| format!("connect: {}", error_chain(&e)))?;
+                .map_err(|e| format!("connect: {}", crate::error_chain(&e)))?;
             let health = HealthClient::new(channel.clone())
                 .check(CheckRequest {})
                 .await
@@ -338,17 +338,6 @@ async fn connect_agent(
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_millis(100));
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// Where a sandbox's start-up time went.

@@ -83,14 +83,7 @@ fn age(seconds: u64) -> String {
 }
 
 fn fail(error: &dyn std::error::Error) -> u8 {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    eprintln!("airlock: {text}");
+    eprintln!("airlock: {}", airlock::error_chain(error));
     EXIT_AIRLOCK_ERROR
 }
 

@@ -2,7 +2,8 @@
 //! gRPC statuses.
 //!
 //! Each module has its own error enum ([`CmdlineError`], [`ReaperError`],
-//! [`ServerError`], [`ProcessError`]); [`AgentError`] gathers them.
+//! [`ServerError`], [`ProcessError`], [`FilesError`]); [`AgentError`]
+//! gathers them.
 //! `From<AgentError> for Status` picks the code a client can act on, and the
 //! message is the `Display` chain (error, then each source), never `Debug`.
 
@@ -12,6 +13,7 @@ use crate::cmdline::CmdlineError;
 use crate::init::root::RootError;
 use crate::reaper::ReaperError;
 use crate::server::ServerError;
+use crate::services::files::FilesError;
 use crate::services::process::ProcessError;
 
 /// Anything that can go wrong in the agent.
@@ -33,6 +35,9 @@ pub enum AgentError {
     /// A program could not be started or followed.
     #[error(transparent)]
     Process(#[from] ProcessError),
+    /// A file operation failed.
+    #[error(transparent)]
+    Files(#[from] FilesError),
     /// The tokio runtime could not be built.
     #[error("cannot build the async runtime")]
     Runtime(#[source] std::io::Error),
@@ -50,10 +55,17 @@ impl From<ProcessError> for Status {
     }
 }
 
+impl From<FilesError> for Status {
+    fn from(e: FilesError) -> Self {
+        AgentError::from(e).into()
+    }
+}
+
 /// The gRPC code for an error: what the client should do about it.
 fn code(e: &AgentError) -> Code {
     use ProcessError as P;
     match e {
+        AgentError::Files(f) => f.code(),
         AgentError::Process(p) => match p {
             P::EmptyArgv
             | P::Nul { .. }

@@ -98,6 +98,7 @@ async fn serve(pid1: bool, init_started_us: u64, listen: Listen) -> Result<(), A
     };
     let serving_since_us = clock::boottime_us();
     let router = services::router(Services {
+        files: services::FilesService::new(),
         health: HealthService::new(init_started_us, serving_since_us),
         process: ProcessService::new(reaper),
         system: SystemService::new(mode),

@@ -1,17 +1,20 @@
 //! The gRPC services of `airlock.agent.v1`, one file each:
-//! [`health`], [`process`], [`system`]. [`router`] mounts them on a tonic
+//! [`files`], [`health`], [`process`], [`system`]. [`router`] mounts them on a tonic
 //! server for `crate::server` to serve.
 
+pub mod files;
 pub mod health;
 pub mod process;
 pub mod system;
 
 use airlock_proto::v1::{
-    health_server::HealthServer, process_server::ProcessServer, system_server::SystemServer,
+    files_server::FilesServer, health_server::HealthServer, process_server::ProcessServer,
+    system_server::SystemServer,
 };
 use tonic::transport::server::Router;
 use tonic::transport::Server;
 
+pub use files::FilesService;
 pub use health::HealthService;
 pub use process::ProcessService;
 pub use system::{ShutdownMode, SystemService};
@@ -19,6 +22,8 @@ pub use system::{ShutdownMode, SystemService};
 /// Everything the agent serves.
 #[derive(Debug)]
 pub struct Services {
+    /// `Files`.
+    pub files: FilesService,
     /// `Health`.
     pub health: HealthService,
     /// `Process`.
@@ -30,6 +35,7 @@ pub struct Services {
 /// A tonic router serving all services.
 pub fn router(services: Services) -> Router {
     Server::builder()
+        .add_service(FilesServer::new(services.files))
         .add_service(HealthServer::new(services.health))
         .add_service(ProcessServer::new(services.process))
         .add_service(SystemServer::new(services.system))

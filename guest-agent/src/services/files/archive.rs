@@ -1,0 +1,250 @@
+//! `UploadTar` and `DownloadTar`: directories as tar streams (`tar` crate).
+//!
+//! The async side and the blocking tar code meet through [`ChannelReader`]
+//! and [`ChannelWriter`], channels of [`super::io::QUEUE`] chunks, so a tree
+//! of any size moves in bounded memory. Extraction refuses an entry that
+//! would land outside the target: an absolute path, a `..` component, a
+//! path through a symlink, or a hard link pointing out.
+
+use std::io::{Read, Write};
+use std::path::{Component, Path, PathBuf};
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use super::access::Actor;
+use super::io::CHUNK;
+use super::FilesError;
+
+/// A blocking `Read` over chunks arriving on a channel.
+#[derive(Debug)]
+pub struct ChannelReader {
+    rx: mpsc::Receiver<Bytes>,
+    current: Bytes,
+}
+
+impl ChannelReader {
+    /// Reads what `rx` delivers until it closes.
+    pub fn new(rx: mpsc::Receiver<Bytes>) -> Self {
+        ChannelReader {
+            rx,
+            current: Bytes::new(),
+        }
+    }
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(chunk) => self.current = chunk,
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current.split_to(n));
+        Ok(n)
+    }
+}
+
+/// A blocking `Write` that sends [`CHUNK`]-sized pieces to a channel.
+#[derive(Debug)]
+pub struct ChannelWriter<T> {
+    tx: mpsc::Sender<T>,
+    wrap: fn(Bytes) -> T,
+    buf: Vec<u8>,
+}
+
+impl<T> ChannelWriter<T> {
+    /// Wraps each chunk with `wrap` before sending it.
+    pub fn new(tx: mpsc::Sender<T>, wrap: fn(Bytes) -> T) -> Self {
+        ChannelWriter {
+            tx,
+            wrap,
+            buf: Vec::with_capacity(CHUNK),
+        }
+    }
+
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+        self.tx
+            .blocking_send((self.wrap)(chunk))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "receiver gone"))
+    }
+}
+
+impl<T> Write for ChannelWriter<T> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let n = data.len().min(CHUNK - self.buf.len());
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() == CHUNK {
+            self.send()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send()
+    }
+}
+
+/// Extracts a tar stream into `target`, created if missing. Returns the
+/// number of entries.
+pub fn extract(reader: impl Read, target: &Path, actor: &Actor) -> Result<u64, FilesError> {
+    super::tree::make_dirs(target, 0o755, actor)?;
+    actor.check_dir_writable(target)?;
+    let mut archive = tar::Archive::new(reader);
+    archive.set_preserve_permissions(true);
+    archive.set_overwrite(true);
+    let mut count = 0;
+    for entry in archive.entries().map_err(FilesError::BadTar)? {
+        let mut entry = entry.map_err(FilesError::BadTar)?;
+        let raw = entry.path_bytes();
+        let name = String::from_utf8_lossy(&raw).into_owned();
+        let escaping = || FilesError::EscapingEntry {
+            entry: name.clone(),
+            target: target.display().to_string(),
+        };
+        let relative = entry.path().map_err(FilesError::BadTar)?.into_owned();
+        let dest = inside(target, &relative).ok_or_else(escaping)?;
+        if entry.header().entry_type().is_hard_link() {
+            let link = entry
+                .link_name()
+                .map_err(FilesError::BadTar)?
+                .ok_or_else(escaping)?;
+            inside(target, &link).ok_or_else(escaping)?;
+        }
+        if through_symlink(target, &dest) {
+            return Err(escaping());
+        }
+        if dest == target {
+            continue; // the `./` entry
+        }
+        entry
+            .unpack_in(target)
+            .map_err(|e| FilesError::io("extract", &dest, e))?;
+        actor.own(&dest)?;
+        count += 1;
+    }
+    Ok(count)
+}
+
+/// `target/relative` if `relative` has no root and no `..`.
+fn inside(target: &Path, relative: &Path) -> Option<PathBuf> {
+    let mut dest = target.to_owned();
+    for part in relative.components() {
+        match part {
+            Component::Normal(p) => dest.push(p),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(dest)
+}
+
+/// Whether any directory between `target` and `dest` (exclusive) is a
+/// symlink, so writing `dest` could land elsewhere.
+fn through_symlink(target: &Path, dest: &Path) -> bool {
+    let Ok(rest) = dest.strip_prefix(target) else {
+        return true;
+    };
+    let mut at = target.to_owned();
+    let parts: Vec<_> = rest.components().collect();
+    for part in parts.iter().take(parts.len().saturating_sub(1)) {
+        at.push(part);
+        if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Writes `dir` as a tar stream (paths relative to it, symlinks kept).
+pub fn archive(dir: &Path, out: impl Write) -> Result<(), FilesError> {
+    let meta = std::fs::metadata(dir).map_err(|e| FilesError::io("archive", dir, e))?;
+    if !meta.is_dir() {
+        return Err(FilesError::io(
+            "archive",
+            dir,
+            std::io::Error::from_raw_os_error(nix::libc::ENOTDIR),
+        ));
+    }
+    let mut builder = tar::Builder::new(out);
+    builder.follow_symlinks(false);
+    builder
+        .append_dir_all(".", dir)
+        .map_err(|e| FilesError::io("archive", dir, e))?;
+    builder
+        .into_inner()
+        .and_then(|mut w| w.flush())
+        .map_err(|e| FilesError::io("archive", dir, e))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn tar_with(name: &str) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(1);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        // set_path refuses `..`; write the raw name as an attacker would.
+        let raw = &mut h.as_old_mut().name;
+        raw[..name.len()].copy_from_slice(name.as_bytes());
+        h.set_cksum();
+        b.append(&h, &b"x"[..]).unwrap();
+        b.into_inner().unwrap()
+    }
+
+    #[test]
+    fn parent_and_absolute_entries_are_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("t");
+        for name in ["../evil", "/etc/evil", "a/../../evil"] {
+            let err = extract(&tar_with(name)[..], &target, &Actor::default()).unwrap_err();
+            assert!(
+                matches!(err, FilesError::EscapingEntry { .. }),
+                "{name}: {err}"
+            );
+            assert!(err.to_string().contains(name), "{err}");
+        }
+        assert!(!dir.path().join("evil").exists());
+    }
+
+    #[test]
+    fn entries_through_a_symlink_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("t");
+        std::fs::create_dir(&target).unwrap();
+        std::os::unix::fs::symlink(dir.path(), target.join("out")).unwrap();
+        let err = extract(&tar_with("out/evil")[..], &target, &Actor::default()).unwrap_err();
+        assert!(matches!(err, FilesError::EscapingEntry { .. }), "{err}");
+        assert!(!dir.path().join("evil").exists());
+    }
+
+    #[test]
+    fn round_trip_keeps_modes_and_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        std::fs::create_dir_all(src.join("sub")).unwrap();
+        std::fs::write(src.join("sub/run.sh"), "echo").unwrap();
+        super::super::tree::chmod(&src.join("sub/run.sh"), 0o751).unwrap();
+        std::os::unix::fs::symlink("sub/run.sh", src.join("link")).unwrap();
+        let mut bytes = Vec::new();
+        archive(&src, &mut bytes).unwrap();
+        let dst = dir.path().join("dst");
+        extract(&bytes[..], &dst, &Actor::default()).unwrap();
+        let info = super::super::tree::stat(&dst.join("sub/run.sh")).unwrap();
+        assert_eq!(info.mode, 0o751);
+        assert_eq!(
+            std::fs::read_link(dst.join("link")).unwrap(),
+            Path::new("sub/run.sh")
+        );
+    }
+}

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use airlock_proto::v1::files_client::FilesClient;
 use airlock_proto::v1::health_client::HealthClient;
 use airlock_proto::v1::process_client::ProcessClient;
 use airlock_proto::v1::system_client::SystemClient;
@@ -105,6 +106,10 @@ impl Agent {
 
     fn channel(&self) -> Channel {
         self.channel.clone().expect("connected in start")
+    }
+
+    pub fn files(&self) -> FilesClient<Channel> {
+        FilesClient::new(self.channel())
     }
 
     pub fn health(&self) -> HealthClient<Channel> {

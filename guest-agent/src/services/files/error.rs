@@ -52,6 +52,9 @@ pub enum FilesError {
     /// `user` could not be resolved.
     #[error(transparent)]
     User(#[from] ProcessError),
+    /// A write stream ended before its `end` message.
+    #[error("upload to {0} ended before its end message; nothing was written")]
+    Truncated(String),
     /// The client's request stream failed.
     #[error("request stream failed: {0}")]
     Stream(String),
@@ -84,7 +87,7 @@ impl FilesError {
                 Code::NotFound
             }
             FilesError::User(_) => Code::InvalidArgument,
-            FilesError::Stream(_) => Code::Cancelled,
+            FilesError::Stream(_) | FilesError::Truncated(_) => Code::Aborted,
             FilesError::Worker(_) => Code::Internal,
         }
     }

@@ -91,8 +91,15 @@ pub async fn write(mut stream: Streaming<WriteFileRequest>) -> Result<u64, Files
     let actor = Actor::resolve(&header.user)?;
     let mut sink = Sink::open(&path, &header, &actor)?;
     let mut written = 0u64;
-    while let Some(message) = stream.next().await {
+    loop {
+        let Some(message) = stream.next().await else {
+            // Closed without `end`: a cut upload; `sink` drops its temporary.
+            return Err(FilesError::Truncated(path.display().to_string()));
+        };
         let data = match message {
+            Ok(WriteFileRequest {
+                kind: Some(write_file_request::Kind::End(_)),
+            }) => break,
             Ok(WriteFileRequest {
                 kind: Some(write_file_request::Kind::Data(data)),
             }) => data,

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::fs::FsError;
 use crate::vmm::VmmError;
 use crate::workspace::WorkspaceError;
 
@@ -60,6 +61,10 @@ pub enum Error {
         call: &'static str,
         status: Box<tonic::Status>,
     },
+
+    /// A file transfer failed on the host side.
+    #[error(transparent)]
+    Fs(#[from] FsError),
 
     /// The agent's connection failed.
     #[error("agent connection failed")]

@@ -10,6 +10,8 @@
 //!
 //! Modules:
 //! - `sandbox`: the builder, boot sequence, exec and teardown.
+//! - [`fs`]: [`Files`] from [`Sandbox::fs`]: streamed reads and atomic writes,
+//!   metadata and tree operations, watch, directories as tar streams.
 //! - `exec`: [`Command`], [`Execution`] (a running program's events and controls),
 //!   [`ProcessHandle`] (stdin and signals by pid or tag), [`Output`], [`ProcessInfo`].
 //! - `vmm`: the QEMU and vhost-device-vsock processes and QMP.
@@ -41,6 +43,7 @@ mod accel;
 pub mod artifacts;
 mod error;
 mod exec;
+pub mod fs;
 pub mod images;
 mod sandbox;
 pub mod state_dir;
@@ -56,6 +59,7 @@ pub use exec::{
     Command, Event, Execution, Exit, ExitStatus, Output, ProcessHandle, ProcessInfo, ProcessState,
     Signal, Stdin, Target,
 };
+pub use fs::Files;
 pub use sandbox::{BootTimings, Sandbox, SandboxBuilder};
 /// gRPC status codes, as returned by [`Error::agent_code`].
 pub use tonic::Code;

@@ -21,6 +21,7 @@ use tempfile::TempDir;
 use tonic::transport::Channel;
 
 use crate::error::{Error, Result};
+use crate::fs::Files;
 use crate::exec::{Command, Execution, ProcessHandle, ProcessInfo, Target};
 use crate::vmm::{Disk, QemuConfig, VmPaths, Vmm};
 use crate::workspace::{Workspace, DEFAULT_WORKSPACE_BYTES};
@@ -448,6 +449,12 @@ impl Sandbox {
             needed,
             found: self.protocol_revision,
         })
+    }
+
+    /// The guest's filesystem: read, write, list, watch, and move whole
+    /// directories (needs protocol revision 3).
+    pub fn fs(&self) -> Files {
+        Files::new(self.channel.clone(), self.protocol_revision)
     }
 
     /// Asks the agent for its health report.

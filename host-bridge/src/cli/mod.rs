@@ -5,6 +5,7 @@
 
 mod image;
 mod run;
+mod transfer;
 
 use std::path::PathBuf;
 
@@ -104,6 +105,16 @@ pub struct RunArgs {
     /// what is written).
     #[arg(long, value_name = "SIZE", default_value = "4G", value_parser = parse_size)]
     pub workspace_size: u64,
+
+    /// Copy a host file or directory into the guest before the command
+    /// (directories keep modes and symlinks). Repeatable.
+    #[arg(long, value_name = "HOST:GUEST", value_parser = transfer::parse_upload)]
+    pub upload: Vec<transfer::Transfer>,
+
+    /// Copy a guest file or directory to the host after the command
+    /// (whatever its exit status). Repeatable.
+    #[arg(long, value_name = "GUEST:HOST", value_parser = transfer::parse_download)]
+    pub download: Vec<transfer::Transfer>,
 
     /// The program and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]

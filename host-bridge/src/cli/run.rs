@@ -7,6 +7,9 @@
 //! second one, or SIGTERM, tears the sandbox down. `--timeout` is enforced by
 //! the agent in the guest: the tree is killed, the output so far printed,
 //! and airlock exits 124. The sandbox is torn down on every path.
+//! `--upload` copies run after boot and before the command; `--download`
+//! copies after it finishes (not after a timeout or a signal), and a failed
+//! copy makes airlock exit 125.
 
 use std::io::{IsTerminal, Read};
 use std::time::{Duration, Instant};
@@ -90,6 +93,11 @@ pub async fn run(args: RunArgs, verbose: bool) -> u8 {
         _ = sigint.recv() => return 130,
         _ = sigterm.recv() => return 143,
     };
+    if let Err(error) = super::transfer::upload(&sandbox, &args.upload).await {
+        eprintln!("airlock: {error}");
+        drop(sandbox);
+        return EXIT_AIRLOCK_ERROR;
+    }
     let ready = began.elapsed();
     let mut command = Command::new(args.command[0].clone())
         .args(args.command[1..].iter().cloned())
@@ -164,6 +172,11 @@ pub async fn run(args: RunArgs, verbose: bool) -> u8 {
             if verbose {
                 let first = first_output.unwrap_or_else(|| exec_started.elapsed());
                 print_timings(&sandbox, ready, first, began.elapsed());
+            }
+            if let Err(error) = super::transfer::download(&sandbox, &args.download).await {
+                eprintln!("airlock: {error}");
+                drop(sandbox);
+                return EXIT_AIRLOCK_ERROR;
             }
             if exit.oom_killed {
                 eprintln!("airlock: the guest ran out of memory and killed part of the command");

@@ -5,12 +5,14 @@
 use std::path::Path;
 
 use airlock_proto::v1::{upload_tar_request, PathRequest, UploadTarHeader, UploadTarRequest};
+use bytes::Bytes;
 use futures::StreamExt;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::archive::{self, ChannelReader, ChannelWriter};
-use super::{guest, Files, FsError};
+use super::{guest, Files, FsError, CHUNK};
 use crate::error::{Error, Result};
 
 /// Chunks in flight per direction.
@@ -48,6 +50,58 @@ impl Files {
         builder
             .await
             .map_err(|e| Error::from(FsError::Worker(e.to_string())))??;
+        Ok(answer
+            .map_err(|s| Error::agent("Files.UploadTar", s))?
+            .into_inner()
+            .entries)
+    }
+
+    /// Extracts a tar stream read from `reader` (an existing archive, say)
+    /// into the guest directory `guest_dir`, created if missing; returns
+    /// the number of entries. The agent refuses entries that would land
+    /// outside `guest_dir` (INVALID_ARGUMENT, naming the entry).
+    pub async fn upload_tar(
+        &self,
+        reader: impl AsyncRead + Send + Unpin + 'static,
+        guest_dir: impl AsRef<Path>,
+    ) -> Result<u64> {
+        let header = UploadTarHeader {
+            path: guest(guest_dir.as_ref())?,
+            user: String::new(),
+        };
+        let first = UploadTarRequest {
+            kind: Some(upload_tar_request::Kind::Header(header)),
+        };
+        let data = futures::stream::unfold(Some(reader), |reader| async move {
+            let mut reader = reader?;
+            let mut buf = Vec::with_capacity(CHUNK);
+            match (&mut reader).take(CHUNK as u64).read_to_end(&mut buf).await {
+                Ok(0) => None,
+                Ok(_) => Some((Ok(Bytes::from(buf)), Some(reader))),
+                Err(e) => Some((Err(e), None)),
+            }
+        });
+        let failure = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let slot = std::sync::Arc::clone(&failure);
+        let data = data
+            .take_while(move |item| {
+                let ok = item.is_ok();
+                if let (Err(e), Ok(mut slot)) = (item, slot.lock()) {
+                    *slot = Some(std::io::Error::new(e.kind(), e.to_string()));
+                }
+                futures::future::ready(ok)
+            })
+            .filter_map(|item| futures::future::ready(item.ok()))
+            .map(|data| UploadTarRequest {
+                kind: Some(upload_tar_request::Kind::Data(data)),
+            });
+        let answer = self
+            .client()?
+            .upload_tar(futures::stream::iter([first]).chain(data))
+            .await;
+        if let Some(e) = failure.lock().ok().and_then(|mut f| f.take()) {
+            return Err(FsError::local("read", "(tar source)", e).into());
+        }
         Ok(answer
             .map_err(|s| Error::agent("Files.UploadTar", s))?
             .into_inner()

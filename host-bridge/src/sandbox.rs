@@ -21,8 +21,8 @@ use tempfile::TempDir;
 use tonic::transport::Channel;
 
 use crate::error::{Error, Result};
-use crate::fs::Files;
 use crate::exec::{Command, Execution, ProcessHandle, ProcessInfo, Target};
+use crate::fs::Files;
 use crate::vmm::{Disk, QemuConfig, VmPaths, Vmm};
 use crate::workspace::{Workspace, DEFAULT_WORKSPACE_BYTES};
 use crate::{artifacts, state_dir, transport, Accel};

@@ -4,7 +4,7 @@
 //! [`QUEUE`] slots, so memory is bounded by `QUEUE * CHUNK` whatever the
 //! file size. A write goes to a temporary file in the target's directory
 //! (so the final rename is atomic), is fsynced, then renamed over the
-//! target; [`TempFile`] removes the temporary on every other way out,
+//! target; `TempFile` removes the temporary on every other way out,
 //! including the handler being dropped when the client goes away.
 
 use std::io::{Read, Seek, SeekFrom, Write};

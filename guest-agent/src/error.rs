@@ -91,7 +91,8 @@ fn code(e: &AgentError) -> Code {
             | P::StdinNotPiped(_)
             | P::StdinClosed(_)
             | P::StdinGone(_)
-            | P::Exited(_) => Code::FailedPrecondition,
+            | P::Exited(_)
+            | P::LimitsUnavailable => Code::FailedPrecondition,
             P::TagInUse(_) => Code::AlreadyExists,
             P::Displaced(_) => Code::Aborted,
             P::Exhausted { .. } => Code::ResourceExhausted,
@@ -100,7 +101,8 @@ fn code(e: &AgentError) -> Code {
             | P::Pipe { .. }
             | P::Lost { .. }
             | P::StdinWrite { .. }
-            | P::Signal { .. } => Code::Internal,
+            | P::Signal { .. }
+            | P::Limits(_) => Code::Internal,
         },
         AgentError::Cmdline(_) => Code::InvalidArgument,
         AgentError::Root(_)

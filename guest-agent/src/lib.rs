@@ -97,10 +97,12 @@ async fn serve(pid1: bool, init_started_us: u64, listen: Listen) -> Result<(), A
         ShutdownMode::Stop(stop_tx)
     };
     let serving_since_us = clock::boottime_us();
+    let process = ProcessService::new(reaper);
     let router = services::router(Services {
         files: services::FilesService::new(),
-        health: HealthService::new(init_started_us, serving_since_us),
-        process: ProcessService::new(reaper),
+        health: HealthService::new(init_started_us, serving_since_us)
+            .with_programs_cgroup(process.cgroup_parent()),
+        process,
         system: SystemService::new(mode),
     });
     tracing::info!(%listen, "serving");

@@ -45,6 +45,15 @@ pub enum Error {
         console_tail: String,
     },
 
+    /// The VM exited while a call was open: a program powered off or
+    /// rebooted the guest (possible only with `Command::privileged`), or the
+    /// guest kernel died.
+    #[error(
+        "{call}: the VM exited ({status}) while the call was open; a privileged program may \
+         have rebooted or powered off the guest, or the guest kernel died (see the console)"
+    )]
+    VmGone { call: &'static str, status: String },
+
     /// The agent did not answer within the boot timeout.
     #[error(
         "the agent did not answer within {timeout:?} ({last_error}); console tail:\n{console_tail}"

@@ -56,8 +56,8 @@ pub use accel::{detect as detect_accel, Accel, ParseAccelError, ACCEL_ENV};
 pub use bytes::Bytes;
 pub use error::{error_chain, Error, Result};
 pub use exec::{
-    Command, Event, Execution, Exit, ExitStatus, Output, ProcessHandle, ProcessInfo, ProcessState,
-    Signal, Stdin, Target,
+    Command, Event, Execution, Exit, ExitStatus, Limits, Output, ProcessHandle, ProcessInfo,
+    ProcessState, Signal, Stdin, Target, Usage,
 };
 pub use fs::Files;
 pub use sandbox::{BootTimings, Sandbox, SandboxBuilder};

@@ -21,7 +21,7 @@ use tempfile::TempDir;
 use tonic::transport::Channel;
 
 use crate::error::{Error, Result};
-use crate::exec::{Command, Execution, ProcessHandle, ProcessInfo, Target};
+use crate::exec::{Command, Execution, Limits, ProcessHandle, ProcessInfo, Target};
 use crate::fs::Files;
 use crate::vmm::{Disk, QemuConfig, VmPaths, Vmm};
 use crate::workspace::{Workspace, DEFAULT_WORKSPACE_BYTES};
@@ -50,6 +50,8 @@ pub struct SandboxBuilder {
     image: Option<PathBuf>,
     workspace: Option<PathBuf>,
     workspace_bytes: u64,
+    default_limits: Limits,
+    default_user: Option<String>,
 }
 
 impl Default for SandboxBuilder {
@@ -67,6 +69,8 @@ impl Default for SandboxBuilder {
             image: None,
             workspace: None,
             workspace_bytes: DEFAULT_WORKSPACE_BYTES,
+            default_limits: Limits::default(),
+            default_user: None,
         }
     }
 }
@@ -81,6 +85,21 @@ impl SandboxBuilder {
     /// The initramfs holding the agent (default: `~/.cache/airlock/initramfs.cpio.gz`).
     pub fn initramfs(mut self, path: impl Into<PathBuf>) -> Self {
         self.initramfs = path.into();
+        self
+    }
+
+    /// Limits applied to every command run in the sandbox; a command's own
+    /// [`limits`](Command::limits) win field by field.
+    pub fn default_limits(mut self, limits: Limits) -> Self {
+        self.default_limits = limits;
+        self
+    }
+
+    /// The user every command runs as unless it names one (default: root,
+    /// without the dangerous capabilities unless
+    /// [`privileged`](Command::privileged)).
+    pub fn default_user(mut self, user: impl Into<String>) -> Self {
+        self.default_user = Some(user.into());
         self
     }
 
@@ -290,6 +309,8 @@ impl SandboxBuilder {
             accel,
             agent_version: health.agent_version,
             protocol_revision: health.protocol_revision,
+            default_limits: self.default_limits,
+            default_user: self.default_user,
             state_dir: dir,
             _workspace: workspace,
         })
@@ -366,6 +387,8 @@ pub struct Sandbox {
     accel: Accel,
     agent_version: String,
     protocol_revision: u32,
+    default_limits: Limits,
+    default_user: Option<String>,
     state_dir: TempDir,
     /// Holds the workspace lock until the VM is gone.
     _workspace: Option<Workspace>,
@@ -385,14 +408,22 @@ impl Sandbox {
     /// directory, unknown user) is an [`Error::Agent`] whose
     /// [`Error::agent_code`] tells why.
     pub async fn exec(&self, command: impl std::borrow::Borrow<Command>) -> Result<Execution> {
-        let command = command.borrow();
+        let command = command
+            .borrow()
+            .with_defaults(&self.default_limits, self.default_user.as_deref());
         self.require_revision(command.needed_revision(), "these command options")?;
         let events = ProcessClient::new(self.channel.clone())
             .start(command.to_request())
             .await
             .map_err(|status| Error::agent("Process.Start", status))?
             .into_inner();
-        Execution::begin("Process.Start", self.channel.clone(), events).await
+        Execution::begin(
+            "Process.Start",
+            self.channel.clone(),
+            events,
+            Some(self.vmm.exit_probe()),
+        )
+        .await
     }
 
     /// Attaches to a program started earlier (by pid or tag), running or
@@ -416,7 +447,13 @@ impl Sandbox {
             .await
             .map_err(|status| Error::agent("Process.Connect", status))?
             .into_inner();
-        Execution::begin("Process.Connect", self.channel.clone(), events).await
+        Execution::begin(
+            "Process.Connect",
+            self.channel.clone(),
+            events,
+            Some(self.vmm.exit_probe()),
+        )
+        .await
     }
 
     /// The controls (stdin, signals) of a program by pid or tag, without

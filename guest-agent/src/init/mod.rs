@@ -7,7 +7,8 @@
 //!   root image (read-only ext4 under an overlay), still as PID 1.
 //! - [`poweroff`]: the way out of PID 1 on shutdown, error or panic.
 //!
-//! [`setup`] runs the steps after `/proc` in order; none is fatal, because a
+//! [`setup`] first puts the agent out of the OOM killer's reach
+//! (`oom_score_adj` -1000), then runs the steps after `/proc` in order; none is fatal, because a
 //! guest with one thing missing is still worth serving (and the host can
 //! then see what is missing) rather than powering off blind. The exception
 //! is the root switch: a guest that was asked for an image and cannot mount
@@ -31,6 +32,7 @@ use crate::cmdline::Cmdline;
 /// Mounts the remaining filesystems, loads modules, switches to the root
 /// image if asked, and sets the hostname.
 pub fn setup(cmdline: &Cmdline) -> Result<(), root::RootError> {
+    protect_from_oom_killer();
     mounts::mount_rest();
     let loaded = modules::load_all(Path::new(modules::MODULES_ORDER));
     tracing::info!(loaded, "kernel modules loaded");
@@ -42,6 +44,15 @@ pub fn setup(cmdline: &Cmdline) -> Result<(), root::RootError> {
         Err(e) => tracing::warn!(error = %e, hostname = %cmdline.hostname, "cannot set hostname"),
     }
     Ok(())
+}
+
+/// Sets the agent's `oom_score_adj` to -1000, so the OOM killer never
+/// picks it; programs get 0 back between fork and exec.
+fn protect_from_oom_killer() {
+    match std::fs::write("/proc/self/oom_score_adj", "-1000") {
+        Ok(()) => tracing::info!("oom_score_adj -1000: the OOM killer spares the agent"),
+        Err(e) => tracing::warn!(error = %e, "cannot protect the agent from the OOM killer"),
+    }
 }
 
 /// Makes orphaned descendants reparent to the agent instead of to the real

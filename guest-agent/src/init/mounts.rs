@@ -93,7 +93,11 @@ const REST: &[Mount] = &[
         fstype: "tmpfs",
         target: "/tmp",
         flags: NOSUID_NODEV,
-        data: Some("mode=1777"),
+        // Half the guest's memory (the kernel's default, made explicit):
+        // a program filling /tmp meets ENOSPC before the programs' memory
+        // cap of seven eighths (tmpfs pages are charged to the writer's
+        // cgroup), and the agent keeps its headroom either way.
+        data: Some("mode=1777,size=50%"),
     },
     Mount {
         fstype: "cgroup2",

@@ -109,7 +109,9 @@ pub fn switch(root: &Path, workspace: Option<&Path>) -> Result<(), RootError> {
             RW_MOUNT,
             "tmpfs",
             MsFlags::empty(),
-            Some("mode=0755"),
+            // Half the guest's memory, below the programs' memory cap:
+            // filling the overlay gives ENOSPC, not an OOM kill.
+            Some("mode=0755,size=50%"),
         )?,
     }
     let upper = Path::new(RW_MOUNT).join("upper");

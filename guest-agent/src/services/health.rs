@@ -1,5 +1,9 @@
-//! `airlock.agent.v1.Health`: identity and timings, answered without ever
-//! touching user work.
+//! `airlock.agent.v1.Health`: identity, timings and resource use (the
+//! guest's memory, what all programs used from their parent cgroup, the
+//! agent's own RSS), answered without ever touching user work: a few small
+//! reads of /proc and cgroupfs.
+
+use std::path::PathBuf;
 
 use airlock_proto::v1::{health_server, CheckRequest, CheckResponse};
 use tonic::{Request, Response, Status};
@@ -11,6 +15,7 @@ use crate::clock;
 pub struct HealthService {
     init_started_us: u64,
     serving_since_us: u64,
+    programs_cgroup: Option<PathBuf>,
 }
 
 impl HealthService {
@@ -20,11 +25,38 @@ impl HealthService {
         Self {
             init_started_us,
             serving_since_us,
+            programs_cgroup: None,
         }
     }
 
+    /// Reports the use of the programs below cgroup `dir`.
+    pub fn with_programs_cgroup(mut self, dir: Option<PathBuf>) -> Self {
+        self.programs_cgroup = dir;
+        self
+    }
+
     fn answer(&self) -> CheckResponse {
+        let (memory_total_bytes, memory_available_bytes) =
+            crate::services::process::cgroup::meminfo().unwrap_or_default();
+        let read = |file: &str| {
+            let dir = self.programs_cgroup.as_ref()?;
+            std::fs::read_to_string(dir.join(file)).ok()
+        };
+        let programs_cpu_us = read("cpu.stat")
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())
+            })
+            .unwrap_or(0);
+        let programs_memory_bytes = read("memory.current")
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
         CheckResponse {
+            memory_total_bytes,
+            memory_available_bytes,
+            programs_cpu_us,
+            programs_memory_bytes,
+            agent_rss_bytes: agent_rss_bytes().unwrap_or(0),
             agent_version: env!("CARGO_PKG_VERSION").to_owned(),
             init_started_us: self.init_started_us,
             serving_since_us: self.serving_since_us,
@@ -32,6 +64,15 @@ impl HealthService {
             protocol_revision: airlock_proto::PROTOCOL_REVISION,
         }
     }
+}
+
+/// `VmRSS` from `/proc/self/status`, in bytes.
+fn agent_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status.lines().find_map(|l| {
+        let kib = l.strip_prefix("VmRSS:")?.trim().trim_end_matches("kB");
+        kib.trim().parse::<u64>().ok().map(|k| k * 1024)
+    })
 }
 
 #[tonic::async_trait]
@@ -54,5 +95,7 @@ mod tests {
         assert_eq!(answer.init_started_us, start);
         assert_eq!(answer.serving_since_us, start + 1);
         assert!(answer.uptime_us >= start);
+        assert!(answer.agent_rss_bytes > 0);
+        assert!(answer.memory_total_bytes >= answer.memory_available_bytes);
     }
 }

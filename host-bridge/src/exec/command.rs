@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use airlock_proto::v1::{StartRequest, StdinMode};
 
+use super::limits::Limits;
+
 /// Where a program's standard input comes from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Stdin {
@@ -42,6 +44,8 @@ pub struct Command {
     stdin: Stdin,
     tag: Option<String>,
     timeout: Option<Duration>,
+    limits: Limits,
+    privileged: bool,
 }
 
 impl Command {
@@ -56,6 +60,8 @@ impl Command {
             stdin: Stdin::Null,
             tag: None,
             timeout: None,
+            limits: Limits::default(),
+            privileged: false,
         }
     }
 
@@ -128,6 +134,34 @@ impl Command {
         self
     }
 
+    /// Resource limits for the program's tree; they override the
+    /// sandbox's [default limits](crate::SandboxBuilder::default_limits)
+    /// field by field.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Runs the program with the agent's full capabilities (as root:
+    /// reboot, load modules, mount...). Without it the program runs with
+    /// no_new_privs and without the capabilities that reach past the
+    /// sandbox's own processes (CAP_SYS_BOOT, CAP_SYS_ADMIN, CAP_KILL,
+    /// CAP_SYS_PTRACE, ...; see docs/protocol.md).
+    pub fn privileged(mut self, privileged: bool) -> Self {
+        self.privileged = privileged;
+        self
+    }
+
+    /// The command with a sandbox's defaults filled in where it sets none.
+    pub(crate) fn with_defaults(&self, limits: &Limits, user: Option<&str>) -> Command {
+        let mut command = self.clone();
+        command.limits = command.limits.or(limits);
+        if command.user.is_none() {
+            command.user = user.map(str::to_owned);
+        }
+        command
+    }
+
     /// The program and its arguments.
     pub fn argv(&self) -> &[String] {
         &self.argv
@@ -135,6 +169,9 @@ impl Command {
 
     /// The protocol revision the agent needs to honour every option set.
     pub(crate) fn needed_revision(&self) -> u32 {
+        if !self.limits.is_empty() || self.privileged {
+            return 4;
+        }
         let extended = self.user.is_some()
             || self.stdin != Stdin::Null
             || self.tag.is_some()
@@ -162,6 +199,8 @@ impl Command {
             } as i32,
             tag: self.tag.clone().unwrap_or_default(),
             timeout_ms,
+            limits: self.limits.to_proto(),
+            privileged: self.privileged,
         }
     }
 }

@@ -3,6 +3,8 @@
 //! The protocol guarantees that every byte the program wrote arrives
 //! before `exited`.
 
+use std::time::Duration;
+
 use airlock_proto::v1::{process_event, ProcessEvent};
 use bytes::Bytes;
 use futures::Stream;
@@ -13,6 +15,7 @@ use super::process::{ProcessHandle, Target};
 use super::signal::Signal;
 use super::status::{Exit, ExitStatus};
 use crate::error::{Error, Result};
+use crate::vmm::ExitProbe;
 
 /// Something a running program produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +51,8 @@ pub struct Output {
     /// Bytes of output missing from the start of `stdout`/`stderr` (only
     /// after `Sandbox::attach` to a program whose replay buffer overflowed).
     pub dropped: u64,
+    /// What its process tree used (see [`Exit::usage`]).
+    pub usage: Option<super::Usage>,
 }
 
 /// A program running in the guest, as seen by this client.
@@ -69,6 +74,8 @@ pub struct Execution {
     events: Streaming<ProcessEvent>,
     exit: Option<Exit>,
     offset: u64,
+    /// Names the VM's end when the stream breaks because QEMU exited.
+    vm: Option<ExitProbe>,
 }
 
 impl Execution {
@@ -77,8 +84,9 @@ impl Execution {
         call: &'static str,
         channel: Channel,
         mut events: Streaming<ProcessEvent>,
+        vm: Option<ExitProbe>,
     ) -> Result<Self> {
-        match next_proto_event(call, &mut events).await? {
+        match next_proto_event(call, &mut events, vm.as_ref()).await? {
             Some((process_event::Event::Started(started), _)) => Ok(Execution {
                 call,
                 pid: started.pid,
@@ -86,6 +94,7 @@ impl Execution {
                 events,
                 exit: None,
                 offset: 0,
+                vm,
             }),
             other => Err(Error::Protocol(format!(
                 "expected a started event, got {other:?}"
@@ -130,7 +139,7 @@ impl Execution {
         if self.exit.is_some() {
             return Ok(None);
         }
-        let event = match next_proto_event(self.call, &mut self.events).await? {
+        let event = match next_proto_event(self.call, &mut self.events, self.vm.as_ref()).await? {
             Some((process_event::Event::Stdout(data), offset)) => {
                 self.offset = offset + data.len() as u64;
                 Event::Stdout(data)
@@ -188,6 +197,7 @@ impl Execution {
                         oom_killed: exit.oom_killed,
                         duration: exit.duration,
                         dropped,
+                        usage: exit.usage,
                     })
                 }
             }
@@ -211,9 +221,14 @@ impl Execution {
     }
 }
 
+/// How long a broken stream waits for QEMU to exit before blaming the
+/// connection instead of the VM's end.
+const VM_EXIT_GRACE: Duration = Duration::from_secs(3);
+
 async fn next_proto_event(
     call: &'static str,
     events: &mut Streaming<ProcessEvent>,
+    vm: Option<&ExitProbe>,
 ) -> Result<Option<(process_event::Event, u64)>> {
     match events.message().await {
         Ok(Some(ProcessEvent {
@@ -224,6 +239,16 @@ async fn next_proto_event(
             Err(Error::Protocol("empty process event".into()))
         }
         Ok(None) => Ok(None),
-        Err(status) => Err(Error::agent(call, status)),
+        Err(status) => {
+            if let Some(vm) = vm {
+                if let Some(exit) = vm.exited_within(VM_EXIT_GRACE).await {
+                    return Err(Error::VmGone {
+                        call,
+                        status: exit.to_string(),
+                    });
+                }
+            }
+            Err(Error::agent(call, status))
+        }
     }
 }

@@ -16,12 +16,14 @@
 
 pub mod command;
 pub mod execution;
+pub mod limits;
 pub mod process;
 pub mod signal;
 pub mod status;
 
 pub use command::{Command, Stdin};
 pub use execution::{Event, Execution, Output};
+pub use limits::{Limits, Usage};
 pub use process::{ProcessHandle, ProcessInfo, ProcessState, Target};
 pub use signal::Signal;
 pub use status::{Exit, ExitStatus};

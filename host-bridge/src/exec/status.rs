@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use airlock_proto::v1::{exited, Exited};
 
+use super::limits::Usage;
+
 use crate::error::{Error, Result};
 
 /// How a program ended: its exit code, or the signal that killed it.
@@ -61,6 +63,9 @@ pub struct Exit {
     pub oom_killed: bool,
     /// From start to exit.
     pub duration: Duration,
+    /// What the program's tree used (where the agent has cgroups and speaks
+    /// protocol revision 4).
+    pub usage: Option<Usage>,
 }
 
 impl Exit {
@@ -71,6 +76,7 @@ impl Exit {
             timed_out: false,
             oom_killed: false,
             duration: Duration::ZERO,
+            usage: None,
         }
     }
 
@@ -85,6 +91,7 @@ impl Exit {
             timed_out: exited.timed_out,
             oom_killed: exited.oom_killed,
             duration: Duration::from_micros(exited.duration_us),
+            usage: exited.usage.as_ref().map(Usage::from),
         })
     }
 }
@@ -128,11 +135,17 @@ mod tests {
             timed_out: true,
             oom_killed: false,
             duration_us: 1_500_000,
+            usage: Some(airlock_proto::v1::Usage {
+                cpu_us: 2_000,
+                memory_peak_bytes: 4096,
+                pids_peak: 3,
+            }),
         })
         .unwrap();
         assert_eq!(exit, ExitStatus::Signal(9));
         assert!(exit.timed_out);
         assert_eq!(exit.duration, Duration::from_millis(1500));
+        assert_eq!(exit.usage.map(|u| u.cpu), Some(Duration::from_millis(2)));
         assert_eq!(exit.to_string(), "killed by signal 9 (timed out)");
         assert!(Exit::from_proto(&Exited::default()).is_err());
     }

@@ -18,6 +18,7 @@ pub mod qmp;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use std::os::unix::process::CommandExt;
@@ -85,10 +86,33 @@ impl VmPaths {
     }
 }
 
+/// Tells whether QEMU has exited, from any task: calls that fail mid-way
+/// use it to name the VM's end as the cause.
+#[derive(Debug, Clone)]
+pub(crate) struct ExitProbe(Arc<Mutex<Child>>);
+
+impl ExitProbe {
+    /// QEMU's exit status, waiting up to `wait` for it to come.
+    pub async fn exited_within(&self, wait: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let status = lock(&self.0).try_wait().ok().flatten();
+            if status.is_some() || Instant::now() >= deadline {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn lock(child: &Mutex<Child>) -> MutexGuard<'_, Child> {
+    child.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// A running VM: the QEMU process and its vsock device process.
 #[derive(Debug)]
 pub(crate) struct Vmm {
-    qemu: Child,
+    qemu: Arc<Mutex<Child>>,
     device: Child,
     paths: VmPaths,
     qemu_exit: Option<ExitStatus>,
@@ -125,11 +149,16 @@ impl Vmm {
             }
         };
         Ok(Vmm {
-            qemu,
+            qemu: Arc::new(Mutex::new(qemu)),
             device,
             paths,
             qemu_exit: None,
         })
+    }
+
+    /// A probe for QEMU's exit that calls can hold.
+    pub fn exit_probe(&self) -> ExitProbe {
+        ExitProbe(Arc::clone(&self.qemu))
     }
 
     /// The hybrid-vsock Unix socket that reaches the guest.
@@ -144,7 +173,7 @@ impl Vmm {
     /// QEMU's exit status if it has exited, without blocking.
     pub fn try_exit(&mut self) -> Result<Option<ExitStatus>, VmmError> {
         if self.qemu_exit.is_none() {
-            self.qemu_exit = self.qemu.try_wait().map_err(VmmError::Wait)?;
+            self.qemu_exit = lock(&self.qemu).try_wait().map_err(VmmError::Wait)?;
         }
         Ok(self.qemu_exit)
     }
@@ -178,8 +207,9 @@ impl Vmm {
     /// Kills both processes and reaps them. Idempotent.
     pub fn kill(&mut self) {
         if self.qemu_exit.is_none() {
-            kill_and_reap(&mut self.qemu);
-            self.qemu_exit = self.qemu.try_wait().ok().flatten();
+            let mut qemu = lock(&self.qemu);
+            kill_and_reap(&mut qemu);
+            self.qemu_exit = qemu.try_wait().ok().flatten();
         }
         kill_and_reap(&mut self.device);
     }

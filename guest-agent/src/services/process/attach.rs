@@ -72,7 +72,7 @@ impl Attachment {
             Next::End(End::Exited(report)) => {
                 self.done = true;
                 Ok(event(
-                    process_event::Event::Exited(exited_message(report)),
+                    process_event::Event::Exited(exited_message(&report)),
                     0,
                 ))
             }

@@ -11,6 +11,13 @@
 //!
 //! [`Cgroups::create`] makes `exec-<n>` for one program; the child joins it
 //! between fork and exec (see `child_setup`), so nothing it forks escapes.
+//!
+//! Resilience: the memory, pids and cpu controllers are enabled where the
+//! kernel allows; as PID 1 the agent caps the parent's `memory.max` at the
+//! guest's total less [`agent_headroom`], so no program (nor all of them
+//! together) can take the memory the agent needs to keep serving. Per
+//! program, [`Cgroup::apply`] writes the request's limits, and
+//! [`Cgroup::usage`] reads back what the tree used.
 
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
@@ -21,6 +28,8 @@ use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
 use nix::sys::statfs::{statfs, CGROUP2_SUPER_MAGIC};
 use nix::unistd::Pid;
+
+use airlock_proto::v1::{Limits, Usage};
 
 /// Where PID 1 mounts the cgroup2 hierarchy.
 pub const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
@@ -89,14 +98,24 @@ impl Cgroups {
         // it fails below a cgroup that holds processes (the agent's own, in
         // tests); programs still get cgroups, just without OOM reporting.
         for dir in [&base, &parent] {
-            if let Err(e) = std::fs::write(dir.join("cgroup.subtree_control"), "+memory") {
-                tracing::debug!(dir = %dir.display(), error = %e, "memory controller not enabled");
+            for controller in ["+memory", "+pids", "+cpu"] {
+                if let Err(e) = std::fs::write(dir.join("cgroup.subtree_control"), controller) {
+                    tracing::debug!(dir = %dir.display(), controller, error = %e, "controller not enabled");
+                }
             }
+        }
+        if pid == 1 {
+            reserve_agent_headroom(&parent);
         }
         Ok(Self {
             parent,
             next: AtomicU64::new(1),
         })
+    }
+
+    /// The parent directory all program cgroups live in.
+    pub fn parent(&self) -> &Path {
+        &self.parent
     }
 
     /// Creates a fresh cgroup for one program.
@@ -176,6 +195,53 @@ impl Cgroup {
         oom_kill_count(&events)
     }
 
+    /// Writes `limits` to the cgroup's control files; a limit the kernel
+    /// cannot take (controller not enabled) fails the start, since the
+    /// program would otherwise run unbounded.
+    pub fn apply(&self, limits: &Limits) -> std::io::Result<()> {
+        let mut writes: Vec<(&str, String)> = Vec::new();
+        if limits.memory_bytes > 0 {
+            writes.push(("memory.max", limits.memory_bytes.to_string()));
+            writes.push(("memory.swap.max", "0".to_owned()));
+        }
+        if limits.pids > 0 {
+            writes.push(("pids.max", limits.pids.to_string()));
+        }
+        if limits.cpu_millis > 0 {
+            writes.push(("cpu.max", cpu_max(limits.cpu_millis)));
+        }
+        for (file, value) in writes {
+            match std::fs::write(self.path.join(file), &value) {
+                Ok(()) => {}
+                // No swap configured: there is no swap to turn off.
+                Err(e) if file == "memory.swap.max" && e.kind() == ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(std::io::Error::new(
+                        e.kind(),
+                        format!("{file}={value}: {e}"),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What the tree has used so far.
+    pub fn usage(&self) -> Usage {
+        let read = |file: &str| std::fs::read_to_string(self.path.join(file)).ok();
+        Usage {
+            cpu_us: read("cpu.stat")
+                .and_then(|t| keyed(&t, "usage_usec"))
+                .unwrap_or(0),
+            memory_peak_bytes: read("memory.peak")
+                .and_then(|t| t.trim().parse().ok())
+                .unwrap_or(0),
+            pids_peak: read("pids.peak")
+                .and_then(|t| t.trim().parse().ok())
+                .unwrap_or(0),
+        }
+    }
+
     /// Removes the cgroup; fails with `EBUSY` while processes are left.
     pub fn remove(&self) -> std::io::Result<()> {
         match std::fs::remove_dir(&self.path) {
@@ -192,12 +258,64 @@ fn unified_path(text: &str) -> Option<&str> {
 
 /// The `oom_kill` count in `memory.events` text.
 fn oom_kill_count(events: &str) -> Option<u64> {
-    events.lines().find_map(|l| {
-        let (key, value) = l.split_once(' ')?;
-        (key == "oom_kill")
-            .then(|| value.trim().parse().ok())
-            .flatten()
+    keyed(events, "oom_kill")
+}
+
+/// The value of `key` in "key value" lines (`memory.events`, `cpu.stat`).
+fn keyed(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, value) = l.split_once(' ')?;
+        (k == key).then(|| value.trim().parse().ok()).flatten()
     })
+}
+
+/// `cpu.max` for a share of CPUs in thousandths, over a 100 ms period.
+fn cpu_max(millis: u32) -> String {
+    let period: u64 = 100_000;
+    let quota = (u64::from(millis) * period / 1000).max(1000);
+    format!("{quota} {period}")
+}
+
+/// Memory kept free of programs for the agent and the kernel: an eighth of
+/// the guest, at least 24 MiB and at most 256 MiB.
+pub fn agent_headroom(total: u64) -> u64 {
+    (total / 8).clamp(24 << 20, 256 << 20)
+}
+
+/// The guest's memory from `/proc/meminfo` (`MemTotal`, `MemAvailable`), in
+/// bytes.
+pub fn meminfo() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = |key: &str| {
+        text.lines().find_map(|l| {
+            let rest = l.strip_prefix(key)?.strip_prefix(':')?;
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+    };
+    Some((kib("MemTotal")? * 1024, kib("MemAvailable")? * 1024))
+}
+
+/// Caps what all programs together may use at the guest's memory less the
+/// agent's headroom.
+fn reserve_agent_headroom(parent: &Path) {
+    let Some((total, _)) = meminfo() else {
+        tracing::warn!("no /proc/meminfo; programs' memory is not capped");
+        return;
+    };
+    let max = total.saturating_sub(agent_headroom(total));
+    match std::fs::write(parent.join("memory.max"), max.to_string()) {
+        Ok(()) => tracing::info!(
+            max_mib = max >> 20,
+            total_mib = total >> 20,
+            "programs' memory capped below the agent's headroom"
+        ),
+        Err(e) => tracing::warn!(error = %e, "cannot cap programs' memory"),
+    }
+    let _ = std::fs::write(parent.join("memory.swap.max"), "0");
 }
 
 #[cfg(test)]
@@ -218,6 +336,20 @@ mod tests {
         let events = "low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\noom_group_kill 0\n";
         assert_eq!(oom_kill_count(events), Some(2));
         assert_eq!(oom_kill_count("low 0\n"), None);
+    }
+
+    #[test]
+    fn usage_and_limits_are_formatted_for_the_kernel() {
+        assert_eq!(
+            keyed("usage_usec 1234\nuser_usec 1000\n", "usage_usec"),
+            Some(1234)
+        );
+        assert_eq!(cpu_max(500), "50000 100000");
+        assert_eq!(cpu_max(2000), "200000 100000");
+        assert_eq!(cpu_max(1), "1000 100000", "the kernel's smallest quota");
+        assert_eq!(agent_headroom(256 << 20), 32 << 20);
+        assert_eq!(agent_headroom(64 << 20), 24 << 20);
+        assert_eq!(agent_headroom(64 << 30), 256 << 20);
     }
 
     #[test]

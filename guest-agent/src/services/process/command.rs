@@ -18,8 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use airlock_proto::v1::{StartRequest, StdinMode};
+use airlock_proto::v1::{Limits, StartRequest, StdinMode};
 use nix::errno::Errno;
+use nix::sys::resource::Resource;
 use nix::unistd::{access, geteuid, getgid, AccessFlags};
 use tokio::sync::oneshot;
 
@@ -50,6 +51,8 @@ pub struct Spec {
     stdin_pipe: bool,
     tag: Option<String>,
     timeout: Option<Duration>,
+    limits: Limits,
+    privileged: bool,
 }
 
 impl Spec {
@@ -79,6 +82,7 @@ impl Spec {
         };
         let stdin_pipe = req.stdin == StdinMode::Pipe as i32;
         let timeout = (req.timeout_ms > 0).then(|| Duration::from_millis(req.timeout_ms));
+        let limits = req.limits.unwrap_or_default();
         Ok(Self {
             argv: req.argv,
             env: merge_env(req.env, credentials.as_ref()),
@@ -87,7 +91,34 @@ impl Spec {
             stdin_pipe,
             tag,
             timeout,
+            limits,
+            privileged: req.privileged,
         })
+    }
+
+    /// The limits asked for.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Whether the request needs a cgroup to honour its limits.
+    pub fn needs_cgroup(&self) -> bool {
+        let l = &self.limits;
+        l.memory_bytes > 0 || l.pids > 0 || l.cpu_millis > 0
+    }
+
+    /// The rlimits to set in the child.
+    fn rlimits(&self) -> Vec<(Resource, u64)> {
+        let l = &self.limits;
+        [
+            (Resource::RLIMIT_NOFILE, l.open_files),
+            (Resource::RLIMIT_CORE, l.core_bytes),
+            (Resource::RLIMIT_FSIZE, l.file_size_bytes),
+            (Resource::RLIMIT_STACK, l.stack_bytes),
+        ]
+        .into_iter()
+        .filter(|&(_, value)| value > 0)
+        .collect()
     }
 
     /// The program as the user named it.
@@ -145,6 +176,9 @@ impl Spec {
         ChildSetup {
             cgroup_procs,
             credentials: self.credentials.clone(),
+            rlimits: self.rlimits(),
+            privileged: self.privileged,
+            reset_oom_score: std::process::id() == 1,
         }
         .install(&mut command);
         reaper
@@ -324,6 +358,22 @@ mod tests {
         assert_eq!(env["FOO"], "bar");
         assert!(env["PATH"].contains("/usr/bin"));
         assert_eq!(env.len(), 3);
+    }
+
+    #[test]
+    fn limits_become_rlimits_and_cgroup_needs() {
+        let spec = Spec::from_request(req(&["sh"])).unwrap();
+        assert!(!spec.needs_cgroup());
+        assert!(spec.rlimits().is_empty());
+        let mut r = req(&["sh"]);
+        r.limits = Some(Limits {
+            pids: 64,
+            open_files: 100,
+            ..Default::default()
+        });
+        let spec = Spec::from_request(r).unwrap();
+        assert!(spec.needs_cgroup());
+        assert_eq!(spec.rlimits(), vec![(Resource::RLIMIT_NOFILE, 100)]);
     }
 
     #[test]

@@ -22,7 +22,7 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use airlock_proto::v1::{exited, Exited, ProcessInfo, ProcessState};
+use airlock_proto::v1::{exited, Exited, ProcessInfo, ProcessState, Usage};
 use tokio::sync::Notify;
 
 use super::buffer::{Chunk, OutputLog, ATTACHED_LIMIT};
@@ -32,7 +32,7 @@ use super::ProcessError;
 use crate::reaper::Exit;
 
 /// How a program ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExitReport {
     /// Exit code or signal.
     pub exit: Exit,
@@ -42,10 +42,12 @@ pub struct ExitReport {
     pub oom_killed: bool,
     /// From spawn to exit.
     pub duration: Duration,
+    /// What the tree used, where it has a cgroup.
+    pub usage: Option<Usage>,
 }
 
 /// The end of a program's stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum End {
     /// It exited and all its output was read.
     Exited(ExitReport),
@@ -264,7 +266,7 @@ impl Entry {
                     self.room.notify_waiters();
                     return Next::Chunk(offset, chunk);
                 }
-                if let Some(end) = state.end {
+                if let Some(end) = state.end.clone() {
                     return Next::End(end);
                 }
             }
@@ -287,7 +289,7 @@ impl Entry {
         let state = self.lock();
         let (state_code, exit) = match state.end {
             None => (ProcessState::Running, None),
-            Some(End::Exited(report)) => (ProcessState::Exited, Some(exited_message(report))),
+            Some(End::Exited(ref report)) => (ProcessState::Exited, Some(exited_message(report))),
             Some(End::Lost) => (ProcessState::Exited, None),
         };
         ProcessInfo {
@@ -304,7 +306,7 @@ impl Entry {
 }
 
 /// The protocol's `Exited` for a report.
-pub fn exited_message(report: ExitReport) -> Exited {
+pub fn exited_message(report: &ExitReport) -> Exited {
     let status = match report.exit {
         Exit::Code(code) => exited::Status::Code(code),
         Exit::Signal(signal) => exited::Status::Signal(signal),
@@ -314,6 +316,7 @@ pub fn exited_message(report: ExitReport) -> Exited {
         timed_out: report.timed_out,
         oom_killed: report.oom_killed,
         duration_us: u64::try_from(report.duration.as_micros()).unwrap_or(u64::MAX),
+        usage: report.usage,
     }
 }
 

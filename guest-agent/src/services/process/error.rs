@@ -103,6 +103,13 @@ pub enum ProcessError {
     /// The agent is not root, so it cannot run programs as someone else.
     #[error("the agent runs unprivileged and cannot switch to user {0}")]
     UserSwitchDenied(String),
+    /// Memory, pids or CPU limits were asked for where the agent has no
+    /// cgroups.
+    #[error("cgroup limits were requested but the agent has no cgroups here")]
+    LimitsUnavailable,
+    /// The program's cgroup would not take a limit.
+    #[error("cannot apply limits")]
+    Limits(#[source] std::io::Error),
     /// The tag is unusable.
     #[error("invalid tag {0:?}; use 1 to 128 printable characters")]
     BadTag(String),

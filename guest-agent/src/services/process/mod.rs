@@ -74,6 +74,11 @@ impl ProcessService {
         }
     }
 
+    /// The parent cgroup of every program, when the agent has cgroups.
+    pub fn cgroup_parent(&self) -> Option<std::path::PathBuf> {
+        self.cgroups.as_ref().map(|c| c.parent().to_owned())
+    }
+
     /// Spawns `spec`, enters it in the table and attaches the caller.
     async fn start(&self, spec: Spec) -> Result<EventStream, ProcessError> {
         let claim = self.table.reserve_tag(spec.tag().map(str::to_owned))?;
@@ -84,6 +89,16 @@ impl ProcessService {
                 None
             }
         });
+        match &cgroup {
+            Some(cgroup) => {
+                if let Err(e) = cgroup.apply(spec.limits()) {
+                    let _ = cgroup.remove();
+                    return Err(ProcessError::Limits(e));
+                }
+            }
+            None if spec.needs_cgroup() => return Err(ProcessError::LimitsUnavailable),
+            None => {}
+        }
         let reaper = self.reaper.clone();
         let program = spec.program().to_owned();
         let (spec, cgroup, spawned) = tokio::task::spawn_blocking(move || {

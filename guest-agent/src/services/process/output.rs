@@ -149,6 +149,7 @@ async fn watch_exit(
         timed_out,
         oom_killed,
         duration,
+        usage: entry.tree().usage(),
     });
     if let Ok(stdin) = entry.stdin() {
         stdin.process_exited().await;

@@ -104,6 +104,11 @@ impl Tree {
         self.cgroup().as_ref()?.oom_kills()
     }
 
+    /// What the tree used, from its cgroup.
+    pub fn usage(&self) -> Option<airlock_proto::v1::Usage> {
+        self.cgroup().as_ref().map(Cgroup::usage)
+    }
+
     /// Removes the cgroup if it is empty; keeps it (for a later try) while
     /// processes are left in it.
     pub fn try_release_cgroup(&self) {

@@ -217,3 +217,42 @@ async fn programs_inherit_none_of_the_agents_own_files() {
         "stdin is not /dev/null:\n{listing}"
     );
 }
+
+/// The bit of `cap` in a `/proc/PID/status` capability line's hex mask.
+fn has_cap(status: &str, line: &str, cap: u32) -> bool {
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix(line))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap();
+    mask & (1 << cap) != 0
+}
+
+#[tokio::test]
+async fn rlimits_no_new_privs_and_dropped_capabilities_reach_the_program() {
+    const CAP_SYS_BOOT: u32 = 22;
+    let agent = Agent::start().await;
+    let script = "ulimit -n; cat /proc/self/status";
+    let mut req = request(&["sh", "-c", script]);
+    req.limits = Some(airlock_proto::v1::Limits {
+        open_files: 77,
+        ..Default::default()
+    });
+    let out = agent.run(req.clone()).await.unwrap();
+    let text = out.stdout_text();
+    assert!(text.starts_with("77\n"), "{text}");
+    assert!(text.contains("NoNewPrivs:\t1"), "{text}");
+    let ours = std::fs::read_to_string("/proc/self/status").unwrap();
+    if nix::unistd::geteuid().is_root() && has_cap(&ours, "CapEff:", 8 /* CAP_SETPCAP */) {
+        assert!(!has_cap(&text, "CapBnd:", CAP_SYS_BOOT), "{text}");
+    }
+
+    req.privileged = true;
+    let text = agent.run(req).await.unwrap().stdout_text();
+    assert!(text.contains("NoNewPrivs:\t0"), "{text}");
+    assert_eq!(
+        has_cap(&text, "CapBnd:", CAP_SYS_BOOT),
+        has_cap(&ours, "CapBnd:", CAP_SYS_BOOT),
+        "a privileged program keeps the agent's bounding set"
+    );
+}

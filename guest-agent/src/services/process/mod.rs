@@ -1,13 +1,14 @@
 //! `airlock.agent.v1.Process`: running programs in the guest.
 //!
-//! Every program is an [`Entry`](entry::Entry) in the [`ProcessTable`]
+//! Every program is an [`Entry`] in the [`ProcessTable`]
 //! (`table`), which outlives the call that started it. The files, in the
 //! order a `Start` flows through them:
 //!
 //! - [`command`] validates the request (with [`user`] resolving who runs
 //!   it) and spawns the child through the [`Reaper`], in its own process
 //!   group and, where the agent has them, its own cgroup ([`cgroup`]),
-//!   joined between fork and exec by [`child_setup`].
+//!   joined between fork and exec by `child_setup` (which also sets
+//!   rlimits and drops capabilities).
 //! - [`entry`] holds one program's state: undelivered output ([`buffer`]),
 //!   the attached client, the end, its stdin ([`stdin`]) and its process
 //!   tree ([`signal`]).

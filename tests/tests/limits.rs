@@ -2,7 +2,8 @@
 //! memory hog, CPU spinners, an output flood, a full /tmp, reboot and kill
 //! of PID 1) are contained, and after each the agent answers and a normal
 //! program runs. One VM serves every check; the last one powers it off.
-//! Figures are printed (see with `--nocapture`).
+//! A second VM, booted into the default image, fills the overlay's upper
+//! layer. Figures are printed (see with `--nocapture`).
 
 // A test panics with its reason; that is what expect is for here.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 use airlock::{Command, ExitStatus, Limits, Sandbox};
 
 /// The agent's resident memory must stay below this, whatever programs do.
-const AGENT_RSS_BUDGET: u64 = 48 << 20;
+const AGENT_RSS_BUDGET: u64 = 16 << 20;
 
 fn sh(script: &str) -> Command {
     Command::new("sh").arg("-c").arg(script)
@@ -252,4 +253,29 @@ async fn privileged_reboot_ends_the_vm_with_a_clear_error(sandbox: Sandbox) {
     eprintln!("privileged reboot -f: {message}");
     assert!(message.contains("VM exited"), "{message}");
     assert!(sandbox.health().await.is_err());
+}
+
+#[tokio::test]
+async fn a_full_overlay_is_enospc_not_a_dead_agent() {
+    let sandbox = airlock_tests::builder()
+        .image(airlock_tests::default_image())
+        .start()
+        .await
+        .expect("sandbox did not start");
+    // The overlay's writable layer is a tmpfs of half the guest.
+    let out = run(
+        &sandbox,
+        sh("dd if=/dev/zero of=/root/fill bs=1M 2>&1; echo rc=$?; rm -f /root/fill"),
+    )
+    .await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("filling the overlay: {}", text.trim().replace('\n', "; "));
+    assert!(text.contains("No space left on device"), "{text}");
+    assert!(!text.contains("rc=0"), "{text}");
+    assert!(!out.oom_killed, "{out:?}");
+    still_works(&sandbox, "filling the overlay").await;
+    sandbox
+        .shutdown(Duration::from_secs(10))
+        .await
+        .expect("shutdown");
 }

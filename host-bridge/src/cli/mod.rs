@@ -116,6 +116,24 @@ pub struct RunArgs {
     #[arg(long, value_name = "GUEST:HOST", value_parser = transfer::parse_download)]
     pub download: Vec<transfer::Transfer>,
 
+    /// Memory limit for the command's process tree (e.g. 256M); past it
+    /// the guest's OOM killer kills in the tree.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub limit_memory: Option<u64>,
+
+    /// Most processes and threads the command's tree may have at once.
+    #[arg(long, value_name = "N")]
+    pub limit_pids: Option<u32>,
+
+    /// CPU limit for the command's tree, in CPUs (e.g. 0.5).
+    #[arg(long, value_name = "CPUS", value_parser = parse_cpus)]
+    pub limit_cpus: Option<u32>,
+
+    /// Run with every capability (as root: reboot, mount, load modules)
+    /// and without no_new_privs.
+    #[arg(long)]
+    pub privileged: bool,
+
     /// The program and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -137,6 +155,14 @@ fn parse_env(text: &str) -> Result<(String, String), String> {
 }
 
 /// Parses a size with an optional binary suffix: `4G`, `512M`, `65536`.
+/// CPUs as thousandths: "0.5" is 500.
+fn parse_cpus(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<f64>() {
+        Ok(cpus) if cpus > 0.0 && cpus <= 1024.0 => Ok(((cpus * 1000.0).round() as u32).max(1)),
+        _ => Err(format!("{text:?} is not a CPU count; pass e.g. 0.5 or 2")),
+    }
+}
+
 fn parse_size(text: &str) -> Result<u64, String> {
     let text = text.trim();
     let (digits, shift) = match text.char_indices().last() {
@@ -234,6 +260,33 @@ mod tests {
         assert_eq!(run.cwd.as_deref(), Some("/tmp"));
         assert_eq!(run.user.as_deref(), Some("1000"));
         assert_eq!(run.timeout, Some(2.5));
+    }
+
+    #[test]
+    fn run_takes_limits_and_privileged() {
+        let args = Args::try_parse_from([
+            "airlock",
+            "run",
+            "--limit-memory",
+            "64M",
+            "--limit-pids",
+            "32",
+            "--limit-cpus",
+            "0.5",
+            "--privileged",
+            "--",
+            "true",
+        ])
+        .unwrap();
+        let Commands::Run(run) = args.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.limit_memory, Some(64 << 20));
+        assert_eq!(run.limit_pids, Some(32));
+        assert_eq!(run.limit_cpus, Some(500));
+        assert!(run.privileged);
+        assert!(parse_cpus("0").is_err());
+        assert!(parse_cpus("x").is_err());
     }
 
     #[test]

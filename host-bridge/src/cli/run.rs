@@ -14,7 +14,7 @@
 use std::io::{IsTerminal, Read};
 use std::time::{Duration, Instant};
 
-use airlock::{Command, Event, Execution, Exit, ProcessHandle, Sandbox, Signal, Stdin};
+use airlock::{Command, Event, Execution, Exit, Limits, ProcessHandle, Sandbox, Signal, Stdin};
 use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 use tokio::signal::unix::{signal, SignalKind};
@@ -110,6 +110,22 @@ pub async fn run(args: RunArgs, verbose: bool) -> u8 {
     }
     if let Some(timeout) = timeout {
         command = command.timeout(timeout);
+    }
+    let mut limits = Limits::new();
+    if let Some(bytes) = args.limit_memory {
+        limits = limits.memory_bytes(bytes);
+    }
+    if let Some(pids) = args.limit_pids {
+        limits = limits.pids(pids);
+    }
+    if let Some(millis) = args.limit_cpus {
+        limits = limits.cpu_millis(millis);
+    }
+    if !limits.is_empty() {
+        command = command.limits(limits);
+    }
+    if args.privileged {
+        command = command.privileged(true);
     }
     let forward_stdin = !std::io::stdin().is_terminal();
     if forward_stdin {

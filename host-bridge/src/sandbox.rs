@@ -523,6 +523,14 @@ impl Sandbox {
         self.state_dir.path()
     }
 
+    /// Opens a raw stream to a guest vsock `port` that a program in the
+    /// guest listens on (the agent's own port is taken by gRPC).
+    pub async fn connect_vsock(&self, port: u32) -> Result<tokio::net::UnixStream> {
+        transport::connect_hybrid(self.vmm.vsock_uds(), port)
+            .await
+            .map_err(|e| Error::Protocol(format!("vsock port {port}: {}", crate::error_chain(&e))))
+    }
+
     /// The guest console so far (kernel and agent logs), at most `max_bytes`
     /// from the end.
     pub fn console_tail(&self, max_bytes: usize) -> String {

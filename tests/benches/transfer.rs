@@ -107,11 +107,21 @@ async fn main() {
         down_mbps,
         down_mbps / echo_mbps
     );
+    let health = sandbox.health().await.expect("health");
+    println!(
+        "{:<34} {:>8.1} MiB {:>10}",
+        "agent RSS after the transfers",
+        health.agent_rss_bytes as f64 / MIB as f64,
+        format!("budget {AGENT_RSS_BUDGET_MIB}")
+    );
     sandbox
         .shutdown(Duration::from_secs(10))
         .await
         .expect("shutdown");
 }
+
+/// The agent's memory budget in MiB, as `tests/tests/limits.rs` asserts it.
+const AGENT_RSS_BUDGET_MIB: u64 = 16;
 
 fn echo_binary() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")

@@ -8,14 +8,11 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::path::PathBuf;
+mod common;
+
 use std::time::{Duration, Instant};
 
-use airlock::Command;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-const ECHO_PORT: u32 = 5000;
-const MIB: usize = 1 << 20;
+use common::{echo_round_trips, echo_throughput, ms, start_echo, MIB};
 
 #[tokio::main]
 async fn main() {
@@ -23,7 +20,6 @@ async fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(64);
-    let echo_bin = echo_binary();
     // /tmp in the initramfs is a tmpfs of a quarter of guest memory.
     let memory = u32::try_from((size_mib * 4 + 256).max(512)).expect("memory size");
     let sandbox = airlock_tests::builder()
@@ -34,20 +30,9 @@ async fn main() {
     let fs = sandbox.fs();
 
     // The floor: a trivial echo listener in the guest.
-    fs.write_file("/tmp/airlock-vsock-echo", &echo_bin)
-        .await
-        .expect("upload echo listener");
-    let _echo = sandbox
-        .exec(
-            Command::new("/tmp/airlock-vsock-echo")
-                .arg(ECHO_PORT.to_string())
-                .tag("echo"),
-        )
-        .await
-        .expect("start echo listener");
-    let mut stream = connect_when_listening(&sandbox).await;
+    let (_echo, mut stream) = start_echo(&sandbox).await;
     let rtt = echo_round_trips(&mut stream, 500).await;
-    let echo_mbps = echo_throughput(stream, size_mib).await;
+    let echo_mbps = echo_throughput(&mut stream, size_mib).await;
 
     // Files: upload then download the same random file.
     let dir = std::env::temp_dir().join(format!("airlock-bench-{}", std::process::id()));
@@ -122,65 +107,6 @@ async fn main() {
 
 /// The agent's memory budget in MiB, as `tests/tests/limits.rs` asserts it.
 const AGENT_RSS_BUDGET_MIB: u64 = 16;
-
-fn echo_binary() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let bin = target.join("x86_64-unknown-linux-musl/release/airlock-vsock-echo");
-    assert!(
-        bin.is_file(),
-        "{} is missing: run scripts/bench (it builds it)",
-        bin.display()
-    );
-    bin
-}
-
-async fn connect_when_listening(sandbox: &airlock::Sandbox) -> tokio::net::UnixStream {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match sandbox.connect_vsock(ECHO_PORT).await {
-            Ok(stream) => return stream,
-            Err(error) if Instant::now() > deadline => panic!("echo listener: {error}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
-}
-
-/// Median and p99 of `n` sequential 64-byte round trips.
-async fn echo_round_trips(stream: &mut tokio::net::UnixStream, n: usize) -> (Duration, Duration) {
-    let message = [0x5au8; 64];
-    let mut reply = [0u8; 64];
-    let mut times = Vec::with_capacity(n);
-    for _ in 0..n {
-        let began = Instant::now();
-        stream.write_all(&message).await.expect("echo write");
-        stream.read_exact(&mut reply).await.expect("echo read");
-        times.push(began.elapsed());
-    }
-    times.sort();
-    (times[n / 2], times[(n * 99 / 100).min(n - 1)])
-}
-
-/// MB/s echoing `mib` MiB as 64 KiB writes, each read back before the
-/// next. (With 1 MiB writes in flight both ways, vhost-device-vsock 0.3
-/// closed the connection here; 64 KiB matches its default per-connection
-/// buffer.)
-async fn echo_throughput(mut stream: tokio::net::UnixStream, mib: usize) -> f64 {
-    const CHUNK: usize = 64 * 1024;
-    let chunk = vec![0xa5u8; CHUNK];
-    let mut buf = vec![0u8; CHUNK];
-    let began = Instant::now();
-    for _ in 0..mib * (MIB / CHUNK) {
-        stream.write_all(&chunk).await.expect("echo write");
-        stream.read_exact(&mut buf).await.expect("echo read");
-    }
-    (mib * MIB) as f64 / began.elapsed().as_secs_f64() / 1e6
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
 
 /// Incompressible bytes without a dependency (xorshift64*).
 fn pseudo_random(len: usize) -> Vec<u8> {

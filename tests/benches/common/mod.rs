@@ -1,0 +1,99 @@
+//! The raw vsock floor shared by the benchmarks: upload the static guest
+//! echo listener (`tests/vsock-echo`), start it, and measure round trips and
+//! throughput over `Sandbox::connect_vsock`.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use airlock::{Command, Execution, Sandbox};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+
+pub const ECHO_PORT: u32 = 5000;
+pub const MIB: usize = 1 << 20;
+
+/// The musl release target directory (`CARGO_TARGET_DIR` or the workspace's).
+pub fn musl_release_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"))
+        .join("x86_64-unknown-linux-musl/release")
+}
+
+/// The guest echo listener binary, failing with the command that builds it.
+pub fn echo_binary() -> PathBuf {
+    let bin = musl_release_dir().join("airlock-vsock-echo");
+    assert!(
+        bin.is_file(),
+        "{} is missing: run scripts/bench (it builds it)",
+        bin.display()
+    );
+    bin
+}
+
+/// Uploads the echo listener to `/tmp`, starts it on [`ECHO_PORT`] and
+/// connects to it. Keep the returned execution alive while measuring.
+pub async fn start_echo(sandbox: &Sandbox) -> (Execution, UnixStream) {
+    sandbox
+        .fs()
+        .write_file("/tmp/airlock-vsock-echo", echo_binary())
+        .await
+        .expect("upload echo listener");
+    let echo = sandbox
+        .exec(
+            Command::new("/tmp/airlock-vsock-echo")
+                .arg(ECHO_PORT.to_string())
+                .tag("echo"),
+        )
+        .await
+        .expect("start echo listener");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match sandbox.connect_vsock(ECHO_PORT).await {
+            Ok(stream) => return (echo, stream),
+            Err(error) if Instant::now() > deadline => panic!("echo listener: {error}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+/// Median and p99 of `n` sequential 64-byte round trips.
+pub async fn echo_round_trips(stream: &mut UnixStream, n: usize) -> (Duration, Duration) {
+    let message = [0x5au8; 64];
+    let mut reply = [0u8; 64];
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let began = Instant::now();
+        stream.write_all(&message).await.expect("echo write");
+        stream.read_exact(&mut reply).await.expect("echo read");
+        times.push(began.elapsed());
+    }
+    times.sort();
+    (percentile(&times, 50), percentile(&times, 99))
+}
+
+/// MB/s echoing `mib` MiB as 64 KiB writes, each read back before the
+/// next. (With 1 MiB writes in flight both ways, vhost-device-vsock 0.3
+/// closed the connection here; 64 KiB matches its default per-connection
+/// buffer.)
+pub async fn echo_throughput(stream: &mut UnixStream, mib: usize) -> f64 {
+    const CHUNK: usize = 64 * 1024;
+    let chunk = vec![0xa5u8; CHUNK];
+    let mut buf = vec![0u8; CHUNK];
+    let began = Instant::now();
+    for _ in 0..mib * (MIB / CHUNK) {
+        stream.write_all(&chunk).await.expect("echo write");
+        stream.read_exact(&mut buf).await.expect("echo read");
+    }
+    (mib * MIB) as f64 / began.elapsed().as_secs_f64() / 1e6
+}
+
+/// The `pct`th percentile of sorted `times` (nearest rank, clamped).
+pub fn percentile(sorted: &[Duration], pct: usize) -> Duration {
+    let n = sorted.len();
+    sorted[(n * pct / 100).min(n - 1)]
+}
+
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}

@@ -11,7 +11,9 @@ const PROTOS: &[&str] = &[
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Read at run time: a build script binary can be reused across checkouts.
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR")?;
+    let root = Path::new(&manifest_dir);
     for proto in PROTOS {
         println!("cargo:rerun-if-changed={}", root.join(proto).display());
     }

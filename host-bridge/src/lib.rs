@@ -66,3 +66,8 @@ pub use tonic::Code;
 pub use vmm::qmp::{Qmp, QmpError};
 pub use vmm::VmmError;
 pub use workspace::{WorkspaceError, DEFAULT_WORKSPACE_BYTES};
+
+/// The README's Rust examples, compiled by `cargo test --doc` so they keep up with the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeExamples;

@@ -18,7 +18,7 @@ pub mod v1 {
 }
 
 /// The revision of `airlock.agent.v1` that this crate describes.
-pub const PROTOCOL_REVISION: u32 = 4;
+pub const PROTOCOL_REVISION: u32 = 5;
 
 /// The vsock port the agent listens on unless the kernel command line says
 /// otherwise (`airlock.port=N`).

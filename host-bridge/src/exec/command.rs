@@ -201,6 +201,7 @@ impl Command {
             timeout_ms,
             limits: self.limits.to_proto(),
             privileged: self.privileged,
+            pty: None,
         }
     }
 }

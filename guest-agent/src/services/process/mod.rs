@@ -40,7 +40,7 @@ use std::time::Instant;
 
 use airlock_proto::v1::{
     process_server, CloseStdinRequest, CloseStdinResponse, ConnectRequest, ListRequest,
-    ListResponse, SendInputRequest, SendInputResponse, SendSignalRequest, SendSignalResponse,
+    ListResponse, ResizeRequest, ResizeResponse, SendInputRequest, SendInputResponse, SendSignalRequest, SendSignalResponse,
     StartRequest, StreamInputRequest, StreamInputResponse,
 };
 use tokio::net::unix::pipe::{Receiver, Sender};
@@ -251,6 +251,13 @@ impl process_server::Process for ProcessService {
         );
         entry.tree().signal(signal, request.leader_only)?;
         Ok(Response::new(SendSignalResponse {}))
+    }
+
+    async fn resize(
+        &self,
+        _request: Request<ResizeRequest>,
+    ) -> Result<Response<ResizeResponse>, Status> {
+        Err(Status::unimplemented("PTY sessions are not built yet"))
     }
 }
 

@@ -23,7 +23,7 @@ use tonic::transport::Channel;
 use crate::error::{Error, Result};
 use crate::exec::{Command, Execution, Limits, ProcessHandle, ProcessInfo, Target};
 use crate::fs::Files;
-use crate::vmm::{Disk, QemuConfig, VmPaths, Vmm};
+use crate::vmm::{Disk, QemuConfig, SerialPort, VmPaths, Vmm};
 use crate::workspace::{Workspace, DEFAULT_WORKSPACE_BYTES};
 use crate::{artifacts, state_dir, transport, Accel};
 
@@ -52,6 +52,7 @@ pub struct SandboxBuilder {
     workspace_bytes: u64,
     default_limits: Limits,
     default_user: Option<String>,
+    serial_ports: Vec<SerialPort>,
 }
 
 impl Default for SandboxBuilder {
@@ -71,6 +72,7 @@ impl Default for SandboxBuilder {
             workspace_bytes: DEFAULT_WORKSPACE_BYTES,
             default_limits: Limits::default(),
             default_user: None,
+            serial_ports: Vec::new(),
         }
     }
 }
@@ -164,6 +166,19 @@ impl SandboxBuilder {
     /// Appends an argument to the guest kernel's command line.
     pub fn kernel_arg(mut self, arg: impl Into<String>) -> Self {
         self.kernel_args.push(arg.into());
+        self
+    }
+
+    /// Adds a virtio-serial port named `name` for a program of your own in
+    /// the guest (such as a guest agent of another kind): QEMU listens on
+    /// the Unix socket `socket` on the host, and the guest sees the port as
+    /// `/dev/vportNpM` (the `name` file under `/sys/class/virtio-ports/`
+    /// tells which). Airlock's own agent does not use it.
+    pub fn serial_port(mut self, name: impl Into<String>, socket: impl Into<PathBuf>) -> Self {
+        self.serial_ports.push(SerialPort {
+            name: name.into(),
+            socket: socket.into(),
+        });
         self
     }
 
@@ -279,6 +294,7 @@ impl SandboxBuilder {
             console_log: paths.console_log.clone(),
             qmp_socket: paths.qmp_socket.clone(),
             disks,
+            serial_ports: self.serial_ports.clone(),
         };
         tracing::info!(state_dir = %dir.path().display(), accel = accel.qemu_name(), "starting VM");
         let mut vmm = Vmm::start(&config, paths).await?;

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use std::os::unix::process::CommandExt;
 
-pub(crate) use qemu::{Disk, QemuConfig};
+pub(crate) use qemu::{Disk, QemuConfig, SerialPort};
 
 /// The guest's vsock context id. Each VM has its own vsock device, so every
 /// guest can use the same one.

@@ -26,6 +26,16 @@ pub(crate) struct QemuConfig {
     pub qmp_socket: PathBuf,
     /// Block devices, in guest order.
     pub disks: Vec<Disk>,
+    /// virtio-serial ports, each backed by a Unix socket QEMU listens on.
+    pub serial_ports: Vec<SerialPort>,
+}
+
+/// A named virtio-serial port: the guest sees `/dev/vportNpM` (and, with
+/// udev, `/dev/virtio-ports/NAME`); the host connects to `socket`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SerialPort {
+    pub name: String,
+    pub socket: PathBuf,
 }
 
 /// A raw disk image attached as a virtio-blk device.
@@ -101,6 +111,21 @@ impl QemuConfig {
             args.push("-device".into());
             args.push(format!("virtio-blk-device,drive={0},serial={0}", disk.id).into());
         }
+        if !self.serial_ports.is_empty() {
+            push_args(&mut args, &["-device", "virtio-serial-device,id=vserial0"]);
+        }
+        for (index, port) in self.serial_ports.iter().enumerate() {
+            args.push("-chardev".into());
+            let mut chardev = OsString::from(format!("socket,id=vport{index},path="));
+            chardev.push(port.socket.as_os_str());
+            chardev.push(",server=on,wait=off");
+            args.push(chardev);
+            args.push("-device".into());
+            let name = port.name.replace(',', ",,");
+            args.push(
+                format!("virtserialport,bus=vserial0.0,chardev=vport{index},name={name}").into(),
+            );
+        }
         args.push("-serial".into());
         args.push(path_option("file:", &self.console_log));
         args.push("-qmp".into());
@@ -109,6 +134,10 @@ impl QemuConfig {
         args.push(qmp);
         args
     }
+}
+
+fn push_args(args: &mut Vec<OsString>, parts: &[&str]) {
+    args.extend(parts.iter().map(OsString::from));
 }
 
 fn path_option(prefix: &str, path: &std::path::Path) -> OsString {
@@ -134,6 +163,7 @@ mod tests {
             console_log: "/s/console.log".into(),
             qmp_socket: "/s/qmp.sock".into(),
             disks: Vec::new(),
+            serial_ports: Vec::new(),
         }
     }
 
@@ -205,6 +235,35 @@ mod tests {
             line.contains("-device virtio-blk-device,drive=ws,serial=ws"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn serial_ports_share_one_virtio_serial_device() {
+        let mut config = config(Accel::Tcg);
+        assert!(!joined(&config).contains("virtio-serial"));
+        config.serial_ports = vec![
+            SerialPort {
+                name: "org.qemu.guest_agent.0".into(),
+                socket: "/s/qga.sock".into(),
+            },
+            SerialPort {
+                name: "b".into(),
+                socket: "/s/b.sock".into(),
+            },
+        ];
+        let line = joined(&config);
+        assert_eq!(line.matches("virtio-serial-device").count(), 1, "{line}");
+        assert!(
+            line.contains("-chardev socket,id=vport0,path=/s/qga.sock,server=on,wait=off"),
+            "{line}"
+        );
+        assert!(
+            line.contains(
+                "-device virtserialport,bus=vserial0.0,chardev=vport0,name=org.qemu.guest_agent.0"
+            ),
+            "{line}"
+        );
+        assert!(line.contains("chardev=vport1,name=b"), "{line}");
     }
 
     #[test]

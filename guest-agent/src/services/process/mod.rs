@@ -40,8 +40,8 @@ use std::time::Instant;
 
 use airlock_proto::v1::{
     process_server, CloseStdinRequest, CloseStdinResponse, ConnectRequest, ListRequest,
-    ListResponse, ResizeRequest, ResizeResponse, SendInputRequest, SendInputResponse, SendSignalRequest, SendSignalResponse,
-    StartRequest, StreamInputRequest, StreamInputResponse,
+    ListResponse, ResizeRequest, ResizeResponse, SendInputRequest, SendInputResponse,
+    SendSignalRequest, SendSignalResponse, StartRequest, StreamInputRequest, StreamInputResponse,
 };
 use tokio::net::unix::pipe::{Receiver, Sender};
 use tonic::{Request, Response, Status, Streaming};

@@ -77,7 +77,8 @@ fn code(e: &AgentError) -> Code {
             | P::BadUser(_)
             | P::BadTag(_)
             | P::NoSelector
-            | P::BadSignal(_) => Code::InvalidArgument,
+            | P::BadSignal(_)
+            | P::BadWindowSize { .. } => Code::InvalidArgument,
             P::ProgramNotFound(_)
             | P::InterpreterMissing(_)
             | P::CwdNotFound(_)
@@ -92,17 +93,22 @@ fn code(e: &AgentError) -> Code {
             | P::StdinClosed(_)
             | P::StdinGone(_)
             | P::Exited(_)
-            | P::LimitsUnavailable => Code::FailedPrecondition,
+            | P::LimitsUnavailable
+            | P::NotATerminal(_)
+            | P::InputIsTerminal(_) => Code::FailedPrecondition,
             P::TagInUse(_) => Code::AlreadyExists,
             P::Displaced(_) => Code::Aborted,
             P::Exhausted { .. } => Code::ResourceExhausted,
+            P::Pty { source, .. } if exhausted(source) => Code::ResourceExhausted,
             P::Spawn { .. }
             | P::DevNull(_)
             | P::Pipe { .. }
             | P::Lost { .. }
             | P::StdinWrite { .. }
             | P::Signal { .. }
-            | P::Limits(_) => Code::Internal,
+            | P::Limits(_)
+            | P::Pty { .. }
+            | P::Resize { .. } => Code::Internal,
         },
         AgentError::Cmdline(_) => Code::InvalidArgument,
         AgentError::Root(_)
@@ -110,6 +116,16 @@ fn code(e: &AgentError) -> Code {
         | AgentError::Server(_)
         | AgentError::Runtime(_) => Code::Internal,
     }
+}
+
+/// Whether an errno says the guest ran out of something (ptys, fds,
+/// memory) rather than that something is broken.
+fn exhausted(e: &std::io::Error) -> bool {
+    use nix::libc;
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EAGAIN | libc::ENOSPC | libc::EMFILE | libc::ENFILE | libc::ENOMEM)
+    )
 }
 
 /// Formats an error and its sources as `outer: inner: innermost`.
@@ -161,6 +177,22 @@ mod tests {
             (ProcessError::Exited(7), Code::FailedPrecondition),
             (ProcessError::StdinNotPiped(7), Code::FailedPrecondition),
             (ProcessError::Displaced(7), Code::Aborted),
+            (ProcessError::NotATerminal(7), Code::FailedPrecondition),
+            (ProcessError::InputIsTerminal(7), Code::FailedPrecondition),
+            (
+                ProcessError::BadWindowSize {
+                    rows: 70_000,
+                    cols: 1,
+                },
+                Code::InvalidArgument,
+            ),
+            (
+                ProcessError::Pty {
+                    program: "sh".into(),
+                    source: std::io::Error::from_raw_os_error(nix::libc::EAGAIN),
+                },
+                Code::ResourceExhausted,
+            ),
         ];
         for (err, want) in cases {
             assert_eq!(Status::from(err).code(), want);

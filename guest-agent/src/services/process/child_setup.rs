@@ -1,12 +1,15 @@
-//! What a child does between `fork` and `exec`: join its cgroup, undo the
-//! agent's OOM protection, set its rlimits, shed dangerous capabilities,
-//! drop to the requested user and set no_new_privs. The agent's only
-//! `unsafe` code.
+//! What a child does between `fork` and `exec`: lead a new session on its
+//! terminal (for `pty`), join its cgroup, undo the agent's OOM protection,
+//! set its rlimits, shed dangerous capabilities, drop to the requested user
+//! and set no_new_privs. The agent's only `unsafe` code.
 //!
 //! All of it must happen in the child before `exec`: a cgroup joined
 //! afterwards (by the parent writing the pid) would miss anything the
 //! program forks first, and std's own `uid`/`gid` options clear
-//! supplementary groups instead of setting them. Order matters: the cgroup
+//! supplementary groups instead of setting them. A terminal must become
+//! the controlling terminal of the session the program leads, which only
+//! the program itself can do (`setsid`, then `TIOCSCTTY` on its stdin, the
+//! terminal's slave side by then). Order matters: the cgroup
 //! write, raising rlimits and dropping bounding-set capabilities need root
 //! (and `CAP_SETPCAP`), and groups must be set before giving up the uid.
 //!
@@ -30,7 +33,7 @@ use std::process::Command;
 use nix::errno::Errno;
 use nix::libc;
 use nix::sys::resource::{setrlimit, Resource};
-use nix::unistd::{setgid, setgroups, setuid, write, Gid, Uid};
+use nix::unistd::{setgid, setgroups, setsid, setuid, write, Gid, Uid};
 
 use super::user::Credentials;
 
@@ -67,6 +70,10 @@ pub struct ChildSetup {
     /// Reset `oom_score_adj` to 0 (the agent runs at -1000 as PID 1, and
     /// children inherit it).
     pub reset_oom_score: bool,
+    /// Start a new session and make stdin (a terminal) its controlling
+    /// terminal. The command must not also ask for a process group: a
+    /// group leader cannot `setsid`.
+    pub controlling_terminal: bool,
 }
 
 /// Ids in the form the system calls take, built before the fork.
@@ -86,6 +93,7 @@ impl ChildSetup {
             rlimits,
             privileged,
             reset_oom_score,
+            controlling_terminal,
         } = self;
         let ids = credentials.map(|c| Ids {
             uid: Uid::from_raw(c.uid),
@@ -93,6 +101,10 @@ impl ChildSetup {
             groups: c.groups.into_iter().map(Gid::from_raw).collect(),
         });
         let hook = move || -> std::io::Result<()> {
+            if controlling_terminal {
+                setsid().map_err(io_error)?;
+                take_controlling_terminal()?;
+            }
             if let Some(procs) = &cgroup_procs {
                 // "0" means the writing process itself.
                 write(procs, b"0").map_err(io_error)?;
@@ -117,8 +129,9 @@ impl ChildSetup {
             Ok(())
         };
         // SAFETY: the hook runs in the child after fork. It only calls
-        // write(2), open(2), close(2), setrlimit(2), prctl(2), setgroups(2),
-        // setgid(2) and setuid(2) on values prepared before the fork (a
+        // setsid(2), ioctl(2) (TIOCSCTTY on fd 0), write(2), open(2),
+        // close(2), setrlimit(2), prctl(2), setgroups(2), setgid(2) and
+        // setuid(2) on values prepared before the fork (a
         // static path, a moved Vec that is only read, nix's wrappers passing
         // them straight to libc), and builds its error from a raw errno,
         // which does not allocate. It takes no locks and touches no state
@@ -145,6 +158,21 @@ fn reset_oom_score_adj() {
             libc::close(fd);
         }
     }
+}
+
+/// Makes stdin, a terminal, the controlling terminal of the session the
+/// child just started (it has none yet). The terminal is new and belongs
+/// to no other session, so this needs no privilege (argument 0: do not
+/// steal it from another session).
+fn take_controlling_terminal() -> std::io::Result<()> {
+    // SAFETY: ioctl(TIOCSCTTY) takes an integer argument, no pointer; fd 0
+    // is the child's own stdin (std set it up before the hook runs). A
+    // plain system call, async-signal-safe.
+    let rc = unsafe { libc::ioctl(libc::STDIN_FILENO, libc::TIOCSCTTY, 0) };
+    if rc != 0 {
+        return Err(io_error(Errno::last()));
+    }
+    Ok(())
 }
 
 /// Drops [`DROPPED_CAPS`] from the bounding set. `EINVAL` (a capability

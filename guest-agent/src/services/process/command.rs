@@ -5,13 +5,17 @@
 //! `fork` (NUL bytes, env names, the user, the tag, the working directory),
 //! because after it std reports a failed `chdir` and a missing program with
 //! the same `ENOENT`. [`Spec::spawn`] builds the `Command` (cleared
-//! environment plus [`DEFAULT_ENV`] plus the user's `HOME`/`USER` plus the
-//! request's; stdin `/dev/null` or a pipe; stdout and stderr piped; its own
-//! process group; its cgroup and user set in the child by `child_setup`)
-//! and spawns it through the reaper.
+//! environment plus [`DEFAULT_ENV`] plus the user's `HOME`/`USER` (and
+//! `TERM` with a `pty`) plus the request's; stdin `/dev/null` or a pipe;
+//! stdout and stderr piped; its own process group; its cgroup and user set
+//! in the child by `child_setup`) and spawns it through the reaper. With a
+//! `pty`, stdin, stdout and stderr are all the slave side of a new
+//! pseudo-terminal (see `pty`) and the child leads a new session on it
+//! instead of a process group.
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -26,6 +30,7 @@ use tokio::sync::oneshot;
 
 use super::cgroup::Cgroup;
 use super::child_setup::ChildSetup;
+use super::pty::{self, PtySpec};
 use super::table::check_tag;
 use super::user::{self, Credentials};
 use super::ProcessError;
@@ -53,6 +58,19 @@ pub struct Spec {
     timeout: Option<Duration>,
     limits: Limits,
     privileged: bool,
+    pty: Option<PtySpec>,
+}
+
+/// A spawned child: the child, its exit, and the master side of its
+/// terminal when it has one (its stdout and stderr are then not piped).
+#[derive(Debug)]
+pub struct Spawned {
+    /// The child, with its pipes.
+    pub child: Child,
+    /// Its exit, from the reaper.
+    pub exit: oneshot::Receiver<Exit>,
+    /// The terminal's master side, for a `pty` program.
+    pub pty_master: Option<OwnedFd>,
 }
 
 impl Spec {
@@ -80,12 +98,18 @@ impl Spec {
         } else {
             check_cwd(&req.cwd, credentials.as_ref())?
         };
-        let stdin_pipe = req.stdin == StdinMode::Pipe as i32;
+        let pty = req.pty.map(PtySpec::from_request).transpose()?;
+        // A terminal's input is always open; the stdin mode is ignored.
+        let stdin_pipe = pty.is_none() && req.stdin == StdinMode::Pipe as i32;
         let timeout = (req.timeout_ms > 0).then(|| Duration::from_millis(req.timeout_ms));
         let limits = req.limits.unwrap_or_default();
         Ok(Self {
             argv: req.argv,
-            env: merge_env(req.env, credentials.as_ref()),
+            env: merge_env(
+                req.env,
+                credentials.as_ref(),
+                pty.as_ref().map(|p| p.term.as_str()),
+            ),
             cwd,
             credentials,
             stdin_pipe,
@@ -93,6 +117,7 @@ impl Spec {
             timeout,
             limits,
             privileged: req.privileged,
+            pty,
         })
     }
 
@@ -141,18 +166,21 @@ impl Spec {
         self.timeout
     }
 
+    /// Whether the program runs on a terminal.
+    pub fn has_pty(&self) -> bool {
+        self.pty.is_some()
+    }
+
     /// Spawns the program through the reaper, in `cgroup` if given. Blocks
     /// for the `fork`/`exec`. The child's stdin is taken by the caller when
     /// it is a pipe.
-    pub fn spawn(
-        &self,
-        reaper: &Reaper,
-        cgroup: Option<&Cgroup>,
-    ) -> Result<(Child, oneshot::Receiver<Exit>), ProcessError> {
-        let stdin = if self.stdin_pipe {
-            Stdio::piped()
-        } else {
-            Stdio::from(File::open("/dev/null").map_err(ProcessError::DevNull)?)
+    pub fn spawn(&self, reaper: &Reaper, cgroup: Option<&Cgroup>) -> Result<Spawned, ProcessError> {
+        let (stdio, pty_master) = match &self.pty {
+            Some(pty) => {
+                let (master, stdio) = self.terminal_stdio(pty)?;
+                (stdio, Some(master))
+            }
+            None => (self.pipe_stdio()?, None),
         };
         let cgroup_procs = match cgroup.map(Cgroup::procs_for_joining).transpose() {
             Ok(procs) => procs,
@@ -164,26 +192,64 @@ impl Spec {
             }
         };
         let mut command = Command::new(self.program());
+        let [stdin, stdout, stderr] = stdio;
         command
             .args(self.argv.iter().skip(1))
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&self.cwd)
             .stdin(stdin)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
+            .stdout(stdout)
+            .stderr(stderr);
+        if self.pty.is_none() {
+            // A pty program leads a session (and so a group) of its own.
+            command.process_group(0);
+        }
         ChildSetup {
             cgroup_procs,
             credentials: self.credentials.clone(),
             rlimits: self.rlimits(),
             privileged: self.privileged,
             reset_oom_score: std::process::id() == 1,
+            controlling_terminal: self.pty.is_some(),
         }
         .install(&mut command);
-        reaper
+        let (child, exit) = reaper
             .spawn(&mut command)
-            .map_err(|e| classify(self.program(), e))
+            .map_err(|e| classify(self.program(), e))?;
+        // `command` still holds the slave side; it closes when `command`
+        // goes, so the child alone keeps the terminal open.
+        Ok(Spawned {
+            child,
+            exit,
+            pty_master,
+        })
+    }
+
+    /// stdin `/dev/null` or a pipe; stdout and stderr pipes.
+    fn pipe_stdio(&self) -> Result<[Stdio; 3], ProcessError> {
+        let stdin = if self.stdin_pipe {
+            Stdio::piped()
+        } else {
+            Stdio::from(File::open("/dev/null").map_err(ProcessError::DevNull)?)
+        };
+        Ok([stdin, Stdio::piped(), Stdio::piped()])
+    }
+
+    /// A new terminal: its master, and its slave as stdin, stdout and
+    /// stderr.
+    fn terminal_stdio(&self, spec: &PtySpec) -> Result<(OwnedFd, [Stdio; 3]), ProcessError> {
+        let failed = |source| ProcessError::Pty {
+            program: self.program().to_owned(),
+            source,
+        };
+        let (master, slave) = pty::open(spec.size).map_err(failed)?;
+        let stdout = slave.try_clone().map_err(failed)?;
+        let stderr = slave.try_clone().map_err(failed)?;
+        Ok((
+            master,
+            [Stdio::from(slave), Stdio::from(stdout), Stdio::from(stderr)],
+        ))
     }
 }
 
@@ -210,11 +276,12 @@ fn no_nul(value: &str, field: impl FnOnce() -> String) -> Result<(), ProcessErro
     Ok(())
 }
 
-/// The request's variables over [`DEFAULT_ENV`] and the user's `HOME`,
-/// `USER` and `LOGNAME`, sorted for determinism.
+/// The request's variables over [`DEFAULT_ENV`], the user's `HOME`,
+/// `USER` and `LOGNAME` and a terminal's `TERM`, sorted for determinism.
 fn merge_env(
     extra: HashMap<String, String>,
     credentials: Option<&Credentials>,
+    term: Option<&str>,
 ) -> Vec<(String, String)> {
     let mut env: std::collections::BTreeMap<String, String> = DEFAULT_ENV
         .iter()
@@ -228,6 +295,9 @@ fn merge_env(
             env.insert("USER".into(), name.clone());
             env.insert("LOGNAME".into(), name.clone());
         }
+    }
+    if let Some(term) = term {
+        env.insert("TERM".into(), term.to_owned());
     }
     env.extend(extra);
     env.into_iter().collect()
@@ -358,6 +428,24 @@ mod tests {
         assert_eq!(env["FOO"], "bar");
         assert!(env["PATH"].contains("/usr/bin"));
         assert_eq!(env.len(), 3);
+    }
+
+    #[test]
+    fn a_pty_sets_term_unless_env_does_and_ignores_the_stdin_mode() {
+        let mut r = req(&["sh"]);
+        r.pty = Some(airlock_proto::v1::Pty::default());
+        r.stdin = StdinMode::Pipe as i32;
+        let spec = Spec::from_request(r.clone()).unwrap();
+        assert!(spec.has_pty() && !spec.stdin_pipe);
+        let env: HashMap<_, _> = spec.env.into_iter().collect();
+        assert_eq!(env["TERM"], "xterm-256color");
+
+        r.env.insert("TERM".into(), "dumb".into());
+        let env: HashMap<_, _> = Spec::from_request(r).unwrap().env.into_iter().collect();
+        assert_eq!(env["TERM"], "dumb", "the request's env wins");
+
+        let plain = Spec::from_request(req(&["sh"])).unwrap();
+        assert!(!plain.env.iter().any(|(k, _)| k == "TERM"));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! One program in the process table: what it is, its output log, who is
 //! attached and where they are in the log, how it ended, and the handles to
-//! its stdin and tree.
+//! its stdin, its terminal (if it has one) and tree.
 //!
 //! Two sides meet here under one mutex:
 //!
@@ -26,6 +26,7 @@ use airlock_proto::v1::{exited, Exited, ProcessInfo, ProcessState, Usage};
 use tokio::sync::Notify;
 
 use super::buffer::{Chunk, OutputLog, ATTACHED_LIMIT};
+use super::pty::{Master, WindowSize};
 use super::signal::Tree;
 use super::stdin::StdinPipe;
 use super::ProcessError;
@@ -98,6 +99,8 @@ struct State {
     next_client: u64,
     end: Option<End>,
     finished_at: Option<Instant>,
+    /// The terminal's master side, until the end is recorded.
+    terminal: Option<Master>,
 }
 
 impl State {
@@ -116,15 +119,25 @@ pub struct Entry {
     /// Wakes the reader: room in the buffer, or the client went away.
     room: Notify,
     stdin: Option<StdinPipe>,
+    has_terminal: bool,
     tree: Tree,
 }
 
 impl Entry {
-    /// A running program.
-    pub fn new(id: Identity, stdin: Option<StdinPipe>, tree: Tree) -> Self {
+    /// A running program, on `terminal` if it has one.
+    pub fn new(
+        id: Identity,
+        stdin: Option<StdinPipe>,
+        terminal: Option<Master>,
+        tree: Tree,
+    ) -> Self {
         Self {
             id,
-            state: Mutex::default(),
+            has_terminal: terminal.is_some(),
+            state: Mutex::new(State {
+                terminal,
+                ..State::default()
+            }),
             changed: Notify::new(),
             room: Notify::new(),
             stdin,
@@ -163,6 +176,19 @@ impl Entry {
             .ok_or(ProcessError::StdinNotPiped(self.id.pid))
     }
 
+    /// Sets the window size of the program's terminal.
+    pub fn resize(&self, size: WindowSize) -> Result<(), ProcessError> {
+        let pid = self.id.pid;
+        if !self.has_terminal {
+            return Err(ProcessError::NotATerminal(pid));
+        }
+        let master = self.lock().terminal.clone();
+        let master = master.ok_or(ProcessError::Exited(pid))?;
+        master
+            .resize(size)
+            .map_err(|source| ProcessError::Resize { pid, source })
+    }
+
     /// Adds a chunk to the log, first waiting while the attached client (if
     /// any) is [`ATTACHED_LIMIT`] bytes behind.
     pub async fn deliver(&self, chunk: Chunk) {
@@ -194,6 +220,8 @@ impl Entry {
             let mut state = self.lock();
             state.end = Some(end);
             state.finished_at = Some(Instant::now());
+            // The terminal is of no more use; its descriptor goes.
+            state.terminal = None;
         }
         self.changed.notify_waiters();
     }
@@ -339,6 +367,7 @@ mod tests {
                 argv: vec!["prog".into()],
                 started: Instant::now(),
             },
+            None,
             None,
             Tree::new(42, reaper_table, None),
         ))

@@ -160,4 +160,36 @@ pub enum ProcessError {
     /// Another client attached to the program's output.
     #[error("another client attached to pid {0}")]
     Displaced(u32),
+    /// A window size does not fit a terminal.
+    #[error("invalid window size {rows}x{cols}; rows and columns must be at most 65535")]
+    BadWindowSize {
+        /// The requested rows.
+        rows: u32,
+        /// The requested columns.
+        cols: u32,
+    },
+    /// A pseudo-terminal could not be allocated.
+    #[error("cannot open a pseudo-terminal for {program}")]
+    Pty {
+        /// The program, as `argv[0]` named it.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Resize for a program started without `pty`.
+    #[error("pid {0} has no terminal; start it with a pty")]
+    NotATerminal(u32),
+    /// CloseStdin for a program on a terminal.
+    #[error("stdin of pid {0} is a terminal and stays open; send ^D (0x04) for end-of-file")]
+    InputIsTerminal(u32),
+    /// Setting the window size failed.
+    #[error("cannot resize the terminal of pid {pid}")]
+    Resize {
+        /// The program's pid.
+        pid: u32,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }

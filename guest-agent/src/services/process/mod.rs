@@ -6,14 +6,16 @@
 //!
 //! - [`command`] validates the request (with [`user`] resolving who runs
 //!   it) and spawns the child through the [`Reaper`], in its own process
-//!   group and, where the agent has them, its own cgroup ([`cgroup`]),
-//!   joined between fork and exec by `child_setup` (which also sets
-//!   rlimits and drops capabilities).
+//!   group (or, on a pseudo-terminal from [`pty`], its own session) and,
+//!   where the agent has them, its own cgroup ([`cgroup`]), joined between
+//!   fork and exec by `child_setup` (which also sets rlimits, drops
+//!   capabilities and takes the controlling terminal).
 //! - [`entry`] holds one program's state: undelivered output ([`buffer`]),
-//!   the attached client, the end, its stdin ([`stdin`]) and its process
-//!   tree ([`signal`]).
-//! - [`output`] reads the pipes into the entry, enforces the deadline and
-//!   records the exit.
+//!   the attached client, the end, its stdin ([`stdin`]: a pipe or the
+//!   terminal), its terminal for `Resize`, and its process tree
+//!   ([`signal`]).
+//! - [`output`] reads the pipes (or the terminal) into the entry, enforces
+//!   the deadline and records the exit.
 //! - [`attach`] is a client's event stream: `Start` attaches the caller,
 //!   `Connect` re-attaches anyone later.
 //!
@@ -28,6 +30,7 @@ pub mod command;
 pub mod entry;
 mod error;
 pub mod output;
+pub mod pty;
 pub mod signal;
 pub mod stdin;
 pub mod table;
@@ -51,8 +54,10 @@ pub use error::ProcessError;
 use crate::reaper::Reaper;
 use attach::EventStream;
 use cgroup::Cgroups;
-use command::Spec;
+use command::{Spawned, Spec};
 use entry::{Entry, Identity};
+use output::Outputs;
+use pty::{Master, WindowSize};
 use stdin::StdinPipe;
 use table::ProcessTable;
 
@@ -112,7 +117,11 @@ impl ProcessService {
             source: std::io::Error::other(e.to_string()),
         })?;
         let started = Instant::now();
-        let (mut child, exit_rx) = match spawned {
+        let Spawned {
+            mut child,
+            exit: exit_rx,
+            pty_master,
+        } = match spawned {
             Ok(spawned) => spawned,
             Err(e) => {
                 if let Some(cgroup) = cgroup {
@@ -124,8 +133,12 @@ impl ProcessService {
         };
         let pid = child.id();
         let tree = signal::Tree::new(pid, self.reaper.clone(), cgroup);
-        let pipes = match pipes(&mut child) {
-            Ok(pipes) => pipes,
+        let followed = match pty_master {
+            Some(master) => terminal(pid, master),
+            None => pipes(&mut child),
+        };
+        let io = match followed {
+            Ok(io) => io,
             Err(e) => {
                 tracing::error!(pid, error = %crate::error::chain(&e), "cannot follow process; killing it");
                 tree.kill();
@@ -140,6 +153,7 @@ impl ProcessService {
             program,
             tag = spec.tag(),
             cgroup = tree.has_cgroup(),
+            pty = spec.has_pty(),
             "process started"
         );
         let entry = Arc::new(Entry::new(
@@ -149,7 +163,8 @@ impl ProcessService {
                 argv: spec.argv().to_vec(),
                 started,
             },
-            pipes.stdin.map(|w| StdinPipe::new(pid, w)),
+            io.stdin,
+            io.terminal,
             tree,
         ));
         self.table.insert(Arc::clone(&entry), claim);
@@ -159,8 +174,7 @@ impl ProcessService {
         tokio::spawn(output::follow(
             Arc::clone(&self.table),
             entry,
-            pipes.stdout,
-            pipes.stderr,
+            io.outputs,
             exit_rx,
             spec.timeout(),
         ));
@@ -255,22 +269,37 @@ impl process_server::Process for ProcessService {
 
     async fn resize(
         &self,
-        _request: Request<ResizeRequest>,
+        request: Request<ResizeRequest>,
     ) -> Result<Response<ResizeResponse>, Status> {
-        Err(Status::unimplemented("PTY sessions are not built yet"))
+        let request = request.into_inner();
+        let size = WindowSize::from_request(request.rows, request.cols)?;
+        let entry = self.table.find(request.process.as_ref())?;
+        tracing::debug!(pid = entry.pid(), ?size, "resize");
+        entry.resize(size)?;
+        Ok(Response::new(ResizeResponse {}))
     }
 }
 
-/// The child's pipes, as non-blocking tokio pipes.
+/// The child's input and output as the runtime drives them.
 #[derive(Debug)]
-struct Pipes {
-    stdin: Option<Sender>,
-    stdout: Receiver,
-    stderr: Receiver,
+struct ChildIo {
+    stdin: Option<StdinPipe>,
+    terminal: Option<Master>,
+    outputs: Outputs,
+}
+
+/// The child's terminal: input, output and size all go through `master`.
+fn terminal(pid: u32, master: OwnedFd) -> Result<ChildIo, ProcessError> {
+    let master = Master::new(master).map_err(|source| ProcessError::Pipe { pid, source })?;
+    Ok(ChildIo {
+        stdin: Some(StdinPipe::terminal(pid, master.writer())),
+        terminal: Some(master.clone()),
+        outputs: Outputs::Terminal(master),
+    })
 }
 
 /// Takes the child's pipes for tokio.
-fn pipes(child: &mut Child) -> Result<Pipes, ProcessError> {
+fn pipes(child: &mut Child) -> Result<ChildIo, ProcessError> {
     let pid = child.id();
     let pipe_err = |source| ProcessError::Pipe { pid, source };
     let output = |fd: Option<OwnedFd>| {
@@ -285,9 +314,9 @@ fn pipes(child: &mut Child) -> Result<Pipes, ProcessError> {
         .map(|fd| Sender::from_owned_fd(OwnedFd::from(fd)))
         .transpose()
         .map_err(pipe_err)?;
-    Ok(Pipes {
-        stdin,
-        stdout,
-        stderr,
+    Ok(ChildIo {
+        stdin: stdin.map(|w| StdinPipe::new(pid, w)),
+        terminal: None,
+        outputs: Outputs::Pipes { stdout, stderr },
     })
 }

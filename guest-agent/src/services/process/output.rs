@@ -1,7 +1,8 @@
 //! Following a running program: its output, its deadline and its exit.
 //!
-//! [`follow`] owns the program's stdout and stderr pipes and runs two
-//! tasks. The exit watcher waits for the reaper's report; if the request
+//! [`follow`] owns the program's output ([`Outputs`]: its stdout and
+//! stderr pipes, or the master side of its terminal, whose output is all
+//! `stdout`) and runs two tasks. The exit watcher waits for the reaper's report; if the request
 //! had a deadline and it passes first, it kills the whole tree and marks
 //! the exit `timed_out`. It then closes the program's stdin, reads the OOM
 //! count from its cgroup, and hands over an [`ExitReport`].
@@ -10,13 +11,16 @@
 //!
 //! 1. Running: read both pipes concurrently, delivering each chunk (up to
 //!    [`CHUNK`] bytes) as it arrives, until the exit report comes.
-//! 2. Exited: keep reading until both pipes reach EOF, but for at most
-//!    [`DRAIN_AFTER_EXIT`]: a background grandchild that inherited the
-//!    pipes (`sh -c 'sleep 30 & echo done'`) must not hold the end back.
+//! 2. Exited: keep reading until both pipes reach EOF (a terminal: `EIO`,
+//!    no slave open), but for at most [`DRAIN_AFTER_EXIT`]: a background
+//!    grandchild that inherited the pipes (`sh -c 'sleep 30 & echo done'`)
+//!    must not hold the end back.
 //! 3. Final drain: read whatever is still buffered in a pipe with plain
 //!    non-blocking reads until it is empty (at most [`FINAL_DRAIN_LIMIT`]).
 //!    Everything the program wrote before it exited is in the pipe buffer
-//!    by then, so no byte it wrote is lost whatever the timing.
+//!    by then, so no byte it wrote is lost whatever the timing. (A
+//!    terminal hands out what its slave side wrote before `EIO`, so phase 2
+//!    loses nothing either, unless a descendant keeps the terminal open.)
 //!
 //! Then the end is recorded on the entry. Delivery waits while an attached
 //! client is behind (see `entry`), which stops the reads and, through the
@@ -35,6 +39,7 @@ use tokio::time::{sleep_until, Instant};
 
 use super::buffer::{Chunk, Stream};
 use super::entry::{End, Entry, ExitReport};
+use super::pty::Master;
 use super::table::ProcessTable;
 use crate::reaper::Exit;
 
@@ -48,11 +53,32 @@ pub const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(250);
 /// grandchild keeps writing.
 pub const FINAL_DRAIN_LIMIT: usize = 4 * 1024 * 1024;
 
-/// One output pipe; `rx` is `None` once it reached EOF or failed.
+/// Where a program's output comes from.
+#[derive(Debug)]
+pub enum Outputs {
+    /// Its stdout and stderr pipes.
+    Pipes {
+        /// stdout's read end.
+        stdout: Receiver,
+        /// stderr's read end.
+        stderr: Receiver,
+    },
+    /// Its terminal: one stream, delivered as stdout.
+    Terminal(Master),
+}
+
+/// A readable end of the program's output.
+#[derive(Debug)]
+enum Source {
+    Pipe(Receiver),
+    Terminal(Master),
+}
+
+/// One output stream; `rx` is `None` once it reached EOF or failed.
 #[derive(Debug)]
 struct Pipe {
     stream: Stream,
-    rx: Option<Receiver>,
+    rx: Option<Source>,
     buf: Vec<u8>,
 }
 
@@ -60,8 +86,7 @@ struct Pipe {
 pub async fn follow(
     table: Arc<ProcessTable>,
     entry: Arc<Entry>,
-    stdout: Receiver,
-    stderr: Receiver,
+    outputs: Outputs,
     exit_rx: oneshot::Receiver<Exit>,
     timeout: Option<Duration>,
 ) {
@@ -69,8 +94,16 @@ pub async fn follow(
     let (report_tx, mut report_rx) = oneshot::channel();
     tokio::spawn(watch_exit(Arc::clone(&entry), exit_rx, timeout, report_tx));
 
-    let mut out = Pipe::new(Stream::Stdout, stdout);
-    let mut err = Pipe::new(Stream::Stderr, stderr);
+    let (mut out, mut err) = match outputs {
+        Outputs::Pipes { stdout, stderr } => (
+            Pipe::new(Stream::Stdout, Source::Pipe(stdout)),
+            Pipe::new(Stream::Stderr, Source::Pipe(stderr)),
+        ),
+        Outputs::Terminal(master) => (
+            Pipe::new(Stream::Stdout, Source::Terminal(master)),
+            Pipe::closed(Stream::Stderr),
+        ),
+    };
     let report = loop {
         tokio::select! {
             r = out.read() => out.handle(r, &entry).await,
@@ -157,11 +190,20 @@ async fn watch_exit(
 }
 
 impl Pipe {
-    fn new(stream: Stream, rx: Receiver) -> Self {
+    fn new(stream: Stream, rx: Source) -> Self {
         Self {
             stream,
             rx: Some(rx),
             buf: vec![0; CHUNK],
+        }
+    }
+
+    /// A stream that never carries anything (a terminal's stderr).
+    fn closed(stream: Stream) -> Self {
+        Self {
+            stream,
+            rx: None,
+            buf: Vec::new(),
         }
     }
 
@@ -172,7 +214,8 @@ impl Pipe {
     /// Reads one chunk; never completes once the pipe is closed. Cancel-safe.
     async fn read(&mut self) -> std::io::Result<usize> {
         match &mut self.rx {
-            Some(rx) => rx.read(&mut self.buf).await,
+            Some(Source::Pipe(rx)) => rx.read(&mut self.buf).await,
+            Some(Source::Terminal(master)) => master.read(&mut self.buf).await,
             None => std::future::pending().await,
         }
     }
@@ -192,19 +235,20 @@ impl Pipe {
     /// Sends what the pipe holds right now, with real non-blocking reads
     /// (not the reactor's possibly stale readiness), then closes it.
     async fn drain_now(&mut self, entry: &Entry) {
-        let Some(rx) = self.rx.take() else {
-            return;
-        };
-        let mut file = match rx.into_nonblocking_fd() {
-            Ok(fd) => File::from(fd),
-            Err(e) => {
-                tracing::warn!(pid = entry.pid(), error = %e, "cannot drain output");
-                return;
-            }
+        let mut reader = match self.rx.take() {
+            None => return,
+            Some(Source::Terminal(master)) => NowReader::Terminal(master),
+            Some(Source::Pipe(rx)) => match rx.into_nonblocking_fd() {
+                Ok(fd) => NowReader::Pipe(File::from(fd)),
+                Err(e) => {
+                    tracing::warn!(pid = entry.pid(), error = %e, "cannot drain output");
+                    return;
+                }
+            },
         };
         let mut total = 0;
         while total < FINAL_DRAIN_LIMIT {
-            match file.read(&mut self.buf) {
+            match reader.read(&mut self.buf) {
                 Ok(0) => break,
                 Ok(n) => {
                     total += n;
@@ -224,6 +268,21 @@ impl Pipe {
         Chunk {
             stream: self.stream,
             data: Bytes::copy_from_slice(&self.buf[..n]),
+        }
+    }
+}
+
+/// Non-blocking reads of a drained source.
+enum NowReader {
+    Pipe(File),
+    Terminal(Master),
+}
+
+impl NowReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            NowReader::Pipe(file) => file.read(buf),
+            NowReader::Terminal(master) => master.read_now(buf),
         }
     }
 }

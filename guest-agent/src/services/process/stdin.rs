@@ -1,31 +1,55 @@
-//! A program's stdin pipe, fed by SendInput and StreamInput and closed by
-//! CloseStdin.
+//! A program's stdin, fed by SendInput and StreamInput and closed by
+//! CloseStdin: a pipe, or the master side of its terminal (`pty`).
 //!
-//! Writers queue on a fair (FIFO) async mutex around the pipe, so input is
-//! applied in the order the calls arrived and CloseStdin takes effect after
-//! the input queued before it. A write waits while the pipe is full (the
-//! program reads slowly); when the program exits, waiting writers give up
-//! and the pipe is closed, so a grandchild that inherited it reads EOF.
+//! Writers queue on a fair (FIFO) async mutex around the writer, so input
+//! is applied in the order the calls arrived and CloseStdin takes effect
+//! after the input queued before it. A write waits while the pipe (or the
+//! terminal's input queue) is full (the program reads slowly); when the
+//! program exits, waiting writers give up and the pipe is closed, so a
+//! grandchild that inherited it reads EOF. A terminal's input is never
+//! closed: CloseStdin on it fails, and ^D is how a user says end-of-file.
 
-use tokio::io::AsyncWriteExt;
-use tokio::net::unix::pipe::Sender;
+use std::fmt;
+
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{watch, Mutex};
 
 use super::ProcessError;
 
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+
 /// The write end of a program's stdin.
-#[derive(Debug)]
 pub struct StdinPipe {
     pid: u32,
-    writer: Mutex<Option<Sender>>,
+    terminal: bool,
+    writer: Mutex<Option<Writer>>,
     exited: watch::Sender<bool>,
 }
 
+impl fmt::Debug for StdinPipe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StdinPipe")
+            .field("pid", &self.pid)
+            .field("terminal", &self.terminal)
+            .finish_non_exhaustive()
+    }
+}
+
 impl StdinPipe {
-    /// Wraps the write end of `pid`'s stdin.
-    pub fn new(pid: u32, writer: Sender) -> Self {
+    /// Wraps the write end of `pid`'s stdin pipe.
+    pub fn new(pid: u32, writer: impl AsyncWrite + Send + Unpin + 'static) -> Self {
+        Self::with_writer(pid, false, Box::new(writer))
+    }
+
+    /// Wraps the input of `pid`'s terminal.
+    pub fn terminal(pid: u32, writer: impl AsyncWrite + Send + Unpin + 'static) -> Self {
+        Self::with_writer(pid, true, Box::new(writer))
+    }
+
+    fn with_writer(pid: u32, terminal: bool, writer: Writer) -> Self {
         Self {
             pid,
+            terminal,
             writer: Mutex::new(Some(writer)),
             exited: watch::channel(false).0,
         }
@@ -40,6 +64,10 @@ impl StdinPipe {
             let pipe = writer.as_mut().ok_or(ProcessError::StdinClosed(pid))?;
             pipe.write_all(data).await.map_err(|e| match e.kind() {
                 std::io::ErrorKind::BrokenPipe => ProcessError::StdinGone(pid),
+                // A terminal whose every slave descriptor is closed.
+                _ if self.terminal && e.raw_os_error() == Some(nix::libc::EIO) => {
+                    ProcessError::StdinGone(pid)
+                }
                 _ => ProcessError::StdinWrite { pid, source: e },
             })
         };
@@ -50,8 +78,12 @@ impl StdinPipe {
         }
     }
 
-    /// Closes stdin after the input queued before. Closing twice is fine.
+    /// Closes stdin after the input queued before. Closing twice is fine;
+    /// a terminal cannot be closed.
     pub async fn close(&self) -> Result<(), ProcessError> {
+        if self.terminal {
+            return Err(ProcessError::InputIsTerminal(self.pid));
+        }
         let mut exited = self.exited.subscribe();
         tokio::select! {
             biased;

@@ -216,6 +216,7 @@ mod tests {
                 started: Instant::now(),
             },
             None,
+            None,
             Tree::new(pid, Reaper::for_tests(), None),
         ))
     }

@@ -17,7 +17,9 @@
 //! - `vmm`: the QEMU and vhost-device-vsock processes and QMP.
 //! - `transport`: the hybrid-vsock handshake and the gRPC channel.
 //! - `accel`: choosing KVM or TCG.
-//! - `artifacts` and `state_dir`: where kernels, images and per-VM state live.
+//! - `artifacts` and `state_dir`: where kernels, images and per-VM state live;
+//!   each state directory records its owner process and VMM processes.
+//! - [`gc`]: finding sandboxes whose owner died and ending them (`airlock gc`).
 //! - [`images`]: the cache of root filesystem images (`airlock image ls|rm`).
 //! - `workspace`: the persistent, exclusively locked disk behind `.workspace()`.
 //!
@@ -44,6 +46,7 @@ pub mod artifacts;
 mod error;
 mod exec;
 pub mod fs;
+pub mod gc;
 pub mod images;
 mod sandbox;
 pub mod state_dir;
@@ -64,7 +67,7 @@ pub use sandbox::{BootTimings, Sandbox, SandboxBuilder};
 /// gRPC status codes, as returned by [`Error::agent_code`].
 pub use tonic::Code;
 pub use vmm::qmp::{Qmp, QmpError};
-pub use vmm::VmmError;
+pub use vmm::{VmmError, VmmUser};
 pub use workspace::{WorkspaceError, DEFAULT_WORKSPACE_BYTES};
 
 /// The README's Rust examples, compiled by `cargo test --doc` so they keep up with the API.

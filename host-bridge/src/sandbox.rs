@@ -23,7 +23,7 @@ use tonic::transport::Channel;
 use crate::error::{Error, Result};
 use crate::exec::{Command, Execution, Limits, ProcessHandle, ProcessInfo, Target};
 use crate::fs::Files;
-use crate::vmm::{Disk, QemuConfig, SerialPort, VmPaths, Vmm};
+use crate::vmm::{Disk, QemuConfig, SerialPort, VmPaths, Vmm, VmmUser};
 use crate::workspace::{Workspace, DEFAULT_WORKSPACE_BYTES};
 use crate::{artifacts, state_dir, transport, Accel};
 
@@ -53,6 +53,8 @@ pub struct SandboxBuilder {
     default_limits: Limits,
     default_user: Option<String>,
     serial_ports: Vec<SerialPort>,
+    vmm_user: VmmUser,
+    collect_orphans: bool,
 }
 
 impl Default for SandboxBuilder {
@@ -73,6 +75,8 @@ impl Default for SandboxBuilder {
             default_limits: Limits::default(),
             default_user: None,
             serial_ports: Vec::new(),
+            vmm_user: VmmUser::Auto,
+            collect_orphans: false,
         }
     }
 }
@@ -182,6 +186,21 @@ impl SandboxBuilder {
         self
     }
 
+    /// Who runs QEMU and its vsock device (default [`VmmUser::Auto`]: an
+    /// unprivileged user when the caller is root and the host allows it).
+    pub fn vmm_user(mut self, user: VmmUser) -> Self {
+        self.vmm_user = user;
+        self
+    }
+
+    /// Before starting, kills and removes the sandboxes under the state
+    /// directory base whose owner process is gone (see [`crate::gc`]); off
+    /// by default.
+    pub fn collect_orphans(mut self, collect: bool) -> Self {
+        self.collect_orphans = collect;
+        self
+    }
+
     fn validate(&self) -> Result<()> {
         if self.memory_mib < 64 {
             return Err(Error::Config(format!(
@@ -281,6 +300,9 @@ impl SandboxBuilder {
             tracing::info!(path = %ws.path().display(), created = ws.created(), "workspace attached");
             disk.path = ws.path().to_owned();
         }
+        if self.collect_orphans {
+            crate::gc::collect_before_start(self.state_dir_base.clone()).await;
+        }
         let dir = state_dir::create(&self.state_dir_base)?;
         let paths = VmPaths::in_dir(dir.path());
         let config = QemuConfig {
@@ -297,7 +319,7 @@ impl SandboxBuilder {
             serial_ports: self.serial_ports.clone(),
         };
         tracing::info!(state_dir = %dir.path().display(), accel = accel.qemu_name(), "starting VM");
-        let mut vmm = Vmm::start(&config, paths).await?;
+        let mut vmm = Vmm::start(&config, paths, self.vmm_user).await?;
         let vmm_started = begin.elapsed();
 
         let (channel, health) = connect_agent(

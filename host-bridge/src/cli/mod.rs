@@ -2,7 +2,9 @@
 //!
 //! - `run`: boot a fresh sandbox, run one command, stream its output, tear down.
 //! - `image`: list and remove the root filesystem images in the image store.
+//! - `gc`: kill and remove the sandboxes whose owner process died.
 
+mod gc;
 mod image;
 mod run;
 mod transfer;
@@ -33,6 +35,9 @@ pub enum Commands {
     /// Manage root filesystem images (built by `airlock-rootfs image build`).
     #[command(subcommand)]
     Image(ImageCommand),
+    /// Kill and remove the sandboxes whose owner process died (under
+    /// AIRLOCK_STATE_DIR, else $XDG_RUNTIME_DIR/airlock or /tmp/airlock).
+    Gc(gc::GcArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -204,6 +209,7 @@ pub async fn main(args: Args) -> u8 {
     match args.command {
         Commands::Run(run) => run::run(*run, args.verbose).await,
         Commands::Image(command) => image::run(command),
+        Commands::Gc(gc_args) => gc::run(gc_args).await,
     }
 }
 
@@ -287,6 +293,22 @@ mod tests {
         assert!(run.privileged);
         assert!(parse_cpus("0").is_err());
         assert!(parse_cpus("x").is_err());
+    }
+
+    #[test]
+    fn gc_takes_dry_run_and_grace() {
+        let args = Args::try_parse_from(["airlock", "gc", "--dry-run", "--grace", "5"]).unwrap();
+        let Commands::Gc(gc) = args.command else {
+            panic!("not gc")
+        };
+        assert!(gc.dry_run);
+        assert_eq!(gc.grace, 5);
+        let args = Args::try_parse_from(["airlock", "gc"]).unwrap();
+        let Commands::Gc(gc) = args.command else {
+            panic!("not gc")
+        };
+        assert!(!gc.dry_run);
+        assert_eq!(gc.grace, airlock::gc::DEFAULT_GRACE.as_secs());
     }
 
     #[test]

@@ -10,10 +10,15 @@
 //! - `binaries`: locating `qemu-system-x86_64` and `vhost-device-vsock`.
 //! - `qemu`: the QEMU command line.
 //! - `qmp`: a small QMP client for VMM-level control.
+//! - `user`: which (unprivileged) user the two processes run as.
+//!
+//! Each process is added to the state directory's owner record as soon as
+//! it runs, so `gc` can end it if the owner dies without doing so.
 
 mod binaries;
 mod qemu;
 pub mod qmp;
+mod user;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -24,6 +29,11 @@ use std::time::{Duration, Instant};
 use std::os::unix::process::CommandExt;
 
 pub(crate) use qemu::{Disk, QemuConfig, SerialPort};
+pub use user::VmmUser;
+
+use crate::state_dir::{self, owner::ProcessId};
+use crate::Accel;
+use user::{Access, Credentials};
 
 /// The guest's vsock context id. Each VM has its own vsock device, so every
 /// guest can use the same one.
@@ -60,11 +70,31 @@ pub enum VmmError {
     },
     #[error("waiting for a VMM process")]
     Wait(#[source] std::io::Error),
+    #[error("running the VMM as uid {uid} needs root; use VmmUser::Caller")]
+    UserNeedsRoot { uid: u32 },
+    #[error(
+        "the VMM user (uid {uid}, gid {gid}) cannot {access} {path}; give it access \
+         (and to the directories above) or choose another VMM user"
+    )]
+    UserCannotReach {
+        uid: u32,
+        gid: u32,
+        path: PathBuf,
+        access: &'static str,
+    },
+    #[error("cannot prepare the state directory {path} for the VMM")]
+    StateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// The files a VM keeps in its private state directory.
 #[derive(Debug, Clone)]
 pub(crate) struct VmPaths {
+    /// The state directory itself, which holds the owner record.
+    pub dir: PathBuf,
     pub vhost_user_socket: PathBuf,
     pub vsock_uds: PathBuf,
     pub console_log: PathBuf,
@@ -76,6 +106,7 @@ pub(crate) struct VmPaths {
 impl VmPaths {
     pub fn in_dir(dir: &Path) -> Self {
         VmPaths {
+            dir: dir.to_owned(),
             vhost_user_socket: dir.join("vhost-user-vsock.sock"),
             vsock_uds: dir.join("vsock.sock"),
             console_log: dir.join("console.log"),
@@ -119,10 +150,23 @@ pub(crate) struct Vmm {
 }
 
 impl Vmm {
-    /// Starts the vsock device, then QEMU, with files under `paths`.
-    pub async fn start(config: &QemuConfig, paths: VmPaths) -> Result<Self, VmmError> {
+    /// Starts the vsock device, then QEMU, as `user`, with files under `paths`.
+    pub async fn start(
+        config: &QemuConfig,
+        paths: VmPaths,
+        user: VmmUser,
+    ) -> Result<Self, VmmError> {
         let qemu_program = binaries::QEMU.locate()?;
         let device_program = binaries::VHOST_DEVICE_VSOCK.locate()?;
+        let needs = vmm_needs(config, &paths, [&qemu_program, &device_program]);
+        let credentials = user.resolve(&needs, config.accel == Accel::Kvm)?;
+        if let Some(Credentials { uid, gid }) = credentials {
+            state_dir::share_with_group(&paths.dir, gid).map_err(|source| VmmError::StateDir {
+                path: paths.dir.clone(),
+                source,
+            })?;
+            tracing::debug!(uid, gid, "the VMM runs unprivileged");
+        }
 
         let mut device_cmd = Command::new(&device_program);
         device_cmd.arg("--vm").arg(format!(
@@ -130,7 +174,12 @@ impl Vmm {
             paths.vhost_user_socket.display(),
             paths.vsock_uds.display()
         ));
+        run_as(&mut device_cmd, credentials);
         let mut device = spawn(&mut device_cmd, &device_program, &paths.device_log)?;
+        if let Err(error) = record(&paths.dir, &device) {
+            kill_and_reap(&mut device);
+            return Err(error);
+        }
         if let Err(error) =
             wait_for_socket(&paths.vhost_user_socket, &mut device, &paths.device_log).await
         {
@@ -140,14 +189,20 @@ impl Vmm {
 
         let mut qemu_cmd = Command::new(&qemu_program);
         qemu_cmd.args(config.args());
+        run_as(&mut qemu_cmd, credentials);
         tracing::debug!(command = ?qemu_cmd, "starting qemu");
-        let qemu = match spawn(&mut qemu_cmd, &qemu_program, &paths.qemu_log) {
+        let mut qemu = match spawn(&mut qemu_cmd, &qemu_program, &paths.qemu_log) {
             Ok(qemu) => qemu,
             Err(error) => {
                 kill_and_reap(&mut device);
                 return Err(error);
             }
         };
+        if let Err(error) = record(&paths.dir, &qemu) {
+            kill_and_reap(&mut qemu);
+            kill_and_reap(&mut device);
+            return Err(error);
+        }
         Ok(Vmm {
             qemu: Arc::new(Mutex::new(qemu)),
             device,
@@ -219,6 +274,55 @@ impl Drop for Vmm {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// What the VMM user must be able to do for QEMU and the device to run.
+fn vmm_needs(config: &QemuConfig, paths: &VmPaths, programs: [&Path; 2]) -> Vec<(PathBuf, Access)> {
+    let mut needs: Vec<(PathBuf, Access)> = programs
+        .iter()
+        .map(|program| (program.to_path_buf(), Access::Execute))
+        .collect();
+    needs.push((config.kernel.clone(), Access::Read));
+    needs.push((config.initramfs.clone(), Access::Read));
+    for disk in &config.disks {
+        let access = if disk.read_only {
+            Access::Read
+        } else {
+            Access::ReadWrite
+        };
+        needs.push((disk.path.clone(), access));
+    }
+    for port in &config.serial_ports {
+        if let Some(parent) = port.socket.parent() {
+            needs.push((parent.to_owned(), Access::CreateIn));
+        }
+    }
+    // The state directory itself is shared with the VMM's group.
+    if let Some(base) = paths.dir.parent() {
+        needs.push((base.to_owned(), Access::Reach));
+    }
+    needs
+}
+
+fn run_as(cmd: &mut Command, credentials: Option<Credentials>) {
+    if let Some(Credentials { uid, gid }) = credentials {
+        // As root, std also drops the supplementary groups.
+        cmd.uid(uid).gid(gid);
+    }
+}
+
+/// Adds a just-started VMM process to the owner record.
+fn record(dir: &Path, child: &Child) -> Result<(), VmmError> {
+    let fail = |source| VmmError::StateDir {
+        path: dir.to_owned(),
+        source,
+    };
+    // A process that already exited leaves nothing to collect; the caller
+    // reports its exit.
+    let Some(process) = ProcessId::of(child.id()) else {
+        return Ok(());
+    };
+    state_dir::record_vmm_process(dir, process).map_err(fail)
 }
 
 fn spawn(cmd: &mut Command, program: &Path, log: &Path) -> Result<Child, VmmError> {

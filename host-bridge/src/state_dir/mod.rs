@@ -1,0 +1,126 @@
+//! A sandbox's private state directory: sockets, console log, VMM logs.
+//!
+//! Created mode 0700 under `$AIRLOCK_STATE_DIR`, else `$XDG_RUNTIME_DIR/airlock`,
+//! else `<tmp>/airlock`, and removed when the sandbox is dropped. It records
+//! its owner (`owner.json`, see [`owner`]): the owning process and, once they
+//! run, the VMM processes, so that `gc` can find and end the sandboxes of an
+//! owner that died without cleaning up.
+//!
+//! When the VMM runs as another (unprivileged) user, the directory is shared
+//! with that user's group: owned by the caller, group-writable and sticky
+//! (mode 1770), so the VMM creates its sockets and logs in it but can neither
+//! rewrite nor remove the owner record.
+
+pub mod owner;
+
+use std::path::{Path, PathBuf};
+
+use tempfile::TempDir;
+
+use crate::error::{Error, Result};
+use owner::{OwnerRecord, ProcessId};
+
+/// The environment variable that overrides the state directories' parent.
+pub const STATE_DIR_ENV: &str = "AIRLOCK_STATE_DIR";
+
+/// Every state directory's name starts with this.
+pub const DIR_PREFIX: &str = "sandbox-";
+
+/// The parent of all sandboxes' state directories.
+pub fn default_base() -> PathBuf {
+    if let Some(dir) = std::env::var_os(STATE_DIR_ENV) {
+        return PathBuf::from(dir);
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(run) => PathBuf::from(run).join("airlock"),
+        None => std::env::temp_dir().join("airlock"),
+    }
+}
+
+/// Creates a fresh private directory under `base`, recording the calling
+/// process as its owner.
+pub(crate) fn create(base: &Path) -> Result<TempDir> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let fail = |source| Error::StateDir {
+        base: base.to_owned(),
+        source,
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(base)
+        .map_err(fail)?;
+    let dir = tempfile::Builder::new()
+        .prefix(DIR_PREFIX)
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(base)
+        .map_err(fail)?;
+    OwnerRecord::for_current_process()
+        .and_then(|record| record.write(dir.path()))
+        .map_err(fail)?;
+    Ok(dir)
+}
+
+/// Adds a started VMM process to `dir`'s owner record.
+pub(crate) fn record_vmm_process(dir: &Path, process: ProcessId) -> std::io::Result<()> {
+    let mut record = OwnerRecord::read(dir).map_err(std::io::Error::other)?;
+    record.vmm.push(process);
+    record.write(dir)
+}
+
+/// Lets processes of group `gid` create files in `dir` (mode 1770, group
+/// `gid`) without being able to touch the caller's files there.
+pub(crate) fn share_with_group(dir: &Path, gid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::os::unix::fs::chown(dir, None, Some(gid))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1770))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn private_and_removed_on_drop() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = create(&base.path().join("nested")).unwrap();
+        let path = dir.path().to_owned();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o700);
+        assert!(path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with(DIR_PREFIX));
+        let record = OwnerRecord::read(&path).unwrap();
+        assert_eq!(record.owner.pid, std::process::id());
+        assert!(record.owner.is_running());
+        assert!(record.vmm.is_empty());
+        drop(dir);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn vmm_processes_are_added_to_the_record() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = create(base.path()).unwrap();
+        let me = ProcessId::current().unwrap();
+        record_vmm_process(dir.path(), me).unwrap();
+        record_vmm_process(dir.path(), me).unwrap();
+        assert_eq!(OwnerRecord::read(dir.path()).unwrap().vmm, [me, me]);
+        // Only the record, no temporary files left.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn sharing_makes_the_directory_sticky_and_group_writable() {
+        use std::os::unix::fs::MetadataExt;
+        let base = tempfile::tempdir().unwrap();
+        let dir = create(base.path()).unwrap();
+        let gid = std::fs::metadata(dir.path()).unwrap().gid();
+        share_with_group(dir.path(), gid).unwrap();
+        let mode = std::fs::metadata(dir.path()).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o1770);
+    }
+}

@@ -11,6 +11,12 @@ use std::path::PathBuf;
 
 use crate::Accel;
 
+/// QEMU's `-sandbox` option: its seccomp filter with every optional
+/// category denied. `-nodefaults` leaves out every default device, the
+/// network card included, and no `-netdev`/`-nic` is ever added.
+const SECCOMP_SANDBOX: &str =
+    "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
+
 /// Everything the QEMU command line depends on.
 #[derive(Debug, Clone)]
 pub(crate) struct QemuConfig {
@@ -78,6 +84,9 @@ impl QemuConfig {
             "-object",
             &format!("memory-backend-memfd,id=mem,size={mem}M,share=on"),
         ]);
+        // QEMU's seccomp filter: no obsolete system calls, no setuid and
+        // friends, no fork/exec, no scheduler or resource changes.
+        push(&["-sandbox", SECCOMP_SANDBOX]);
         push(&[
             "-nodefaults",
             "-no-user-config",
@@ -264,6 +273,35 @@ mod tests {
             "{line}"
         );
         assert!(line.contains("chardev=vport1,name=b"), "{line}");
+    }
+
+    #[test]
+    fn seccomp_sandbox_on_and_no_network_device() {
+        let mut config = config(Accel::Tcg);
+        config.disks = vec![Disk {
+            id: "root",
+            path: "/img/root.ext4".into(),
+            read_only: true,
+        }];
+        config.serial_ports = vec![SerialPort {
+            name: "p".into(),
+            socket: "/s/p.sock".into(),
+        }];
+        let args = config.args();
+        let sandbox = args
+            .iter()
+            .position(|arg| arg == "-sandbox")
+            .expect("-sandbox present");
+        assert_eq!(
+            args[sandbox + 1],
+            "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
+        );
+        assert!(args.iter().any(|arg| arg == "-nodefaults"));
+        for network in ["-netdev", "-nic", "-net"] {
+            assert!(!args.iter().any(|arg| arg == network), "{network}");
+        }
+        let line = joined(&config);
+        assert!(!line.contains("virtio-net"), "{line}");
     }
 
     #[test]

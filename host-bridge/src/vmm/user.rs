@@ -119,13 +119,17 @@ impl VmmUser {
                 access: access.verb(),
             }),
             (Some((path, _)), _) => {
-                tracing::warn!(
-                    uid = credentials.uid,
-                    gid = credentials.gid,
-                    path = %path.display(),
-                    "the VMM runs as root: the unprivileged user cannot reach this file \
-                     (make it and its directories world-readable, or choose a VMM user)"
-                );
+                // Once per process: a host set up this way says so at every start.
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    tracing::warn!(
+                        uid = credentials.uid,
+                        gid = credentials.gid,
+                        path = %path.display(),
+                        "the VMM runs as root: the unprivileged user cannot reach this file \
+                         (make it and its directories world-readable, or choose a VMM user)"
+                    );
+                });
                 Ok(None)
             }
         }

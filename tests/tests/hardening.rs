@@ -1,0 +1,188 @@
+//! The VMM is hardened: QEMU runs under its seccomp filter and, when the
+//! host library runs as root, QEMU and vhost-device-vsock run as an
+//! unprivileged user that cannot touch the state directory's owner record.
+
+// A test panics with its reason; that is what expect is for here.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use airlock::state_dir::owner::{OwnerRecord, OWNER_FILE};
+use airlock::{Command, Sandbox, VmmUser};
+
+#[tokio::test]
+async fn the_vmm_runs_unprivileged_and_under_seccomp() {
+    assert!(
+        nix_is_root(),
+        "this test checks the switch to an unprivileged VMM user, which needs root"
+    );
+    // Copies of the guest artifacts and the device program where any user
+    // can reach them (the originals are under root's 0700 home here).
+    let reachable = Reachable::new();
+    let base = reachable.dir.path().join("state");
+
+    // Auto: nobody/nogroup, since every file is within its reach.
+    let auto = reachable
+        .builder(&base)
+        .start()
+        .await
+        .expect("start with the default VMM user");
+    check_vm(&auto, 65534, 65534).await;
+
+    // An explicit uid and gid.
+    let explicit = reachable
+        .builder(&base)
+        .vmm_user(VmmUser::Id {
+            uid: 4242,
+            gid: 4243,
+        })
+        .start()
+        .await
+        .expect("start as 4242:4243");
+    check_vm(&explicit, 4242, 4243).await;
+
+    for sandbox in [auto, explicit] {
+        let dir = sandbox.state_dir().to_owned();
+        drop(sandbox);
+        assert!(!dir.exists(), "state dir left behind: {}", dir.display());
+        assert!(airlock_tests::processes_mentioning(&dir).is_empty());
+    }
+}
+
+#[tokio::test]
+async fn an_explicit_user_that_cannot_read_the_kernel_is_refused_by_path() {
+    assert!(nix_is_root(), "this test needs root");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let kernel = dir.path().join("vmlinuz");
+    std::fs::copy(airlock::artifacts::default_kernel(), &kernel).expect("copy kernel");
+    let error = airlock_tests::builder()
+        .kernel(&kernel)
+        .state_dir_base(std::env::temp_dir().join("airlock-hardening-refused"))
+        .vmm_user(VmmUser::Id {
+            uid: 4242,
+            gid: 4242,
+        })
+        .start()
+        .await
+        .expect_err("the VMM user cannot read the kernel");
+    let message = airlock::error_chain(&error);
+    assert!(message.contains("cannot read"), "{message}");
+    assert!(message.contains(&kernel.display().to_string()), "{message}");
+}
+
+/// Checks that the VM works and that its VMM processes run as `uid`:`gid`
+/// under seccomp, in a state directory they cannot take over.
+async fn check_vm(sandbox: &Sandbox, uid: u32, gid: u32) {
+    let out = sandbox
+        .exec(Command::new("echo").arg("hello"))
+        .await
+        .expect("exec")
+        .output()
+        .await
+        .expect("output");
+    assert_eq!(out.stdout, b"hello\n");
+
+    let dir = sandbox.state_dir();
+    let processes = airlock_tests::processes_mentioning(dir);
+    assert_eq!(processes.len(), 2, "qemu and vhost-device-vsock");
+    for pid in processes {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(name))
+                .map(|rest| rest.split_whitespace().collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        let comm = field("Name:").join(" ");
+        let expect_id = |id: u32| vec![id.to_string(); 4];
+        assert_eq!(field("Uid:"), expect_id(uid), "{comm} uids");
+        assert_eq!(field("Gid:"), expect_id(gid), "{comm} gids");
+        assert!(field("Groups:").is_empty(), "{comm} has no extra groups");
+        if comm.starts_with("qemu") {
+            assert_eq!(field("Seccomp:"), ["2"], "qemu runs under a seccomp filter");
+        }
+    }
+
+    // The VMM's group may create files here, but the owner record stays the
+    // host's: root-owned in a sticky directory.
+    let meta = std::fs::metadata(dir).unwrap();
+    assert_eq!(meta.mode() & 0o7777, 0o1770);
+    assert_eq!(meta.gid(), gid);
+    let record = std::fs::metadata(dir.join(OWNER_FILE)).unwrap();
+    assert_eq!(record.uid(), 0);
+    assert_eq!(
+        record.mode() & 0o022,
+        0,
+        "record writable only by its owner"
+    );
+    assert_eq!(OwnerRecord::read(dir).unwrap().vmm.len(), 2);
+    let console = std::fs::metadata(dir.join("console.log")).unwrap();
+    assert_eq!(console.uid(), uid, "QEMU wrote its console log as {uid}");
+}
+
+/// The kernel, initramfs and vhost-device-vsock in a world-readable place.
+struct Reachable {
+    dir: tempfile::TempDir,
+    kernel: PathBuf,
+    initramfs: PathBuf,
+}
+
+impl Reachable {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let copy = |from: &Path, name: &str, mode: u32| {
+            let to = dir.path().join(name);
+            std::fs::copy(from, &to).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode)).unwrap();
+            to
+        };
+        // Built with the test (scripts/setup installs it); the test
+        // binaries' PATH and cargo home find it as the library does.
+        let device = which("vhost-device-vsock");
+        let device_copy = copy(&device, "vhost-device-vsock", 0o755);
+        // Every test in this binary uses the same copy.
+        std::env::set_var("AIRLOCK_VHOST_DEVICE_VSOCK", device_copy);
+        let kernel = copy(&airlock::artifacts::default_kernel(), "vmlinuz", 0o644);
+        let initramfs = copy(
+            &airlock::artifacts::default_initramfs(),
+            "initramfs.cpio.gz",
+            0o644,
+        );
+        Reachable {
+            dir,
+            kernel,
+            initramfs,
+        }
+    }
+
+    fn builder(&self, base: &Path) -> airlock::SandboxBuilder {
+        airlock_tests::builder()
+            .kernel(&self.kernel)
+            .initramfs(&self.initramfs)
+            .state_dir_base(base)
+    }
+}
+
+/// Finds a program as the library does: `PATH`, then cargo's bin directory.
+fn which(name: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let cargo_bin = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cargo")))
+        .map(|home| home.join("bin"));
+    std::env::split_paths(&path)
+        .chain(cargo_bin)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| panic!("{name} not found: run scripts/setup first"))
+}
+
+fn nix_is_root() -> bool {
+    std::fs::metadata("/proc/self")
+        .map(|meta| meta.uid() == 0)
+        .unwrap_or(false)
+}

@@ -23,6 +23,7 @@ use tonic::transport::Channel;
 use crate::error::{Error, Result};
 use crate::exec::{Command, Execution, Limits, ProcessHandle, ProcessInfo, Target};
 use crate::fs::Files;
+use crate::transport::CapMessages;
 use crate::vmm::{Disk, QemuConfig, SerialPort, VmPaths, Vmm, VmmUser};
 use crate::workspace::{Workspace, DEFAULT_WORKSPACE_BYTES};
 use crate::{artifacts, state_dir, transport, Accel};
@@ -383,6 +384,7 @@ async fn connect_agent(
                 .await
                 .map_err(|e| format!("connect: {}", crate::error_chain(&e)))?;
             let health = HealthClient::new(channel.clone())
+                .capped()
                 .check(CheckRequest {})
                 .await
                 .map_err(|status| format!("health: {status}"))?
@@ -451,6 +453,7 @@ impl Sandbox {
             .with_defaults(&self.default_limits, self.default_user.as_deref());
         self.require_revision(command.needed_revision(), "these command options")?;
         let events = ProcessClient::new(self.channel.clone())
+            .capped()
             .start(command.to_request())
             .await
             .map_err(|status| Error::agent("Process.Start", status))?
@@ -478,6 +481,7 @@ impl Sandbox {
     pub async fn attach_from(&self, target: impl Into<Target>, offset: u64) -> Result<Execution> {
         self.require_revision(2, "attach")?;
         let events = ProcessClient::new(self.channel.clone())
+            .capped()
             .connect(ConnectRequest {
                 process: target.into().selector(),
                 from_offset: offset,
@@ -504,6 +508,7 @@ impl Sandbox {
     pub async fn list(&self) -> Result<Vec<ProcessInfo>> {
         self.require_revision(2, "list")?;
         let answer = ProcessClient::new(self.channel.clone())
+            .capped()
             .list(ListRequest {})
             .await
             .map_err(|status| Error::agent("Process.List", status))?
@@ -535,6 +540,7 @@ impl Sandbox {
     /// Asks the agent for its health report.
     pub async fn health(&self) -> Result<CheckResponse> {
         Ok(HealthClient::new(self.channel.clone())
+            .capped()
             .check(CheckRequest {})
             .await
             .map_err(|status| Error::agent("Health.Check", status))?
@@ -581,7 +587,9 @@ impl Sandbox {
     pub async fn shutdown(mut self, grace: Duration) -> Result<()> {
         let asked = tokio::time::timeout(
             grace,
-            SystemClient::new(self.channel.clone()).shutdown(ShutdownRequest {}),
+            SystemClient::new(self.channel.clone())
+                .capped()
+                .shutdown(ShutdownRequest {}),
         )
         .await;
         if let Ok(Err(status)) = &asked {

@@ -5,10 +5,21 @@
 //! read `OK <host-port>\n`, and the stream is then the guest connection.
 //! [`connect_hybrid`] does that handshake strictly; [`channel`] wraps it into
 //! a tonic channel that performs the handshake again on every reconnect.
+//!
+//! What the guest sends is untrusted, so the host caps it: a gRPC message
+//! at [`MAX_MESSAGE_BYTES`] (every client built with [`CapMessages::capped`]),
+//! an HTTP/2 header list (metadata, trailers, error messages) at
+//! [`MAX_HEADER_LIST_BYTES`]. HTTP/2 flow control bounds what the guest can
+//! push ahead of a slow reader (hyper's windows: 2 MiB per stream, 5 MiB
+//! per connection).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use airlock_proto::v1::files_client::FilesClient;
+use airlock_proto::v1::health_client::HealthClient;
+use airlock_proto::v1::process_client::ProcessClient;
+use airlock_proto::v1::system_client::SystemClient;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
@@ -18,6 +29,41 @@ use tonic::transport::{Channel, Endpoint};
 const MAX_ANSWER: usize = 32;
 /// How long the guest side may take to answer a CONNECT.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The largest gRPC message the host decodes from the agent (tonic's own
+/// default, set explicitly): the agent streams output and file data in
+/// chunks of at most 128 KiB, so only a misbehaving guest comes near it,
+/// and the call fails with `OutOfRange` instead of the host buffering it.
+pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
+/// The largest HTTP/2 header list the host accepts from the agent
+/// (hyper's default, set explicitly).
+pub const MAX_HEADER_LIST_BYTES: u32 = 16 << 10;
+
+/// Applies [`MAX_MESSAGE_BYTES`] to a generated gRPC client.
+pub(crate) trait CapMessages {
+    /// The client with its decoding limit set.
+    #[must_use]
+    fn capped(self) -> Self;
+}
+
+macro_rules! cap_messages {
+    ($($client:ident),* $(,)?) => {$(
+        impl<T> CapMessages for $client<T>
+        where
+            T: tonic::client::GrpcService<tonic::body::Body>,
+            T::Error: Into<tonic::codegen::StdError>,
+            T::ResponseBody: tonic::codegen::Body<Data = bytes::Bytes> + Send + 'static,
+            <T::ResponseBody as tonic::codegen::Body>::Error:
+                Into<tonic::codegen::StdError> + Send,
+        {
+            fn capped(self) -> Self {
+                self.max_decoding_message_size(MAX_MESSAGE_BYTES)
+            }
+        }
+    )*};
+}
+
+cap_messages!(FilesClient, HealthClient, ProcessClient, SystemClient);
 
 /// Errors of the hybrid-vsock handshake.
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +150,7 @@ fn parse_answer(answer: &[u8]) -> Result<u32, HandshakeError> {
 pub async fn channel(uds: PathBuf, port: u32) -> Result<Channel, tonic::transport::Error> {
     Endpoint::from_static("http://airlock-agent")
         .tcp_nodelay(true)
+        .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
         .connect_with_connector(tower::service_fn(move |_| {
             let uds = uds.clone();
             async move {

@@ -13,6 +13,7 @@ use tonic::transport::Channel;
 use super::signal::Signal;
 use super::status::Exit;
 use crate::error::{Error, Result};
+use crate::transport::CapMessages;
 
 /// Names a program in the guest.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -63,7 +64,7 @@ pub struct ProcessHandle {
 impl ProcessHandle {
     pub(crate) fn new(channel: Channel, target: Target) -> Self {
         ProcessHandle {
-            client: ProcessClient::new(channel),
+            client: ProcessClient::new(channel).capped(),
             target,
         }
     }

@@ -36,6 +36,7 @@ pub use metadata::{FileKind, Metadata, WatchEvent, WatchKind, WriteOptions};
 pub use tree::Watch;
 
 use crate::error::{Error, Result};
+use crate::transport::CapMessages;
 
 /// Bytes per message the host sends (the agent sends the same size).
 pub const CHUNK: usize = 128 * 1024;
@@ -65,7 +66,7 @@ fn guest(path: &Path) -> Result<String> {
 impl Files {
     pub(crate) fn new(channel: Channel, revision: u32) -> Self {
         Files {
-            client: FilesClient::new(channel),
+            client: FilesClient::new(channel).capped(),
             revision,
         }
     }

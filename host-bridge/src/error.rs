@@ -7,6 +7,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::fs::FsError;
+use crate::lifecycle::vm::Unavailable;
+use crate::lifecycle::EndReason;
+use crate::vmm::qmp::QmpError;
 use crate::vmm::VmmError;
 use crate::workspace::WorkspaceError;
 
@@ -45,14 +48,34 @@ pub enum Error {
         console_tail: String,
     },
 
-    /// The VM exited while a call was open: a program powered off or
-    /// rebooted the guest (possible only with `Command::privileged`), or the
-    /// guest kernel died.
-    #[error(
-        "{call}: the VM exited ({status}) while the call was open; a privileged program may \
-         have rebooted or powered off the guest, or the guest kernel died (see the console)"
-    )]
-    VmGone { call: &'static str, status: String },
+    /// The sandbox ended while a call was open: see the reason (a program
+    /// powered off the guest, the lifetime ceiling, a kill...).
+    #[error("{call}: the sandbox ended while the call was open: {reason}")]
+    VmGone {
+        call: &'static str,
+        reason: EndReason,
+    },
+
+    /// The sandbox had already ended when the call was made.
+    #[error("the sandbox has ended: {reason}")]
+    SandboxEnded { reason: EndReason },
+
+    /// The sandbox is paused and its policy is
+    /// [`PausedCalls::Fail`](crate::PausedCalls::Fail).
+    #[error("the sandbox is paused; resume it first")]
+    Paused,
+
+    /// A [`Sandboxes`](crate::Sandboxes) manager is at its maximum.
+    #[error("{max} sandboxes are running, the most this manager allows")]
+    TooManySandboxes { max: usize },
+
+    /// No sandbox by this id in the manager.
+    #[error("no sandbox {id}")]
+    NoSuchSandbox { id: String },
+
+    /// QEMU's monitor refused or failed a control (pause, resume).
+    #[error("VM control failed")]
+    Qmp(#[from] QmpError),
 
     /// The agent did not answer within the boot timeout.
     #[error(
@@ -97,6 +120,14 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn agent(call: &'static str, status: tonic::Status) -> Self {
+        let held_back = std::error::Error::source(&status)
+            .and_then(|source| source.downcast_ref::<Unavailable>())
+            .cloned();
+        match held_back {
+            Some(Unavailable::Ended(reason)) => return Error::SandboxEnded { reason },
+            Some(Unavailable::Paused) => return Error::Paused,
+            None => {}
+        }
         Error::Agent {
             call,
             status: Box::new(status),

@@ -48,6 +48,8 @@ mod exec;
 pub mod fs;
 pub mod gc;
 pub mod images;
+mod lifecycle;
+mod manager;
 mod sandbox;
 pub mod state_dir;
 pub mod transport;
@@ -60,10 +62,12 @@ pub use bytes::Bytes;
 pub use error::{error_chain, Error, Result};
 pub use exec::{
     Command, Event, Execution, Exit, ExitStatus, Limits, Output, ProcessHandle, ProcessInfo,
-    ProcessState, Signal, Stdin, Target, Usage,
+    ProcessState, Signal, Stdin, Target, TerminalSize, Usage,
 };
 pub use fs::Files;
-pub use sandbox::{BootTimings, Sandbox, SandboxBuilder};
+pub use lifecycle::{EndReason, IdlePolicy, PausedCalls, SandboxState, SandboxUsage};
+pub use manager::{SandboxInfo, Sandboxes};
+pub use sandbox::{BootTimings, Sandbox, SandboxBuilder, DEFAULT_MAX_LIFETIME};
 /// gRPC status codes, as returned by [`Error::agent_code`].
 pub use tonic::Code;
 pub use vmm::qmp::{Qmp, QmpError};

@@ -7,8 +7,14 @@
 //! `Health.Check`. After that, [`Sandbox::exec`] runs programs. Dropping the
 //! sandbox kills the VM and removes its state directory;
 //! [`Sandbox::shutdown`] powers it off gracefully first.
+//!
+//! Once running, the VM belongs to `lifecycle`: a watchdog enforces the
+//! lifetime ceiling and the idle timeout, [`Sandbox::pause`] and
+//! [`Sandbox::resume`] park it, and every call goes through a channel that
+//! counts it and holds it back while the VM is paused.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock_proto::v1::health_client::HealthClient;
@@ -18,11 +24,16 @@ use airlock_proto::v1::{
     CheckRequest, CheckResponse, ConnectRequest, ListRequest, ShutdownRequest,
 };
 use tempfile::TempDir;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
 use crate::error::{Error, Result};
 use crate::exec::{Command, Execution, Limits, ProcessHandle, ProcessInfo, Target};
 use crate::fs::Files;
+use crate::lifecycle::channel::AgentChannel;
+use crate::lifecycle::vm::VmShared;
+use crate::lifecycle::{watchdog, EndReason, IdlePolicy, PausedCalls, SandboxState, SandboxUsage};
 use crate::transport::CapMessages;
 use crate::vmm::{Disk, QemuConfig, SerialPort, VmPaths, Vmm, VmmUser};
 use crate::workspace::{Workspace, DEFAULT_WORKSPACE_BYTES};
@@ -35,6 +46,8 @@ const WORKSPACE_DISK: &str = "workspace";
 const CONSOLE_TAIL_BYTES: usize = 4096;
 /// How long a single Health probe may take during boot.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The default hard ceiling on a sandbox's wall-clock life.
+pub const DEFAULT_MAX_LIFETIME: Duration = Duration::from_secs(60 * 60);
 
 /// Configures and starts a [`Sandbox`].
 #[derive(Debug, Clone)]
@@ -56,6 +69,9 @@ pub struct SandboxBuilder {
     serial_ports: Vec<SerialPort>,
     vmm_user: VmmUser,
     collect_orphans: bool,
+    max_lifetime: Option<Duration>,
+    idle: Option<(Duration, IdlePolicy)>,
+    paused_calls: PausedCalls,
 }
 
 impl Default for SandboxBuilder {
@@ -78,6 +94,9 @@ impl Default for SandboxBuilder {
             serial_ports: Vec::new(),
             vmm_user: VmmUser::Auto,
             collect_orphans: false,
+            max_lifetime: Some(DEFAULT_MAX_LIFETIME),
+            idle: None,
+            paused_calls: PausedCalls::default(),
         }
     }
 }
@@ -187,6 +206,29 @@ impl SandboxBuilder {
         self
     }
 
+    /// The hard ceiling on the sandbox's wall-clock life, paused time
+    /// included (default [`DEFAULT_MAX_LIFETIME`], one hour): when it is
+    /// reached the VM is killed, whatever it is doing, and the sandbox ends
+    /// with [`EndReason::LifetimeExceeded`]. `None` removes the ceiling.
+    pub fn max_lifetime(mut self, limit: Option<Duration>) -> Self {
+        self.max_lifetime = limit;
+        self
+    }
+
+    /// Pauses or stops the sandbox after `after` with no call in flight (an
+    /// open output stream counts as a call). Off by default.
+    pub fn idle_timeout(mut self, after: Duration, policy: IdlePolicy) -> Self {
+        self.idle = Some((after, policy));
+        self
+    }
+
+    /// What a call made while the sandbox is paused does (default
+    /// [`PausedCalls::Resume`]).
+    pub fn paused_calls(mut self, policy: PausedCalls) -> Self {
+        self.paused_calls = policy;
+        self
+    }
+
     /// Who runs QEMU and its vsock device (default [`VmmUser::Auto`]: an
     /// unprivileged user when the caller is root and the host allows it).
     pub fn vmm_user(mut self, user: VmmUser) -> Self {
@@ -230,6 +272,15 @@ impl SandboxBuilder {
                     path: image.clone(),
                 });
             }
+        }
+        if self.max_lifetime == Some(Duration::ZERO) {
+            return Err(Error::Config(
+                "a maximum lifetime of zero would kill the sandbox at once; use None for no ceiling"
+                    .into(),
+            ));
+        }
+        if self.idle.is_some_and(|(after, _)| after.is_zero()) {
+            return Err(Error::Config("the idle timeout must be above zero".into()));
         }
         if self.workspace.is_some() && self.image.is_none() {
             return Err(Error::Config(
@@ -283,8 +334,14 @@ impl SandboxBuilder {
     }
 
     /// Boots the VM and waits until the agent answers.
-    #[tracing::instrument(name = "sandbox_start", skip_all)]
     pub async fn start(self) -> Result<Sandbox> {
+        self.start_in_slot(None).await
+    }
+
+    /// [`start`](SandboxBuilder::start), holding a manager's slot until the
+    /// VM ends.
+    #[tracing::instrument(name = "sandbox_start", skip_all)]
+    pub(crate) async fn start_in_slot(self, slot: Option<OwnedSemaphorePermit>) -> Result<Sandbox> {
         let begin = Instant::now();
         self.validate()?;
         let accel = self
@@ -341,9 +398,24 @@ impl SandboxBuilder {
             ready: begin.elapsed(),
         };
         tracing::info!(?timings, agent_version = %health.agent_version, "sandbox ready");
+        let id = dir
+            .path()
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let vm = VmShared::new(vmm, begin, channel.clone(), health.protocol_revision, slot);
+        let watchdog = watchdog::spawn(
+            &vm,
+            watchdog::Policy {
+                max_lifetime: self.max_lifetime,
+                idle: self.idle,
+            },
+        );
         Ok(Sandbox {
-            vmm,
-            channel,
+            channel: AgentChannel::new(channel, Arc::clone(&vm), self.paused_calls),
+            vm,
+            watchdog,
+            id,
             timings,
             accel,
             agent_version: health.agent_version,
@@ -420,9 +492,11 @@ pub struct BootTimings {
 /// Dropping it kills the VM and removes its state directory.
 #[derive(Debug)]
 pub struct Sandbox {
-    // Field order is drop order: the VM dies before its directory goes.
-    vmm: Vmm,
-    channel: Channel,
+    // `Drop` kills the VM; then the fields go, the directory among the last.
+    vm: Arc<VmShared>,
+    channel: AgentChannel,
+    watchdog: JoinHandle<()>,
+    id: String,
     timings: BootTimings,
     accel: Accel,
     agent_version: String,
@@ -462,7 +536,8 @@ impl Sandbox {
             "Process.Start",
             self.channel.clone(),
             events,
-            Some(self.vmm.exit_probe()),
+            self.protocol_revision,
+            Some(Arc::clone(&self.vm)),
         )
         .await
     }
@@ -493,7 +568,8 @@ impl Sandbox {
             "Process.Connect",
             self.channel.clone(),
             events,
-            Some(self.vmm.exit_probe()),
+            self.protocol_revision,
+            Some(Arc::clone(&self.vm)),
         )
         .await
     }
@@ -501,7 +577,7 @@ impl Sandbox {
     /// The controls (stdin, signals) of a program by pid or tag, without
     /// attaching to its output.
     pub fn process(&self, target: impl Into<Target>) -> ProcessHandle {
-        ProcessHandle::new(self.channel.clone(), target.into())
+        ProcessHandle::new(self.channel.clone(), target.into(), self.protocol_revision)
     }
 
     /// Running and recently finished programs, oldest first.
@@ -570,7 +646,7 @@ impl Sandbox {
     /// Opens a raw stream to a guest vsock `port` that a program in the
     /// guest listens on (the agent's own port is taken by gRPC).
     pub async fn connect_vsock(&self, port: u32) -> Result<tokio::net::UnixStream> {
-        transport::connect_hybrid(self.vmm.vsock_uds(), port)
+        transport::connect_hybrid(self.vm.vsock_uds(), port)
             .await
             .map_err(|e| Error::Protocol(format!("vsock port {port}: {}", crate::error_chain(&e))))
     }
@@ -578,13 +654,63 @@ impl Sandbox {
     /// The guest console so far (kernel and agent logs), at most `max_bytes`
     /// from the end.
     pub fn console_tail(&self, max_bytes: usize) -> String {
-        self.vmm.diagnostics(max_bytes)
+        self.vm.console_tail(max_bytes)
+    }
+
+    /// The sandbox's name: its state directory's, unique on the host.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Running, paused, or ended (and why).
+    pub fn state(&self) -> SandboxState {
+        self.vm.state()
+    }
+
+    /// Why the sandbox ended, once it has.
+    pub fn end_reason(&self) -> Option<EndReason> {
+        self.vm.end_reason()
+    }
+
+    /// Wall time, running (unpaused) time and guest CPU time so far.
+    pub fn usage(&self) -> SandboxUsage {
+        self.vm.usage()
+    }
+
+    /// Stops the VM's CPUs (QMP `stop`): the guest uses no CPU and its
+    /// memory stays as it is. Calls meanwhile resume it, wait or fail, as
+    /// [`SandboxBuilder::paused_calls`] says. Pausing twice does nothing.
+    pub async fn pause(&self) -> Result<()> {
+        self.vm.pause().await
+    }
+
+    /// Restarts the VM's CPUs and sets the guest's clock to the host's, so
+    /// timestamps and certificate checks are right after the pause.
+    /// Resuming a running sandbox does nothing.
+    pub async fn resume(&self) -> Result<()> {
+        self.vm.resume().await
+    }
+
+    /// Kills the VM now; the sandbox ends as [`EndReason::Stopped`] and
+    /// every open call on it fails. The state directory goes when the
+    /// sandbox is dropped.
+    pub fn kill(&self) {
+        self.vm.kill(EndReason::Stopped);
     }
 
     /// Powers the VM off gracefully: the agent syncs and powers off; after
     /// `grace` the VM is killed regardless. The state directory is removed.
     #[tracing::instrument(skip_all)]
-    pub async fn shutdown(mut self, grace: Duration) -> Result<()> {
+    pub async fn shutdown(self, grace: Duration) -> Result<()> {
+        if let Some(reason) = self.vm.end_reason() {
+            tracing::debug!(%reason, "already ended");
+            return Ok(());
+        }
+        // A paused guest cannot power itself off.
+        if self.vm.state() == SandboxState::Paused {
+            self.vm.resume().await?;
+        }
+        self.vm.begin_stop();
         let asked = tokio::time::timeout(
             grace,
             SystemClient::new(self.channel.clone())
@@ -595,23 +721,29 @@ impl Sandbox {
         if let Ok(Err(status)) = &asked {
             tracing::warn!(%status, "agent refused to shut down");
         }
-        match self.vmm.wait_exit(grace).await? {
-            Some(status) => tracing::debug!(%status, "VM powered off"),
-            None => {
-                tracing::warn!(?grace, "VM did not power off in time; asking QEMU to quit");
-                match crate::Qmp::connect(self.vmm.qmp_socket()).await {
-                    Ok(mut qmp) => {
-                        if let Err(error) = qmp.execute("quit", None).await {
-                            tracing::debug!(%error, "qmp quit");
-                        }
+        if self.vm.wait_exit(grace).await {
+            tracing::debug!("VM powered off");
+        } else {
+            tracing::warn!(?grace, "VM did not power off in time; asking QEMU to quit");
+            match crate::Qmp::connect(self.vm.qmp_socket()).await {
+                Ok(mut qmp) => {
+                    if let Err(error) = qmp.execute("quit", None).await {
+                        tracing::debug!(%error, "qmp quit");
                     }
-                    Err(error) => tracing::debug!(%error, "qmp connect"),
                 }
-                self.vmm.wait_exit(Duration::from_secs(1)).await?;
+                Err(error) => tracing::debug!(%error, "qmp connect"),
             }
+            self.vm.wait_exit(Duration::from_secs(1)).await;
         }
-        self.vmm.kill();
+        self.vm.kill(EndReason::Stopped);
         Ok(())
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.watchdog.abort();
+        self.vm.kill(EndReason::Stopped);
     }
 }
 

@@ -3,19 +3,21 @@
 //! The protocol guarantees that every byte the program wrote arrives
 //! before `exited`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::lifecycle::channel::AgentChannel;
 use airlock_proto::v1::{process_event, ProcessEvent};
 use bytes::Bytes;
 use futures::Stream;
-use tonic::transport::Channel;
 use tonic::Streaming;
 
 use super::process::{ProcessHandle, Target};
 use super::signal::Signal;
 use super::status::{Exit, ExitStatus};
+use super::terminal::TerminalSize;
 use crate::error::{Error, Result};
-use crate::vmm::ExitProbe;
+use crate::lifecycle::vm::VmShared;
 
 /// Something a running program produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,23 +76,24 @@ pub struct Execution {
     events: Streaming<ProcessEvent>,
     exit: Option<Exit>,
     offset: u64,
-    /// Names the VM's end when the stream breaks because QEMU exited.
-    vm: Option<ExitProbe>,
+    /// Names the VM's end when the stream breaks because it ended.
+    vm: Option<Arc<VmShared>>,
 }
 
 impl Execution {
     /// Reads the mandatory `started` event of `call`'s stream.
     pub(crate) async fn begin(
         call: &'static str,
-        channel: Channel,
+        channel: AgentChannel,
         mut events: Streaming<ProcessEvent>,
-        vm: Option<ExitProbe>,
+        revision: u32,
+        vm: Option<Arc<VmShared>>,
     ) -> Result<Self> {
         match next_proto_event(call, &mut events, vm.as_ref()).await? {
             Some((process_event::Event::Started(started), _)) => Ok(Execution {
                 call,
                 pid: started.pid,
-                handle: ProcessHandle::new(channel, Target::Pid(started.pid)),
+                handle: ProcessHandle::new(channel, Target::Pid(started.pid), revision),
                 events,
                 exit: None,
                 offset: 0,
@@ -131,6 +134,12 @@ impl Execution {
     /// Signals the program's tree; see [`ProcessHandle::signal`].
     pub async fn signal(&self, signal: Signal) -> Result<()> {
         self.handle.signal(signal).await
+    }
+
+    /// Sets the window size of the program's terminal; see
+    /// [`ProcessHandle::resize`].
+    pub async fn resize(&self, size: TerminalSize) -> Result<()> {
+        self.handle.resize(size).await
     }
 
     /// The next event, or `None` after [`Event::Exited`] was returned.
@@ -221,14 +230,14 @@ impl Execution {
     }
 }
 
-/// How long a broken stream waits for QEMU to exit before blaming the
-/// connection instead of the VM's end.
+/// How long a broken stream waits for the VM's end to be noticed before
+/// blaming the connection instead.
 const VM_EXIT_GRACE: Duration = Duration::from_secs(3);
 
 async fn next_proto_event(
     call: &'static str,
     events: &mut Streaming<ProcessEvent>,
-    vm: Option<&ExitProbe>,
+    vm: Option<&Arc<VmShared>>,
 ) -> Result<Option<(process_event::Event, u64)>> {
     match events.message().await {
         Ok(Some(ProcessEvent {
@@ -241,11 +250,8 @@ async fn next_proto_event(
         Ok(None) => Ok(None),
         Err(status) => {
             if let Some(vm) = vm {
-                if let Some(exit) = vm.exited_within(VM_EXIT_GRACE).await {
-                    return Err(Error::VmGone {
-                        call,
-                        status: exit.to_string(),
-                    });
+                if let Some(reason) = vm.ended_within(VM_EXIT_GRACE).await {
+                    return Err(Error::VmGone { call, reason });
                 }
             }
             Err(Error::agent(call, status))

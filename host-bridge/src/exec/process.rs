@@ -1,17 +1,19 @@
-//! A program in the guest, by pid or tag: its controls ([`ProcessHandle`])
-//! and what `Sandbox::list` says about it ([`ProcessInfo`]).
+//! A program in the guest, by pid or tag: its controls ([`ProcessHandle`]:
+//! stdin, signals, terminal size) and what `Sandbox::list` says about it
+//! ([`ProcessInfo`]).
 
+use crate::lifecycle::channel::AgentChannel;
 use airlock_proto::v1::process_client::ProcessClient;
 use airlock_proto::v1::{
-    process_selector, CloseStdinRequest, ProcessSelector, SendInputRequest, SendSignalRequest,
-    StreamInputRequest,
+    process_selector, CloseStdinRequest, ProcessSelector, ResizeRequest, SendInputRequest,
+    SendSignalRequest, StreamInputRequest,
 };
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use tonic::transport::Channel;
 
 use super::signal::Signal;
 use super::status::Exit;
+use super::terminal::TerminalSize;
 use crate::error::{Error, Result};
 use crate::transport::CapMessages;
 
@@ -53,19 +55,23 @@ impl Target {
     }
 }
 
-/// The controls of a program in the guest: its stdin and signals. Cheap to
-/// clone, usable from any task while another reads the program's output.
+/// The controls of a program in the guest: its stdin, signals and terminal
+/// size. Cheap to clone, usable from any task while another reads the
+/// program's output.
 #[derive(Debug, Clone)]
 pub struct ProcessHandle {
-    client: ProcessClient<Channel>,
+    client: ProcessClient<AgentChannel>,
     target: Target,
+    /// The agent's protocol revision, for calls added after revision 2.
+    revision: u32,
 }
 
 impl ProcessHandle {
-    pub(crate) fn new(channel: Channel, target: Target) -> Self {
+    pub(crate) fn new(channel: AgentChannel, target: Target, revision: u32) -> Self {
         ProcessHandle {
             client: ProcessClient::new(channel).capped(),
             target,
+            revision,
         }
     }
 
@@ -138,6 +144,31 @@ impl ProcessHandle {
     /// Sends `signal` to the program alone, not to the processes it started.
     pub async fn signal_leader(&self, signal: Signal) -> Result<()> {
         self.send_signal(signal, true).await
+    }
+
+    /// Sets the window size of the program's terminal (it must have been
+    /// started with `Command::pty`); the kernel sends SIGWINCH to the
+    /// terminal's foreground job, as when a terminal window is resized.
+    /// Fails with `FailedPrecondition` for a program without a terminal or
+    /// one that has exited. Needs protocol revision 5.
+    pub async fn resize(&self, size: TerminalSize) -> Result<()> {
+        if self.revision < 5 {
+            return Err(Error::AgentTooOld {
+                feature: "resize",
+                needed: 5,
+                found: self.revision,
+            });
+        }
+        self.client
+            .clone()
+            .resize(ResizeRequest {
+                process: self.target.selector(),
+                rows: size.rows.into(),
+                cols: size.cols.into(),
+            })
+            .await
+            .map_err(|status| Error::agent("Process.Resize", status))?;
+        Ok(())
     }
 
     /// Kills the program's whole tree (SIGKILL).

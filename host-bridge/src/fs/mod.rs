@@ -21,6 +21,7 @@ mod tree;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use crate::lifecycle::channel::AgentChannel;
 use airlock_proto::v1::files_client::FilesClient;
 use airlock_proto::v1::{
     write_file_request, FileChunk, ReadFileRequest, WriteFileEnd, WriteFileHeader, WriteFileRequest,
@@ -28,7 +29,6 @@ use airlock_proto::v1::{
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tonic::transport::Channel;
 use tonic::Streaming;
 
 pub use error::FsError;
@@ -47,7 +47,7 @@ const FILES_REVISION: u32 = 3;
 /// The guest's filesystem. Cheap to clone; usable from any task.
 #[derive(Debug, Clone)]
 pub struct Files {
-    client: FilesClient<Channel>,
+    client: FilesClient<AgentChannel>,
     revision: u32,
 }
 
@@ -64,7 +64,7 @@ fn guest(path: &Path) -> Result<String> {
 }
 
 impl Files {
-    pub(crate) fn new(channel: Channel, revision: u32) -> Self {
+    pub(crate) fn new(channel: AgentChannel, revision: u32) -> Self {
         Files {
             client: FilesClient::new(channel).capped(),
             revision,
@@ -72,7 +72,7 @@ impl Files {
     }
 
     /// A client, once the agent is known to speak `Files`.
-    fn client(&self) -> Result<FilesClient<Channel>> {
+    fn client(&self) -> Result<FilesClient<AgentChannel>> {
         if self.revision < FILES_REVISION {
             return Err(Error::AgentTooOld {
                 feature: "the filesystem API",

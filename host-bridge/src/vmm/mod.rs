@@ -117,25 +117,6 @@ impl VmPaths {
     }
 }
 
-/// Tells whether QEMU has exited, from any task: calls that fail mid-way
-/// use it to name the VM's end as the cause.
-#[derive(Debug, Clone)]
-pub(crate) struct ExitProbe(Arc<Mutex<Child>>);
-
-impl ExitProbe {
-    /// QEMU's exit status, waiting up to `wait` for it to come.
-    pub async fn exited_within(&self, wait: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + wait;
-        loop {
-            let status = lock(&self.0).try_wait().ok().flatten();
-            if status.is_some() || Instant::now() >= deadline {
-                return status;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
 fn lock(child: &Mutex<Child>) -> MutexGuard<'_, Child> {
     child.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -211,9 +192,9 @@ impl Vmm {
         })
     }
 
-    /// A probe for QEMU's exit that calls can hold.
-    pub fn exit_probe(&self) -> ExitProbe {
-        ExitProbe(Arc::clone(&self.qemu))
+    /// QEMU's process id.
+    pub fn qemu_pid(&self) -> u32 {
+        lock(&self.qemu).id()
     }
 
     /// The hybrid-vsock Unix socket that reaches the guest.
@@ -231,20 +212,6 @@ impl Vmm {
             self.qemu_exit = lock(&self.qemu).try_wait().map_err(VmmError::Wait)?;
         }
         Ok(self.qemu_exit)
-    }
-
-    /// Waits up to `timeout` for QEMU to exit by itself.
-    pub async fn wait_exit(&mut self, timeout: Duration) -> Result<Option<ExitStatus>, VmmError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.try_exit()? {
-                return Ok(Some(status));
-            }
-            if Instant::now() >= deadline {
-                return Ok(None);
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
     }
 
     /// The last `max_bytes` of the guest console plus QEMU's own stderr,

@@ -94,6 +94,9 @@ impl QemuConfig {
             "-display",
             "none",
         ]);
+        // Named threads ("CPU 0/TCG", "CPU 0/KVM"): metering reads the
+        // guest's CPU time from the vCPU threads.
+        push(&["-name", "airlock,debug-threads=on"]);
         args.push("-kernel".into());
         args.push(self.kernel.clone().into());
         args.push("-initrd".into());
@@ -210,6 +213,7 @@ mod tests {
         );
         assert!(line.contains("-smp 2"), "{line}");
         assert!(line.contains("-cpu max"), "{line}");
+        assert!(line.contains("-name airlock,debug-threads=on"), "{line}");
     }
 
     #[test]

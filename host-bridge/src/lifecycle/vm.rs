@@ -1,0 +1,422 @@
+//! [`VmShared`]: the VM behind every handle on one sandbox.
+//!
+//! It owns the VMM processes after boot and is the one place that changes
+//! the sandbox's [`SandboxState`]: pause and resume (serialized, and with
+//! the host's time pushed to the guest on resume), and the end, whoever
+//! causes it (the owner, the watchdog, or the VM itself). The first reason
+//! recorded for the end is the one every handle reports.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use airlock_proto::v1::system_client::SystemClient;
+use airlock_proto::v1::SetClockRequest;
+use tokio::sync::{watch, OwnedSemaphorePermit};
+use tonic::transport::Channel;
+
+use super::meter::{self, SandboxUsage};
+use super::{EndReason, PausedCalls, SandboxState};
+use crate::error::{Error, Result};
+use crate::vmm::Vmm;
+use crate::Qmp;
+
+/// How much console output an unexpected end reports.
+const CONSOLE_TAIL_BYTES: usize = 4096;
+/// How long the clock push after a resume may take.
+const SET_CLOCK_TIMEOUT: Duration = Duration::from_secs(5);
+/// The protocol revision that has `System.SetClock`.
+const SET_CLOCK_REVISION: u32 = 5;
+
+/// Why a call was not let through to the agent. Carried as the source of
+/// the call's status, and turned back into [`Error::SandboxEnded`] or
+/// [`Error::Paused`] by `Error::agent`.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum Unavailable {
+    #[error("the sandbox has ended: {0}")]
+    Ended(EndReason),
+    #[error("the sandbox is paused")]
+    Paused,
+}
+
+/// Time accounting, under one lock.
+#[derive(Debug)]
+struct Clock {
+    started: Instant,
+    paused_since: Option<Instant>,
+    paused_total: Duration,
+    ended_at: Option<Instant>,
+    last_guest_cpu: Duration,
+}
+
+/// The shared VM.
+#[derive(Debug)]
+pub(crate) struct VmShared {
+    vmm: Mutex<Vmm>,
+    qemu_pid: u32,
+    qmp_socket: PathBuf,
+    vsock_uds: PathBuf,
+    state: watch::Sender<SandboxState>,
+    clock: Mutex<Clock>,
+    /// Calls in flight, and when the count last dropped to zero.
+    in_flight: AtomicUsize,
+    quiet_since: Mutex<Instant>,
+    /// Serializes pause, resume and the admission of calls.
+    transition: tokio::sync::Mutex<()>,
+    /// Set before a graceful shutdown, so its exit counts as `Stopped`.
+    stopping: AtomicBool,
+    /// The agent's channel without the gate, for the clock push.
+    raw_channel: Channel,
+    protocol_revision: u32,
+    /// A manager's slot, given back when the VM ends.
+    slot: Mutex<Option<OwnedSemaphorePermit>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl VmShared {
+    pub fn new(
+        vmm: Vmm,
+        started: Instant,
+        raw_channel: Channel,
+        protocol_revision: u32,
+        slot: Option<OwnedSemaphorePermit>,
+    ) -> Arc<Self> {
+        let (state, _) = watch::channel(SandboxState::Running);
+        Arc::new(VmShared {
+            qemu_pid: vmm.qemu_pid(),
+            qmp_socket: vmm.qmp_socket().to_owned(),
+            vsock_uds: vmm.vsock_uds().to_owned(),
+            vmm: Mutex::new(vmm),
+            state,
+            clock: Mutex::new(Clock {
+                started,
+                paused_since: None,
+                paused_total: Duration::ZERO,
+                ended_at: None,
+                last_guest_cpu: Duration::ZERO,
+            }),
+            in_flight: AtomicUsize::new(0),
+            quiet_since: Mutex::new(Instant::now()),
+            transition: tokio::sync::Mutex::new(()),
+            stopping: AtomicBool::new(false),
+            raw_channel,
+            protocol_revision,
+            slot: Mutex::new(slot),
+        })
+    }
+
+    pub fn state(&self) -> SandboxState {
+        self.state.borrow().clone()
+    }
+
+    pub fn end_reason(&self) -> Option<EndReason> {
+        match &*self.state.borrow() {
+            SandboxState::Ended(reason) => Some(reason.clone()),
+            _ => None,
+        }
+    }
+
+    pub fn started(&self) -> Instant {
+        lock(&self.clock).started
+    }
+
+    /// Waits up to `wait` for the VM to end, and says why it did.
+    pub async fn ended_within(&self, wait: Duration) -> Option<EndReason> {
+        let mut states = self.state.subscribe();
+        let ended = tokio::time::timeout(
+            wait,
+            states.wait_for(|state| matches!(state, SandboxState::Ended(_))),
+        )
+        .await;
+        match ended {
+            Ok(Ok(state)) => match &*state {
+                SandboxState::Ended(reason) => Some(reason.clone()),
+                _ => None,
+            },
+            _ => self.end_reason(),
+        }
+    }
+
+    // ---- calls in flight ----
+
+    /// Counts a call as in flight until the guard is dropped.
+    pub fn begin_call(self: &Arc<Self>) -> CallGuard {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        CallGuard(Arc::clone(self))
+    }
+
+    /// How long the sandbox has had no call in flight (zero if it has one).
+    pub fn idle_for(&self) -> Duration {
+        if self.in_flight.load(Ordering::SeqCst) > 0 {
+            return Duration::ZERO;
+        }
+        lock(&self.quiet_since).elapsed()
+    }
+
+    /// Lets a call through, or says why not; a paused VM is resumed, waited
+    /// for or refused as `policy` says.
+    pub async fn admit(&self, policy: PausedCalls) -> Result<(), Unavailable> {
+        loop {
+            {
+                let _transition = self.transition.lock().await;
+                match self.state() {
+                    SandboxState::Running => return Ok(()),
+                    SandboxState::Ended(reason) => return Err(Unavailable::Ended(reason)),
+                    SandboxState::Paused => {}
+                }
+            }
+            match policy {
+                PausedCalls::Fail => return Err(Unavailable::Paused),
+                PausedCalls::Resume => {
+                    if let Err(error) = self.resume().await {
+                        tracing::warn!(error = %crate::error_chain(&error), "resume for a call failed");
+                        if let Some(reason) = self.end_reason() {
+                            return Err(Unavailable::Ended(reason));
+                        }
+                        return Err(Unavailable::Paused);
+                    }
+                }
+                PausedCalls::Wait => {
+                    let mut states = self.state.subscribe();
+                    // A closed channel cannot happen while `self` lives.
+                    let _ = states
+                        .wait_for(|state| !matches!(state, SandboxState::Paused))
+                        .await;
+                }
+            }
+        }
+    }
+
+    // ---- pause and resume ----
+
+    /// Stops the VM's CPUs. Pausing a paused sandbox does nothing.
+    pub async fn pause(&self) -> Result<()> {
+        let _transition = self.transition.lock().await;
+        self.pause_locked().await
+    }
+
+    /// Pauses only if still no call is in flight after `after` (checked
+    /// under the same lock that admits calls, so none slips in between).
+    pub async fn pause_if_idle(&self, after: Duration) -> Result<bool> {
+        let _transition = self.transition.lock().await;
+        if self.state() != SandboxState::Running || self.idle_for() < after {
+            return Ok(false);
+        }
+        self.pause_locked().await.map(|()| true)
+    }
+
+    async fn pause_locked(&self) -> Result<()> {
+        match self.state() {
+            SandboxState::Running => {}
+            SandboxState::Paused => return Ok(()),
+            SandboxState::Ended(reason) => return Err(Error::SandboxEnded { reason }),
+        }
+        self.qmp("stop").await?;
+        lock(&self.clock).paused_since = Some(Instant::now());
+        self.state.send_replace(SandboxState::Paused);
+        tracing::info!(qemu_pid = self.qemu_pid, "sandbox paused");
+        Ok(())
+    }
+
+    /// Restarts the VM's CPUs and sets the guest clock to the host's.
+    /// Resuming a running sandbox does nothing.
+    pub async fn resume(&self) -> Result<()> {
+        let _transition = self.transition.lock().await;
+        match self.state() {
+            SandboxState::Paused => {}
+            SandboxState::Running => return Ok(()),
+            SandboxState::Ended(reason) => return Err(Error::SandboxEnded { reason }),
+        }
+        self.qmp("cont").await?;
+        {
+            let mut clock = lock(&self.clock);
+            if let Some(since) = clock.paused_since.take() {
+                clock.paused_total += since.elapsed();
+            }
+        }
+        *lock(&self.quiet_since) = Instant::now();
+        // The clock goes first, so no call sees the stale time.
+        self.push_clock().await;
+        self.state.send_replace(SandboxState::Running);
+        tracing::info!(qemu_pid = self.qemu_pid, "sandbox resumed");
+        Ok(())
+    }
+
+    /// Pushes the host's wall-clock time to the guest. A failure is logged,
+    /// not fatal: the sandbox runs, with a clock that lags.
+    async fn push_clock(&self) {
+        if self.protocol_revision < SET_CLOCK_REVISION {
+            tracing::warn!(
+                revision = self.protocol_revision,
+                "agent too old to set its clock; the guest clock lags by the pause"
+            );
+            return;
+        }
+        let unix_nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let mut client = SystemClient::new(self.raw_channel.clone());
+        let call = client.set_clock(SetClockRequest { unix_nanos });
+        match tokio::time::timeout(SET_CLOCK_TIMEOUT, call).await {
+            Ok(Ok(answer)) => tracing::debug!(
+                adjusted_by_ms = answer.into_inner().adjusted_by_nanos / 1_000_000,
+                "guest clock set"
+            ),
+            Ok(Err(status)) => tracing::warn!(%status, "guest clock not set"),
+            Err(_) => tracing::warn!(timeout = ?SET_CLOCK_TIMEOUT, "guest clock not set in time"),
+        }
+    }
+
+    async fn qmp(&self, command: &'static str) -> Result<()> {
+        let mut qmp = Qmp::connect(&self.qmp_socket).await?;
+        qmp.execute(command, None).await?;
+        Ok(())
+    }
+
+    // ---- the end ----
+
+    /// Kills the VM now and records `reason` (unless it had already ended).
+    pub fn kill(&self, reason: EndReason) {
+        self.sample_guest_cpu();
+        lock(&self.vmm).kill();
+        self.end(reason);
+    }
+
+    /// Checks whether QEMU has exited by itself; if so, takes the vsock
+    /// device down too (which breaks every open call) and records why.
+    pub fn check_exit(&self) -> bool {
+        let exited = {
+            let mut vmm = lock(&self.vmm);
+            match vmm.try_exit() {
+                Ok(Some(status)) => {
+                    vmm.kill();
+                    Some((status, vmm.diagnostics(CONSOLE_TAIL_BYTES)))
+                }
+                Ok(None) => None,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot check on QEMU");
+                    None
+                }
+            }
+        };
+        let Some((status, console_tail)) = exited else {
+            return false;
+        };
+        let reason = if self.stopping.load(Ordering::SeqCst) {
+            EndReason::Stopped
+        } else {
+            tracing::warn!(%status, "the VM exited by itself");
+            EndReason::VmExited {
+                status: status.to_string(),
+                console_tail,
+            }
+        };
+        self.end(reason);
+        true
+    }
+
+    /// Marks a graceful shutdown in progress.
+    pub fn begin_stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// Waits up to `timeout` for QEMU to exit by itself.
+    pub async fn wait_exit(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.check_exit() || self.end_reason().is_some() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    pub fn qmp_socket(&self) -> &std::path::Path {
+        &self.qmp_socket
+    }
+
+    pub fn vsock_uds(&self) -> &std::path::Path {
+        &self.vsock_uds
+    }
+
+    pub fn console_tail(&self, max_bytes: usize) -> String {
+        lock(&self.vmm).diagnostics(max_bytes)
+    }
+
+    fn end(&self, reason: EndReason) {
+        {
+            let mut clock = lock(&self.clock);
+            let now = Instant::now();
+            if clock.ended_at.is_none() {
+                clock.ended_at = Some(now);
+                if let Some(since) = clock.paused_since.take() {
+                    clock.paused_total += now.saturating_duration_since(since);
+                }
+            }
+        }
+        self.state.send_if_modified(|state| {
+            if matches!(state, SandboxState::Ended(_)) {
+                return false;
+            }
+            tracing::info!(%reason, "sandbox ended");
+            *state = SandboxState::Ended(reason);
+            true
+        });
+        lock(&self.slot).take();
+    }
+
+    // ---- metering ----
+
+    /// Reads the guest's CPU time while the VM is there to read.
+    pub fn sample_guest_cpu(&self) {
+        if let Some(cpu) = meter::vcpu_time(self.qemu_pid) {
+            let mut clock = lock(&self.clock);
+            if clock.ended_at.is_none() {
+                clock.last_guest_cpu = clock.last_guest_cpu.max(cpu);
+            }
+        }
+    }
+
+    pub fn usage(&self) -> SandboxUsage {
+        if self.end_reason().is_none() {
+            self.sample_guest_cpu();
+        }
+        let clock = lock(&self.clock);
+        let until = clock.ended_at.unwrap_or_else(Instant::now);
+        let wall = until.saturating_duration_since(clock.started);
+        let paused = clock.paused_total
+            + clock.paused_since.map_or(Duration::ZERO, |since| {
+                until.saturating_duration_since(since)
+            });
+        SandboxUsage {
+            wall,
+            running: wall.saturating_sub(paused),
+            guest_cpu: clock.last_guest_cpu,
+        }
+    }
+}
+
+/// A call in flight; dropping it ends the call.
+#[derive(Debug)]
+pub(crate) struct CallGuard(Arc<VmShared>);
+
+impl CallGuard {
+    pub fn vm(&self) -> &Arc<VmShared> {
+        &self.0
+    }
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            *lock(&self.0.quiet_since) = Instant::now();
+        }
+    }
+}

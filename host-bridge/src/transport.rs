@@ -221,6 +221,67 @@ mod tests {
         assert_eq!(&echo, b"ping");
     }
 
+    /// A guest whose Health answer is `version_bytes` long.
+    #[derive(Debug)]
+    struct Bloated {
+        version_bytes: usize,
+    }
+
+    #[tonic::async_trait]
+    impl airlock_proto::v1::health_server::Health for Bloated {
+        async fn check(
+            &self,
+            _: tonic::Request<airlock_proto::v1::CheckRequest>,
+        ) -> Result<tonic::Response<airlock_proto::v1::CheckResponse>, tonic::Status> {
+            Ok(tonic::Response::new(airlock_proto::v1::CheckResponse {
+                agent_version: "x".repeat(self.version_bytes),
+                ..Default::default()
+            }))
+        }
+    }
+
+    /// A fake device whose guest side is a gRPC server answering Health.
+    async fn fake_agent(version_bytes: usize) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut line = Vec::new();
+            while line.last() != Some(&b'\n') {
+                line.push(stream.read_u8().await.unwrap());
+            }
+            stream.write_all(b"OK 1\n").await.unwrap();
+            let incoming = tokio_stream::iter([Ok::<_, std::io::Error>(stream)]);
+            tonic::transport::Server::builder()
+                .add_service(airlock_proto::v1::health_server::HealthServer::new(
+                    Bloated { version_bytes },
+                ))
+                .serve_with_incoming(incoming)
+                .await
+                .unwrap();
+        });
+        (dir, path)
+    }
+
+    async fn check(version_bytes: usize) -> Result<usize, tonic::Status> {
+        let (_dir, path) = fake_agent(version_bytes).await;
+        let channel = channel(path, 1024).await.unwrap();
+        let answer = HealthClient::new(channel)
+            .capped()
+            .check(airlock_proto::v1::CheckRequest {})
+            .await?;
+        Ok(answer.into_inner().agent_version.len())
+    }
+
+    #[tokio::test]
+    async fn messages_past_the_cap_are_refused() {
+        let fits = MAX_MESSAGE_BYTES - 1024;
+        assert_eq!(check(fits).await.unwrap(), fits);
+        let status = check(MAX_MESSAGE_BYTES + 1).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::OutOfRange, "{status}");
+    }
+
     #[tokio::test]
     async fn closed_or_garbled_answers_are_errors() {
         let (_dir, path) = fake_device(b"").await;

@@ -12,7 +12,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{echo_round_trips, echo_throughput, ms, start_echo, MIB};
+use common::{echo_round_trips, echo_throughput, ms, pseudo_random, start_echo, MIB};
 
 #[tokio::main]
 async fn main() {
@@ -107,17 +107,3 @@ async fn main() {
 
 /// The agent's memory budget in MiB, as `tests/tests/limits.rs` asserts it.
 const AGENT_RSS_BUDGET_MIB: u64 = 16;
-
-/// Incompressible bytes without a dependency (xorshift64*).
-fn pseudo_random(len: usize) -> Vec<u8> {
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        out.extend_from_slice(&state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}

@@ -1,6 +1,7 @@
 //! The raw vsock floor shared by the benchmarks: upload the static guest
 //! echo listener (`tests/vsock-echo`), start it, and measure round trips and
-//! throughput over `Sandbox::connect_vsock`.
+//! throughput over `Sandbox::connect_vsock`. Also the pseudo-random file
+//! contents and the percentile and millisecond helpers both benchmarks use.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -96,4 +97,18 @@ pub fn percentile(sorted: &[Duration], pct: usize) -> Duration {
 
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+/// Incompressible bytes without a dependency (xorshift64*).
+pub fn pseudo_random(len: usize) -> Vec<u8> {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        out.extend_from_slice(&state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+    }
+    out.truncate(len);
+    out
 }

@@ -1,20 +1,26 @@
-//! Exec benchmark: cold start, exec latency and throughput, stdout
-//! throughput and footprint, each beside a floor measured in the same VM
-//! and run where one exists (the raw vsock echo, the guest's own
-//! fork+exec+wait, the guest writing to `/dev/null`).
+//! Exec benchmark: cold starts (busybox initramfs and the default Debian
+//! image), exec latency and throughput, stdout throughput and footprint,
+//! each beside a floor measured in the same VM and run where one exists
+//! (the raw vsock echo, the guest's own fork+exec+wait, the guest writing
+//! to `/dev/null`); then the QEMU guest agent as a peer in a VM of its own
+//! image ([`peer`]), ours and theirs side by side.
 //!
-//! Run with `scripts/bench` (it builds the guest echo listener first), or
+//! Run with `scripts/bench` (it builds the guest echo listener and the
+//! peer's `bench-qga` image first), or
 //! `cargo bench -p airlock-tests --bench exec [-- --json]`. With `--json`
 //! the table goes to stderr and one JSON object to stdout.
-//! `AIRLOCK_BENCH_STARTS` sets the number of cold starts (default 5).
+//! `AIRLOCK_BENCH_STARTS` sets the number of cold starts of each kind
+//! (default 5); `AIRLOCK_BENCH_QGA_MIB` the file both agents upload in the
+//! peer comparison (default `AIRLOCK_BENCH_MIB`, else 64).
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
+mod peer;
 
 use std::time::{Duration, Instant};
 
-use airlock::{Command, Event, Sandbox};
+use airlock::{BootTimings, Command, Event, Sandbox, SandboxBuilder};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
@@ -27,6 +33,9 @@ const GUEST_LOOP_RUNS: usize = 500;
 /// Concurrency levels for execs per second, and execs per level.
 const CONCURRENCY: [usize; 3] = [1, 8, 64];
 const EXECS_PER_LEVEL: usize = 128;
+/// The file both agents upload in the peer comparison, MiB: the transfer
+/// benchmark's default size.
+const QGA_UPLOAD_MIB: usize = 64;
 /// Bytes the stdout benchmark writes (32 MiB).
 const STDOUT_BYTES: usize = 32 * MIB;
 
@@ -38,52 +47,58 @@ async fn main() {
         .and_then(|v| v.parse().ok())
         .filter(|&n| n > 0)
         .unwrap_or(5);
+    let env_mib = |key: &str| {
+        std::env::var(key)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+    };
+    let qga_mib = env_mib("AIRLOCK_BENCH_QGA_MIB")
+        .or_else(|| env_mib("AIRLOCK_BENCH_MIB"))
+        .unwrap_or(QGA_UPLOAD_MIB);
     let mut table = Table::default();
 
-    // Start: N cold starts in sequence; the last VM serves the rest.
-    let mut boots = Vec::with_capacity(starts);
-    let mut sandbox = None;
-    for i in 0..starts {
-        let vm = airlock_tests::builder().start().await.expect("sandbox");
-        let first = first_output(&vm).await;
-        boots.push((vm.boot_timings(), first));
-        if i + 1 < starts {
-            vm.shutdown(Duration::from_secs(10))
-                .await
-                .expect("shutdown");
-        } else {
-            sandbox = Some(vm);
-        }
-    }
-    let sandbox = sandbox.expect("at least one start");
-    let column = |f: &dyn Fn(&(airlock::BootTimings, Duration)) -> Duration| {
-        let mut times: Vec<Duration> = boots.iter().map(f).collect();
-        times.sort();
-        (percentile(&times, 50), percentile(&times, 95))
-    };
-    let start_rows = [
-        ("VMM processes started", column(&|b| b.0.vmm_started)),
+    // Start from the default Debian image first (each VM shut down), then
+    // from the busybox initramfs, whose last VM serves the rest.
+    let mut debian_table = Table::default();
+    let debian_probes = [
+        ("first exec output after ready", echo_ready()),
         (
-            "guest kernel to agent (PID 1)",
-            column(&|b| b.0.kernel_to_init),
+            "first python3 -c output after ready",
+            Command::new("python3").arg("-c").arg("print('ready')"),
         ),
-        ("agent init to serving", column(&|b| b.0.init_to_serving)),
-        ("agent ready (host view)", column(&|b| b.0.ready)),
-        ("first exec output after ready", column(&|b| b.1)),
     ];
-    table.heading(&format!(
-        "start: {starts} cold starts, busybox initramfs, accel {}",
-        sandbox.accel().qemu_name()
-    ));
-    table.header("measure", "median", "p95");
-    let mut start_json = serde_json::Map::new();
-    for (name, (median, p95)) in start_rows {
-        table.row(name, &fmt_ms(median), &fmt_ms(p95));
-        start_json.insert(
-            name.to_owned(),
-            json!({"median_ms": ms(median), "p95_ms": ms(p95)}),
-        );
-    }
+    let image = airlock_tests::default_image();
+    let (debian_starts, vm) = cold_starts(
+        starts,
+        || airlock_tests::builder().image(&image),
+        &debian_probes,
+    )
+    .await;
+    vm.shutdown(Duration::from_secs(10))
+        .await
+        .expect("shutdown");
+    let start_debian_json = start_section(
+        &mut debian_table,
+        &format!(
+            "start: {starts} cold starts, default Debian image (python3), accel {}",
+            debian_starts.accel
+        ),
+        &debian_starts,
+    );
+
+    let busybox_probes = [("first exec output after ready", echo_ready())];
+    let (busybox_starts, sandbox) =
+        cold_starts(starts, airlock_tests::builder, &busybox_probes).await;
+    let start_json = start_section(
+        &mut table,
+        &format!(
+            "start: {starts} cold starts, busybox initramfs, accel {}",
+            busybox_starts.accel
+        ),
+        &busybox_starts,
+    );
+    table.append(&debian_table);
 
     // Floors in the same VM: raw vsock echo and the guest's own fork+exec.
     let (_echo, mut stream) = start_echo(&sandbox).await;
@@ -208,13 +223,22 @@ async fn main() {
     }
     let host_total: u64 = host.iter().map(|(_, bytes)| bytes).sum();
     table.row("host RSS per sandbox (sum)", &mib(host_total), "");
+    let accel = sandbox.accel().qemu_name();
+    sandbox
+        .shutdown(Duration::from_secs(10))
+        .await
+        .expect("shutdown");
+
+    // The QEMU guest agent beside ours, in a VM of its own image.
+    let peer_json = peer::run(&mut table, qga_mib).await;
 
     table.print(json_out);
     if json_out {
         let report = json!({
-            "accel": sandbox.accel().qemu_name(),
+            "accel": accel,
             "starts": starts,
             "start": Value::Object(start_json),
+            "start_debian": Value::Object(start_debian_json),
             "exec_latency": {
                 "runs": LATENCY_RUNS,
                 "median_ms": ms(lat_median),
@@ -239,31 +263,108 @@ async fn main() {
                 "host_rss_bytes": host.iter().map(|(name, bytes)| json!({"process": name, "bytes": bytes})).collect::<Vec<_>>(),
                 "host_rss_total_bytes": host_total,
             },
+            "peer_qga": peer_json,
         });
         println!("{report}");
     }
-    sandbox
-        .shutdown(Duration::from_secs(10))
-        .await
-        .expect("shutdown");
 }
 
-/// Time from exec to the first stdout chunk of `echo`, then waits for it.
-async fn first_output(sandbox: &Sandbox) -> Duration {
+/// The start figures of one configuration: each start's boot split and
+/// the time to first output of each probe, by probe name.
+struct Starts {
+    accel: &'static str,
+    boots: Vec<BootTimings>,
+    probes: Vec<(&'static str, Vec<Duration>)>,
+}
+
+/// `n` cold starts in sequence from `builder`, each followed by `probes`
+/// (run one after another); every VM but the last is shut down.
+async fn cold_starts(
+    n: usize,
+    builder: impl Fn() -> SandboxBuilder,
+    probes: &[(&'static str, Command)],
+) -> (Starts, Sandbox) {
+    let mut starts = Starts {
+        accel: "",
+        boots: Vec::with_capacity(n),
+        probes: probes.iter().map(|(name, _)| (*name, Vec::new())).collect(),
+    };
+    let mut last = None;
+    for i in 0..n {
+        let vm = builder().start().await.expect("sandbox");
+        starts.accel = vm.accel().qemu_name();
+        starts.boots.push(vm.boot_timings());
+        for ((_, command), (_, times)) in probes.iter().zip(&mut starts.probes) {
+            times.push(first_output(&vm, command).await);
+        }
+        if i + 1 < n {
+            vm.shutdown(Duration::from_secs(10))
+                .await
+                .expect("shutdown");
+        } else {
+            last = Some(vm);
+        }
+    }
+    (starts, last.expect("at least one start"))
+}
+
+/// Adds the start rows (median and p95) to `table` and returns them as JSON.
+fn start_section(
+    table: &mut Table,
+    heading: &str,
+    starts: &Starts,
+) -> serde_json::Map<String, Value> {
+    let column = |times: Vec<Duration>| {
+        let mut times = times;
+        times.sort();
+        (percentile(&times, 50), percentile(&times, 95))
+    };
+    let boot = |f: fn(&BootTimings) -> Duration| column(starts.boots.iter().map(f).collect());
+    let mut rows = vec![
+        ("VMM processes started", boot(|b| b.vmm_started)),
+        ("guest kernel to agent (PID 1)", boot(|b| b.kernel_to_init)),
+        ("agent init to serving", boot(|b| b.init_to_serving)),
+        ("agent ready (host view)", boot(|b| b.ready)),
+    ];
+    for (name, times) in &starts.probes {
+        rows.push((name, column(times.clone())));
+    }
+    table.heading(heading);
+    table.header("measure", "median", "p95");
+    let mut json = serde_json::Map::new();
+    for (name, (median, p95)) in rows {
+        table.row(name, &fmt_ms(median), &fmt_ms(p95));
+        json.insert(
+            name.to_owned(),
+            json!({"median_ms": ms(median), "p95_ms": ms(p95)}),
+        );
+    }
+    json
+}
+
+/// `echo ready`, the first-output probe of every start.
+fn echo_ready() -> Command {
+    Command::new("echo").arg("ready")
+}
+
+/// Time from exec to the first stdout chunk of `command`, then waits for
+/// it to exit successfully.
+async fn first_output(sandbox: &Sandbox, command: &Command) -> Duration {
     let began = Instant::now();
-    let mut execution = sandbox
-        .exec(Command::new("echo").arg("ready"))
-        .await
-        .expect("exec echo");
+    let mut execution = sandbox.exec(command).await.expect("exec probe");
     let mut first = None;
-    while let Some(event) = execution.next_event().await.expect("echo events") {
+    while let Some(event) = execution.next_event().await.expect("probe events") {
         match event {
             Event::Stdout(_) if first.is_none() => first = Some(began.elapsed()),
-            Event::Exited(exit) => assert!(exit.status.success(), "echo failed: {exit:?}"),
+            Event::Exited(exit) => assert!(
+                exit.status.success(),
+                "{:?} failed: {exit:?}",
+                command.argv()
+            ),
             _ => {}
         }
     }
-    first.expect("echo printed nothing")
+    first.unwrap_or_else(|| panic!("{:?} printed nothing", command.argv()))
 }
 
 /// Runs `true` to its exit; returns the agent's own start-to-exit time.
@@ -369,12 +470,28 @@ impl Table {
         self.0.push_str(&format!("\n{text}\n"));
     }
 
+    /// A line under a heading.
+    fn heading_note(&mut self, text: &str) {
+        self.0.push_str(&format!("{text}\n"));
+    }
+
+    /// Another table's rows, after this one's.
+    fn append(&mut self, other: &Table) {
+        self.0.push_str(&other.0);
+    }
+
     fn header(&mut self, a: &str, b: &str, c: &str) {
         self.row(a, b, c);
     }
 
     fn row(&mut self, a: &str, b: &str, c: &str) {
         self.0.push_str(&format!("{a:<46} {b:>13} {c:>10}\n"));
+    }
+
+    /// A row of four columns (measure, ours, theirs, ratio).
+    fn row4(&mut self, a: &str, b: &str, c: &str, d: &str) {
+        self.0
+            .push_str(&format!("{a:<46} {b:>13} {c:>13} {d:>10}\n"));
     }
 
     fn print(&self, to_stderr: bool) {

@@ -1,0 +1,95 @@
+//! The agent connection breaking under a live sandbox: calls in flight on
+//! it fail with a clear error, and the next call dials again by itself.
+//!
+//! The break is made with a relay the test puts between the bridge's
+//! channel and the VM's hybrid-vsock socket (which `transport::channel`
+//! dials like any other): closing the relay's connections is what a
+//! broken vsock connection looks like to the host.
+
+// A test panics with its reason; that is what expect is for here.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use airlock_proto::v1::health_client::HealthClient;
+use airlock_proto::v1::process_client::ProcessClient;
+use airlock_proto::v1::{CheckRequest, StartRequest};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::watch;
+
+/// Relays connections from `front` to `back` until `cut` changes; then
+/// closes every connection it carries (and keeps accepting new ones).
+fn relay(front: PathBuf, back: PathBuf, cut: watch::Receiver<u32>) {
+    let listener = UnixListener::bind(&front).unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut client, _)) = listener.accept().await else {
+                return;
+            };
+            let back = back.clone();
+            let mut cut = cut.clone();
+            let generation = *cut.borrow_and_update();
+            tokio::spawn(async move {
+                let Ok(mut guest) = UnixStream::connect(&back).await else {
+                    return;
+                };
+                tokio::select! {
+                    _ = tokio::io::copy_bidirectional(&mut client, &mut guest) => {}
+                    _ = cut.wait_for(|g| *g != generation) => {}
+                }
+            });
+        }
+    });
+}
+
+#[tokio::test]
+async fn a_broken_connection_fails_open_calls_and_redials_for_new_ones() {
+    let sandbox = airlock_tests::boot().await;
+    let dir = tempfile::tempdir().unwrap();
+    let front = dir.path().join("relay.sock");
+    let (cut, cut_rx) = watch::channel(0u32);
+    relay(
+        front.clone(),
+        sandbox.state_dir().join("vsock.sock"),
+        cut_rx,
+    );
+    let channel = airlock::transport::channel(front, airlock_proto::DEFAULT_AGENT_PORT)
+        .await
+        .expect("channel through the relay");
+    let mut health = HealthClient::new(channel.clone());
+    health.check(CheckRequest {}).await.expect("first call");
+
+    // A call in flight: a program's output stream.
+    let mut events = ProcessClient::new(channel.clone())
+        .start(StartRequest {
+            argv: vec!["sleep".into(), "30".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("start")
+        .into_inner();
+    events.message().await.expect("started event");
+
+    cut.send_modify(|g| *g += 1);
+    let broke = Instant::now();
+    let error = tokio::time::timeout(Duration::from_secs(10), events.message())
+        .await
+        .expect("the open stream noticed the break")
+        .expect_err("the open stream fails");
+    assert!(
+        broke.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        broke.elapsed()
+    );
+    assert!(!error.message().is_empty(), "{error:?}");
+
+    // The break is known (the open stream saw it), so the next call dials
+    // a fresh connection by itself and succeeds: no call is lost to it.
+    health
+        .check(CheckRequest {})
+        .await
+        .expect("a new call after the break");
+    // The sandbox's own channel was never affected.
+    sandbox.health().await.expect("the sandbox's own channel");
+}

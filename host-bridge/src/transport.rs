@@ -7,7 +7,7 @@
 //! a tonic channel that performs the handshake again on every reconnect.
 //!
 //! What the guest sends is untrusted, so the host caps it: a gRPC message
-//! at [`MAX_MESSAGE_BYTES`] (every client built with [`CapMessages::capped`]),
+//! at [`MAX_MESSAGE_BYTES`] (every client built with `CapMessages::capped`),
 //! an HTTP/2 header list (metadata, trailers, error messages) at
 //! [`MAX_HEADER_LIST_BYTES`]. HTTP/2 flow control bounds what the guest can
 //! push ahead of a slow reader (hyper's windows: 2 MiB per stream, 5 MiB

@@ -19,6 +19,7 @@ use tonic::transport::Channel;
 use super::meter::{self, SandboxUsage};
 use super::{EndReason, PausedCalls, SandboxState};
 use crate::error::{Error, Result};
+use crate::transport::CapMessages;
 use crate::vmm::Vmm;
 use crate::Qmp;
 
@@ -259,7 +260,7 @@ impl VmShared {
         let unix_nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-        let mut client = SystemClient::new(self.raw_channel.clone());
+        let mut client = SystemClient::new(self.raw_channel.clone()).capped();
         let call = client.set_clock(SetClockRequest { unix_nanos });
         match tokio::time::timeout(SET_CLOCK_TIMEOUT, call).await {
             Ok(Ok(answer)) => tracing::debug!(

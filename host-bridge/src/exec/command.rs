@@ -3,9 +3,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use airlock_proto::v1::{StartRequest, StdinMode};
+use airlock_proto::v1::{Pty, StartRequest, StdinMode};
 
 use super::limits::Limits;
+use super::terminal::TerminalSize;
 
 /// Where a program's standard input comes from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,6 +47,7 @@ pub struct Command {
     timeout: Option<Duration>,
     limits: Limits,
     privileged: bool,
+    pty: Option<TerminalSize>,
 }
 
 impl Command {
@@ -62,6 +64,7 @@ impl Command {
             timeout: None,
             limits: Limits::default(),
             privileged: false,
+            pty: None,
         }
     }
 
@@ -152,6 +155,25 @@ impl Command {
         self
     }
 
+    /// Runs the program on a new pseudo-terminal of `size` instead of
+    /// pipes, as an interactive program expects: it leads a new session
+    /// with the terminal as its controlling terminal and as its stdin,
+    /// stdout and stderr. All its output arrives as [`Event::Stdout`]
+    /// (with the terminal's `\r\n` line endings); input written with
+    /// `write_stdin` is typed at the terminal, so `b"\x03"` (^C) interrupts
+    /// the foreground job. The [`stdin`](Command::stdin) setting is ignored
+    /// (a terminal's input is always open; `close_stdin` fails, send
+    /// `b"\x04"` (^D) instead). `TERM` is `xterm-256color` unless set with
+    /// [`env`](Command::env). Resize it with [`ProcessHandle::resize`].
+    /// Needs protocol revision 5.
+    ///
+    /// [`Event::Stdout`]: super::Event::Stdout
+    /// [`ProcessHandle::resize`]: super::ProcessHandle::resize
+    pub fn pty(mut self, size: TerminalSize) -> Self {
+        self.pty = Some(size);
+        self
+    }
+
     /// The command with a sandbox's defaults filled in where it sets none.
     pub(crate) fn with_defaults(&self, limits: &Limits, user: Option<&str>) -> Command {
         let mut command = self.clone();
@@ -169,6 +191,9 @@ impl Command {
 
     /// The protocol revision the agent needs to honour every option set.
     pub(crate) fn needed_revision(&self) -> u32 {
+        if self.pty.is_some() {
+            return 5;
+        }
         if !self.limits.is_empty() || self.privileged {
             return 4;
         }
@@ -201,7 +226,11 @@ impl Command {
             timeout_ms,
             limits: self.limits.to_proto(),
             privileged: self.privileged,
-            pty: None,
+            pty: self.pty.map(|size| Pty {
+                rows: size.rows.into(),
+                cols: size.cols.into(),
+                term: String::new(),
+            }),
         }
     }
 }
@@ -225,6 +254,16 @@ mod tests {
         assert_eq!(request.cwd, "/tmp");
         assert_eq!(request.stdin, StdinMode::Closed as i32);
         assert_eq!(request.timeout_ms, 0);
+        assert_eq!(request.pty, None);
+    }
+
+    #[test]
+    fn a_pty_reaches_the_request_and_needs_revision_5() {
+        let command = Command::new("sh").pty(TerminalSize::new(50, 132));
+        assert_eq!(command.needed_revision(), 5);
+        let pty = command.to_request().pty.expect("pty set");
+        assert_eq!((pty.rows, pty.cols), (50, 132));
+        assert_eq!(pty.term, "", "TERM left to the agent's default");
     }
 
     #[test]

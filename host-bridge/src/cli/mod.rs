@@ -2,11 +2,15 @@
 //!
 //! - `run`: boot a fresh sandbox, run one command, stream its output, tear down.
 //! - `image`: list and remove the root filesystem images in the image store.
+//! - `shell`: an interactive shell on a terminal in a fresh sandbox (the
+//!   host terminal handled by `terminal`).
 //! - `gc`: kill and remove the sandboxes whose owner process died.
 
 mod gc;
 mod image;
 mod run;
+mod shell;
+mod terminal;
 mod transfer;
 
 use std::path::PathBuf;
@@ -32,6 +36,9 @@ pub struct Args {
 pub enum Commands {
     /// Boot a fresh sandbox, run a command in it, and exit with its exit code.
     Run(Box<RunArgs>),
+    /// Open an interactive shell (or CMD) on a terminal in a fresh sandbox,
+    /// and exit with its exit code.
+    Shell(Box<shell::ShellArgs>),
     /// Manage root filesystem images (built by `airlock-rootfs image build`).
     #[command(subcommand)]
     Image(ImageCommand),
@@ -208,6 +215,7 @@ pub fn init_tracing(verbose: bool) {
 pub async fn main(args: Args) -> u8 {
     match args.command {
         Commands::Run(run) => run::run(*run, args.verbose).await,
+        Commands::Shell(shell) => shell::run(*shell, args.verbose).await,
         Commands::Image(command) => image::run(command),
         Commands::Gc(gc_args) => gc::run(gc_args).await,
     }
@@ -309,6 +317,35 @@ mod tests {
         };
         assert!(!gc.dry_run);
         assert_eq!(gc.grace, airlock::gc::DEFAULT_GRACE.as_secs());
+    }
+
+    #[test]
+    fn shell_takes_vm_options_and_an_optional_command() {
+        let args = Args::try_parse_from(["airlock", "shell", "--no-image", "-e", "A=1"]).unwrap();
+        let Commands::Shell(shell) = args.command else {
+            panic!("not shell")
+        };
+        assert!(shell.no_image);
+        assert!(shell.command.is_empty(), "sh by default");
+        assert_eq!(shell.env, [("A".into(), "1".into())]);
+        let args = Args::try_parse_from([
+            "airlock",
+            "shell",
+            "--workspace",
+            "w.img",
+            "--",
+            "python3",
+            "-q",
+        ])
+        .unwrap();
+        let Commands::Shell(shell) = args.command else {
+            panic!("not shell")
+        };
+        assert_eq!(
+            shell.workspace.as_deref(),
+            Some(std::path::Path::new("w.img"))
+        );
+        assert_eq!(shell.command, ["python3", "-q"]);
     }
 
     #[test]

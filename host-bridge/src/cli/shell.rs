@@ -1,0 +1,343 @@
+//! `airlock shell`: an interactive shell (or any program) on a terminal in
+//! a fresh sandbox.
+//!
+//! The program runs on a pseudo-terminal in the guest (`Command::pty`)
+//! sized like the host's terminal, with the host's `TERM`. The host's
+//! terminal is put in raw mode ([`RawMode`]) so every key, ^C and ^Z
+//! included, goes to the guest's terminal as typed; window-size changes
+//! (SIGWINCH) are forwarded as `resize`. The terminal is restored on every
+//! way out, before anything is printed.
+//!
+//! stdin must be a terminal: `airlock shell` refuses to start otherwise and
+//! points at `airlock run`. (Typing piped input at a terminal cannot end
+//! reliably: a ^D typed ahead while a shell runs a command reaches a line
+//! editor such as busybox ash's as a NUL byte, not as end-of-file.)
+//!
+//! airlock exits with the program's exit status (128+N when a signal N
+//! killed it), 125 when Airlock itself failed, 128+N when SIGTERM or SIGHUP
+//! ended the session (the sandbox is torn down). The sandbox is torn down
+//! on every path.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use airlock::{Command, Event, Execution, ProcessHandle, Sandbox, Signal};
+use bytes::Bytes;
+use tokio::io::AsyncWriteExt;
+use tokio::signal::unix::{signal, Signal as SignalStream, SignalKind};
+use tokio::sync::mpsc;
+
+use super::terminal::{self, RawMode};
+use super::EXIT_AIRLOCK_ERROR;
+
+/// How long the guest gets to power off before it is killed.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+/// The largest piece of host input sent at once.
+const INPUT_CHUNK: usize = 4096;
+
+/// `airlock shell` options.
+#[derive(Debug, clap::Args)]
+pub struct ShellArgs {
+    /// Guest memory in MiB.
+    #[arg(long, default_value_t = 512, value_name = "MIB")]
+    pub memory: u32,
+
+    /// Number of virtual CPUs.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub vcpus: u32,
+
+    /// Set an environment variable in the guest; KEY alone passes the
+    /// host's value. Repeatable.
+    #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = super::parse_env)]
+    pub env: Vec<(String, String)>,
+
+    /// Working directory in the guest (default /).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<String>,
+
+    /// Run as this guest user: name, uid, name:group or uid:gid.
+    #[arg(short, long, value_name = "USER")]
+    pub user: Option<String>,
+
+    /// CPU accelerator: auto, kvm or tcg (default: AIRLOCK_ACCEL or auto).
+    #[arg(long, value_name = "ACCEL")]
+    pub accel: Option<airlock::Accel>,
+
+    /// Guest kernel (default: ~/.cache/airlock/kernel/vmlinuz).
+    #[arg(long, value_name = "PATH")]
+    pub kernel: Option<PathBuf>,
+
+    /// Initramfs with the agent (default: ~/.cache/airlock/initramfs.cpio.gz).
+    #[arg(long, value_name = "PATH")]
+    pub initramfs: Option<PathBuf>,
+
+    /// Root filesystem image: a name or id from `airlock image ls`, or the
+    /// path of an ext4 file (with a '/', e.g. ./rootfs.ext4).
+    #[arg(long, value_name = "NAME|PATH", default_value = airlock::images::DEFAULT_IMAGE)]
+    pub image: String,
+
+    /// No root image: a shell in the initramfs's busybox environment.
+    #[arg(long, conflicts_with_all = ["image", "workspace"])]
+    pub no_image: bool,
+
+    /// Keep what the session writes (outside /tmp) in this disk file for
+    /// the next one; created on first use. One sandbox at a time.
+    #[arg(long, value_name = "PATH")]
+    pub workspace: Option<PathBuf>,
+
+    /// Size limit of a new workspace, e.g. 512M, 4G (sparse: costs only
+    /// what is written).
+    #[arg(long, value_name = "SIZE", default_value = "4G", value_parser = super::parse_size)]
+    pub workspace_size: u64,
+
+    /// The program to run instead of `sh`, with its arguments.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// How the session ended.
+enum Ending {
+    Finished(airlock::Exit),
+    Signalled(i32),
+    Failed(String),
+}
+
+/// Host signals that end or reach the session.
+struct Signals {
+    interrupt: SignalStream,
+    terminate: SignalStream,
+    hangup: SignalStream,
+    window_change: SignalStream,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+            hangup: signal(SignalKind::hangup())?,
+            window_change: signal(SignalKind::window_change())?,
+        })
+    }
+}
+
+pub async fn run(args: ShellArgs, verbose: bool) -> u8 {
+    if !terminal::is_interactive() {
+        return fail(
+            "airlock shell needs a terminal on stdin; \
+             to run piped input use `airlock run -- sh` instead",
+        );
+    }
+    let mut signals = match Signals::install() {
+        Ok(signals) => signals,
+        Err(error) => return fail(&format!("cannot handle signals: {error}")),
+    };
+    let builder = match builder(&args) {
+        Ok(builder) => builder,
+        Err(message) => return fail(&message),
+    };
+    // Starting is cancellable: dropping the builder's future kills the VM.
+    let sandbox = tokio::select! {
+        started = builder.start() => match started {
+            Ok(sandbox) => sandbox,
+            Err(error) => return fail(&error.to_string()),
+        },
+        _ = signals.interrupt.recv() => return 130,
+        _ = signals.terminate.recv() => return 143,
+        _ = signals.hangup.recv() => return 129,
+    };
+    if verbose {
+        eprintln!(
+            "airlock: sandbox ready (accel {})",
+            sandbox.accel().qemu_name()
+        );
+    }
+
+    let command = command(&args, terminal::window_size());
+    let ending = match sandbox.exec(&command).await {
+        Ok(execution) => {
+            // Raw mode only while the guest's terminal is in charge: the
+            // guard goes before anything below prints.
+            let raw = match RawMode::enter() {
+                Ok(raw) => raw,
+                Err(error) => {
+                    drop(sandbox);
+                    let cause = std::error::Error::source(&error)
+                        .map(|cause| format!(": {cause}"))
+                        .unwrap_or_default();
+                    return fail(&format!("{error}{cause}"));
+                }
+            };
+            let ending = session(execution, &mut signals).await;
+            drop(raw);
+            ending
+        }
+        Err(error) => Ending::Failed(error.to_string()),
+    };
+    match ending {
+        Ending::Finished(exit) => {
+            if let Err(error) = sandbox.shutdown(SHUTDOWN_GRACE).await {
+                tracing::warn!(%error, "shutdown was not clean");
+            }
+            u8::try_from(exit.status.shell_code() & 0xff).unwrap_or(EXIT_AIRLOCK_ERROR)
+        }
+        Ending::Signalled(signal) => {
+            drop(sandbox);
+            u8::try_from(128 + signal).unwrap_or(EXIT_AIRLOCK_ERROR)
+        }
+        Ending::Failed(message) => {
+            drop(sandbox);
+            fail(&message)
+        }
+    }
+}
+
+/// The sandbox as the options describe it.
+fn builder(args: &ShellArgs) -> Result<airlock::SandboxBuilder, String> {
+    let mut builder = Sandbox::builder().memory_mib(args.memory).vcpus(args.vcpus);
+    if let Some(accel) = args.accel {
+        builder = builder.accel(accel);
+    }
+    if let Some(kernel) = &args.kernel {
+        builder = builder.kernel(kernel.clone());
+    }
+    if let Some(initramfs) = &args.initramfs {
+        builder = builder.initramfs(initramfs.clone());
+    }
+    if !args.no_image {
+        match airlock::images::ImageStore::open_default().locate(&args.image) {
+            Ok(image) => builder = builder.image(image),
+            Err(error) => {
+                let cause = std::error::Error::source(&error)
+                    .map(|cause| format!(": {cause}"))
+                    .unwrap_or_default();
+                return Err(format!(
+                    "{error}{cause} (or pass --no-image for the busybox initramfs)"
+                ));
+            }
+        }
+    }
+    if let Some(workspace) = &args.workspace {
+        builder = builder
+            .workspace(workspace.clone())
+            .workspace_size(args.workspace_size);
+    }
+    Ok(builder)
+}
+
+/// The program on a terminal of `size`, with the host's `TERM` (so it
+/// draws for the terminal it is really shown on) unless `--env` sets one.
+fn command(args: &ShellArgs, size: airlock::TerminalSize) -> Command {
+    let (program, rest) = match args.command.split_first() {
+        Some((program, rest)) => (program.clone(), rest.to_vec()),
+        None => ("sh".to_owned(), Vec::new()),
+    };
+    let mut command = Command::new(program).args(rest).pty(size);
+    if let Ok(term) = std::env::var("TERM") {
+        command = command.env("TERM", term);
+    }
+    command = command.envs(args.env.iter().cloned());
+    if let Some(cwd) = &args.cwd {
+        command = command.cwd(cwd.clone());
+    }
+    if let Some(user) = &args.user {
+        command = command.user(user.clone());
+    }
+    command
+}
+
+/// Runs the session to its end: input to the guest's terminal, its screen
+/// to stdout, window sizes and signals forwarded.
+async fn session(mut execution: Execution, signals: &mut Signals) -> Ending {
+    let input = tokio::spawn(forward_input(execution.handle()));
+    let handle = execution.handle();
+    let ending = loop {
+        tokio::select! {
+            event = execution.next_event() => match event {
+                Ok(Some(Event::Exited(exit))) => break Ending::Finished(exit),
+                Ok(Some(event)) => show(event).await,
+                Ok(None) => break Ending::Failed("output ended without an exit status".into()),
+                Err(error) => break Ending::Failed(error.to_string()),
+            },
+            _ = signals.window_change.recv() => {
+                if let Err(error) = handle.resize(terminal::window_size()).await {
+                    tracing::debug!(%error, "resize not forwarded");
+                }
+            }
+            // Only from `kill`: in raw mode ^C is a key for the guest.
+            _ = signals.interrupt.recv() => {
+                if let Err(error) = handle.signal(Signal::INT).await {
+                    tracing::debug!(%error, "SIGINT not forwarded");
+                }
+            }
+            _ = signals.terminate.recv() => break Ending::Signalled(15),
+            _ = signals.hangup.recv() => break Ending::Signalled(1),
+        }
+    };
+    input.abort();
+    ending
+}
+
+/// Writes the guest terminal's output to stdout as it comes. A closed
+/// stdout must not stop the session from ending properly, so write errors
+/// are ignored.
+async fn show(event: Event) {
+    match event {
+        Event::Stdout(data) => {
+            let mut stdout = tokio::io::stdout();
+            let _ = stdout.write_all(&data).await;
+            let _ = stdout.flush().await;
+        }
+        // A terminal has one output stream; nothing comes here.
+        Event::Stderr(data) => {
+            let mut stderr = tokio::io::stderr();
+            let _ = stderr.write_all(&data).await;
+        }
+        Event::Dropped(_) | Event::Exited(_) => {}
+    }
+}
+
+/// Types the host's keys at the guest's terminal. A plain thread reads
+/// stdin, so a read that never returns cannot hold up exit.
+async fn forward_input(handle: ProcessHandle) {
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    let reader = std::thread::Builder::new()
+        .name("stdin".into())
+        .spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            let mut buf = vec![0; INPUT_CHUNK];
+            loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        if tx.blocking_send(Bytes::copy_from_slice(&buf[..n])).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot read stdin");
+                        break;
+                    }
+                }
+            }
+        });
+    if let Err(error) = reader {
+        tracing::warn!(%error, "cannot start the stdin reader");
+        return;
+    }
+    let keys = futures::stream::unfold(rx, |mut rx| async move {
+        let chunk = rx.recv().await?;
+        Some((chunk, rx))
+    });
+    // The program may exit before it read everything.
+    if let Err(error) = handle.stream_stdin(keys).await {
+        tracing::debug!(%error, "input not forwarded to the end");
+    }
+}
+
+fn fail(message: &str) -> u8 {
+    eprintln!("airlock: {message}");
+    EXIT_AIRLOCK_ERROR
+}

@@ -59,7 +59,7 @@ async fn an_explicit_user_that_cannot_read_the_kernel_is_refused_by_path() {
     std::fs::copy(airlock::artifacts::default_kernel(), &kernel).expect("copy kernel");
     let error = airlock_tests::builder()
         .kernel(&kernel)
-        .state_dir_base(std::env::temp_dir().join("airlock-hardening-refused"))
+        .state_dir_base(dir.path().join("state"))
         .vmm_user(VmmUser::Id {
             uid: 4242,
             gid: 4242,

@@ -102,13 +102,13 @@ impl Default for SandboxBuilder {
 }
 
 impl SandboxBuilder {
-    /// The guest kernel (default: `~/.cache/airlock/kernel/vmlinuz`).
+    /// The guest kernel (default: `kernel/vmlinuz` in [`artifacts::home`]).
     pub fn kernel(mut self, path: impl Into<PathBuf>) -> Self {
         self.kernel = path.into();
         self
     }
 
-    /// The initramfs holding the agent (default: `~/.cache/airlock/initramfs.cpio.gz`).
+    /// The initramfs holding the agent (default: `initramfs.cpio.gz` in [`artifacts::home`]).
     pub fn initramfs(mut self, path: impl Into<PathBuf>) -> Self {
         self.initramfs = path.into();
         self

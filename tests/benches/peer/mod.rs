@@ -15,6 +15,7 @@
 
 mod qga;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -47,6 +48,11 @@ const QGA_START_TIMEOUT: Duration = Duration::from_secs(60);
 pub async fn run(table: &mut Table, upload_mib: usize) -> Value {
     let image = peer_image();
     let dir = tempfile::tempdir().expect("temp dir");
+    // QEMU creates the socket, and as root the library runs it as an
+    // unprivileged user (`VmmUser::Auto`): let that user create entries
+    // (sticky, not listable), as it would anyway run the other VMs here.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1733))
+        .expect("socket directory mode");
     let socket = dir.path().join("qga.sock");
     // /tmp is a tmpfs of half the guest's memory and holds one file at a time.
     let memory = u32::try_from((upload_mib * 4 + 256).max(512)).expect("memory size");

@@ -33,6 +33,8 @@ pub const QGA_IMAGE: &str = "bench-qga";
 const QGA_PORT: &str = "org.qemu.guest_agent.0";
 /// Sequential `/bin/true` round trips per side.
 const EXEC_RUNS: usize = 100;
+/// Iterations of the guest's own fork+exec+wait loop (dash).
+const GUEST_LOOP_RUNS: usize = 200;
 /// Sequential cheapest-request round trips per side.
 const PING_RUNS: usize = 200;
 /// The pause between `guest-exec-status` polls in the paced variant.
@@ -70,6 +72,14 @@ pub async fn run(table: &mut Table, upload_mib: usize) -> Value {
         .and_then(Value::as_str)
         .unwrap_or("?")
         .to_owned();
+
+    // The program's own cost here: Debian's /bin/true is dynamically linked.
+    let guest_spawn = crate::guest_micros(
+        &sandbox,
+        &format!("i=0; while [ $i -lt {GUEST_LOOP_RUNS} ]; do /bin/true; i=$((i+1)); done"),
+        GUEST_LOOP_RUNS,
+    )
+    .await;
 
     // Warm both paths (page cache, first-use allocations), then alternate
     // ours, theirs polling back to back, theirs polling every few ms.
@@ -176,6 +186,12 @@ pub async fn run(table: &mut Table, upload_mib: usize) -> Value {
         "",
     );
     table.row4(
+        &format!("guest fork+exec+wait /bin/true (mean of {GUEST_LOOP_RUNS})"),
+        &fmt_ms(guest_spawn),
+        "",
+        "",
+    );
+    table.row4(
         "our agent-reported start to exit (median)",
         &fmt_ms(ours_agent_median),
         "",
@@ -211,6 +227,7 @@ pub async fn run(table: &mut Table, upload_mib: usize) -> Value {
             "ours_median_ms": ms(ours_median),
             "ours_p99_ms": ms(ours_p99),
             "ours_agent_reported_median_ms": ms(ours_agent_median),
+            "guest_spawn_ms": ms(guest_spawn),
             "qga_polls_back_to_back": {
                 "median_ms": ms(busy.0),
                 "p99_ms": ms(busy.1),

@@ -1,11 +1,12 @@
 //! `airlock run --upload HOST:GUEST` and `--download GUEST:HOST`: files or
 //! directories copied into the sandbox before the command and out of it
-//! after. A directory goes as a tar stream (modes and symlinks kept); a
-//! file is written atomically with its host mode.
+//! after, with `Files::copy_in` and `copy_out`: a directory goes as a tar
+//! stream (modes and symlinks kept); a file is written atomically with its
+//! host mode.
 
 use std::path::PathBuf;
 
-use airlock::{fs::FileKind, Sandbox};
+use airlock::Sandbox;
 
 /// One `SRC:DST` copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,14 +48,7 @@ pub fn parse_download(spec: &str) -> Result<Transfer, String> {
 pub async fn upload(sandbox: &Sandbox, transfers: &[Transfer]) -> Result<(), String> {
     let fs = sandbox.fs();
     for t in transfers {
-        let meta = std::fs::metadata(&t.from)
-            .map_err(|e| format!("cannot upload {}: {e}", t.from.display()))?;
-        let done = if meta.is_dir() {
-            fs.upload_dir(&t.from, &t.to).await.map(|_| ())
-        } else {
-            fs.write_file(&t.to, &t.from).await.map(|_| ())
-        };
-        done.map_err(|e| {
+        fs.copy_in(&t.from, &t.to).await.map_err(|e| {
             format!(
                 "cannot upload {} to {}: {}",
                 t.from.display(),
@@ -79,12 +73,7 @@ pub async fn download(sandbox: &Sandbox, transfers: &[Transfer]) -> Result<(), S
                 airlock::error_chain(&e)
             )
         };
-        let meta = fs.stat(&t.from).await.map_err(failed)?;
-        if meta.kind == FileKind::Directory {
-            fs.download_dir(&t.from, &t.to).await.map_err(failed)?;
-        } else {
-            fs.read_to_file(&t.from, &t.to).await.map_err(failed)?;
-        }
+        fs.copy_out(&t.from, &t.to).await.map_err(failed)?;
         tracing::debug!(from = %t.from.display(), to = %t.to.display(), "downloaded");
     }
     Ok(())

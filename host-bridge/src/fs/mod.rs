@@ -5,6 +5,8 @@
 //! - `transfer`: whole directories as tar streams (`upload_dir`,
 //!   `download_dir`), built and extracted on the host.
 //! - `archive`: the tar code and the channel bridges it runs behind.
+//! - `copy`: `copy_in` and `copy_out`, a file or a directory, whichever
+//!   the source is.
 //! - `metadata`: [`Metadata`], [`WatchEvent`], [`WriteOptions`].
 //! - `error`: [`FsError`], host-side failures.
 //!
@@ -13,6 +15,7 @@
 //! they arrive.
 
 mod archive;
+mod copy;
 mod error;
 mod metadata;
 mod transfer;

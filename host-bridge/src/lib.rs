@@ -19,6 +19,8 @@
 //! - `accel`: choosing KVM or TCG.
 //! - `artifacts` and `state_dir`: where kernels, images and per-VM state live;
 //!   each state directory records its owner process and VMM processes.
+//! - [`daemon`]: `airlock serve`, a per-user daemon holding a [`Sandboxes`]
+//!   manager behind a Unix socket, and its clients (`airlock sandbox ...`).
 //! - [`gc`]: finding sandboxes whose owner died and ending them (`airlock gc`).
 //! - [`images`]: the cache of root filesystem images (`airlock image ls|rm`).
 //! - `workspace`: the persistent, exclusively locked disk behind `.workspace()`.
@@ -43,6 +45,7 @@
 
 mod accel;
 pub mod artifacts;
+pub mod daemon;
 mod error;
 mod exec;
 pub mod fs;

@@ -1,0 +1,80 @@
+//! What can go wrong between a client and the daemon.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A daemon or client failure (a refused request is [`DaemonError::Remote`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DaemonError {
+    /// Reading or writing the connection failed.
+    #[error("daemon connection failed")]
+    Io(#[source] std::io::Error),
+
+    /// No daemon answered on the socket.
+    #[error("cannot connect to the daemon at {}", socket.display())]
+    Connect {
+        socket: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A message could not be encoded.
+    #[error("cannot encode a frame")]
+    Encode(#[source] serde_json::Error),
+
+    /// The peer sent something that is not a frame of the protocol.
+    #[error("malformed frame")]
+    Malformed(#[source] serde_json::Error),
+
+    /// A frame past the size cap.
+    #[error("a frame of {len} bytes exceeds the limit of {max} bytes")]
+    FrameTooLarge { len: usize, max: usize },
+
+    /// The peer hung up before the exchange was over.
+    #[error("the daemon closed the connection early; see its log")]
+    Closed,
+
+    /// The daemon refused or failed the request; the message says why.
+    #[error("{0}")]
+    Remote(String),
+
+    /// The daemon answered with a frame that does not fit the request.
+    #[error("unexpected answer from the daemon: {0}")]
+    Unexpected(String),
+
+    /// Another daemon holds the socket.
+    #[error(
+        "another airlock daemon is serving {}; stop it first or pass another --socket",
+        socket.display()
+    )]
+    AlreadyRunning { socket: PathBuf },
+
+    /// The socket (or its lock file) could not be set up.
+    #[error("cannot listen on {}", socket.display())]
+    Bind {
+        socket: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The daemon process could not be started.
+    #[error("cannot start `{} serve`", program.display())]
+    Spawn {
+        program: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A daemon was started but did not answer in time.
+    #[error(
+        "the airlock daemon did not come up on {} within {waited:?}; see its log {}",
+        socket.display(),
+        log.display()
+    )]
+    NotStarted {
+        socket: PathBuf,
+        log: PathBuf,
+        waited: Duration,
+    },
+}

@@ -5,6 +5,17 @@ use airlock::images::{ImageInfo, ImageStore};
 
 use super::{ImageCommand, EXIT_AIRLOCK_ERROR};
 
+/// The image file for `--image NAME|PATH`, or a message that says what to
+/// do instead.
+pub fn locate(name: &str) -> Result<std::path::PathBuf, String> {
+    ImageStore::open_default().locate(name).map_err(|error| {
+        let cause = std::error::Error::source(&error)
+            .map(|cause| format!(": {cause}"))
+            .unwrap_or_default();
+        format!("{error}{cause} (or pass --no-image for the busybox initramfs)")
+    })
+}
+
 /// Runs an `image` subcommand and returns the exit code.
 pub fn run(command: ImageCommand) -> u8 {
     let store = ImageStore::open_default();

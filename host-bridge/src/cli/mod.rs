@@ -5,10 +5,16 @@
 //! - `shell`: an interactive shell on a terminal in a fresh sandbox (the
 //!   host terminal handled by `terminal`).
 //! - `gc`: kill and remove the sandboxes whose owner process died.
+//! - `serve` and `sandbox`: the per-user daemon and the commands that keep
+//!   sandboxes alive across invocations through it.
+//! - `program`: what `run` and `sandbox exec` share (output, stdin, exit code).
 
 mod gc;
 mod image;
+mod program;
 mod run;
+mod sandbox;
+mod serve;
 mod shell;
 mod terminal;
 mod transfer;
@@ -45,6 +51,11 @@ pub enum Commands {
     /// Kill and remove the sandboxes whose owner process died (under
     /// AIRLOCK_STATE_DIR, else $XDG_RUNTIME_DIR/airlock or /tmp/airlock).
     Gc(gc::GcArgs),
+    /// Sandboxes that outlive one command, kept by the daemon (started on
+    /// demand): create, ls, exec, cp, pause, resume, kill.
+    Sandbox(sandbox::SandboxArgs),
+    /// Run the per-user daemon behind `airlock sandbox` in the foreground.
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -218,6 +229,8 @@ pub async fn main(args: Args) -> u8 {
         Commands::Shell(shell) => shell::run(*shell, args.verbose).await,
         Commands::Image(command) => image::run(command),
         Commands::Gc(gc_args) => gc::run(gc_args).await,
+        Commands::Sandbox(sandbox_args) => sandbox::run(sandbox_args).await,
+        Commands::Serve(serve_args) => serve::run(serve_args).await,
     }
 }
 

@@ -11,26 +11,20 @@
 //! copies after it finishes (not after a timeout or a signal), and a failed
 //! copy makes airlock exit 125.
 
-use std::io::{IsTerminal, Read};
+use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use airlock::{Command, Event, Execution, Exit, Limits, ProcessHandle, Sandbox, Signal, Stdin};
-use bytes::Bytes;
-use tokio::io::AsyncWriteExt;
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::mpsc;
 
+use super::program::{exit_code, print_event, EXIT_TIMEOUT};
 use super::{RunArgs, EXIT_AIRLOCK_ERROR};
 
-/// Exit code for `--timeout` expiry, as timeout(1) uses.
-const EXIT_TIMEOUT: u8 = 124;
 /// How long the guest gets to power off before it is killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 /// How long after `--timeout` airlock waits for the agent to report the
 /// kill before it stops waiting and kills the VM itself.
 const TIMEOUT_GRACE: Duration = Duration::from_secs(30);
-/// The largest piece of host stdin sent at once.
-const STDIN_CHUNK: usize = 64 * 1024;
 
 enum Ending {
     Finished(Exit),
@@ -61,16 +55,9 @@ pub async fn run(args: RunArgs, verbose: bool) -> u8 {
         builder = builder.initramfs(initramfs);
     }
     if !args.no_image {
-        match airlock::images::ImageStore::open_default().locate(&args.image) {
+        match super::image::locate(&args.image) {
             Ok(image) => builder = builder.image(image),
-            Err(error) => {
-                let cause = std::error::Error::source(&error)
-                    .map(|cause| format!(": {cause}"))
-                    .unwrap_or_default();
-                return fail(&format!(
-                    "{error}{cause} (or pass --no-image for the busybox initramfs)"
-                ));
-            }
+            Err(message) => return fail(&message),
         }
     }
     if let Some(workspace) = args.workspace {
@@ -200,7 +187,7 @@ pub async fn run(args: RunArgs, verbose: bool) -> u8 {
             if let Err(error) = sandbox.shutdown(SHUTDOWN_GRACE).await {
                 tracing::warn!(%error, "shutdown was not clean");
             }
-            u8::try_from(exit.status.shell_code() & 0xff).unwrap_or(EXIT_AIRLOCK_ERROR)
+            exit_code(&exit)
         }
         Ending::TimedOut(after) => {
             drop(sandbox);
@@ -219,26 +206,6 @@ pub async fn run(args: RunArgs, verbose: bool) -> u8 {
     }
 }
 
-/// Writes an output chunk to the matching host stream. A closed host
-/// stream (say `| head`) must not stop us from collecting the exit status,
-/// so write errors are ignored.
-async fn print_event(event: Event) {
-    match event {
-        Event::Stdout(data) => {
-            let mut stdout = tokio::io::stdout();
-            let _ = stdout.write_all(&data).await;
-            let _ = stdout.flush().await;
-        }
-        Event::Stderr(data) => {
-            let mut stderr = tokio::io::stderr();
-            let _ = stderr.write_all(&data).await;
-            let _ = stderr.flush().await;
-        }
-        Event::Dropped(bytes) => eprintln!("airlock: {bytes} bytes of output were lost"),
-        Event::Exited(_) => {}
-    }
-}
-
 /// Sends the first Ctrl-C on to the command, as a terminal would.
 async fn forward_interrupt(execution: &Execution) {
     eprintln!("airlock: interrupting the command (Ctrl-C again to kill the sandbox)");
@@ -247,35 +214,11 @@ async fn forward_interrupt(execution: &Execution) {
     }
 }
 
-/// Copies the host's stdin to the command's, then closes it. A blocking
-/// thread reads stdin, so a read that never returns cannot hold up exit.
+/// Copies the host's stdin to the command's, then closes it.
 async fn forward_host_stdin(handle: ProcessHandle) {
-    let (tx, rx) = mpsc::channel::<Bytes>(4);
-    let reader = std::thread::Builder::new()
-        .name("stdin".into())
-        .spawn(move || {
-            let mut stdin = std::io::stdin().lock();
-            let mut buf = vec![0; STDIN_CHUNK];
-            loop {
-                match stdin.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        if tx.blocking_send(Bytes::copy_from_slice(&buf[..n])).is_err() {
-                            break;
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot read stdin");
-                        break;
-                    }
-                }
-            }
-        });
-    if let Err(error) = reader {
-        tracing::warn!(%error, "cannot start the stdin reader");
+    let Some(rx) = super::program::host_stdin() else {
         return;
-    }
+    };
     let chunks = futures::stream::unfold(rx, |mut rx| async move {
         let chunk = rx.recv().await?;
         Some((chunk, rx))

@@ -1,0 +1,489 @@
+//! `airlock sandbox create|ls|exec|cp|pause|resume|kill`: sandboxes that
+//! outlive one invocation, kept by the daemon (`airlock serve`, see
+//! `airlock::daemon`). A client that finds no daemon on the socket starts
+//! one in the background (its log is `daemon.log` beside the socket).
+//!
+//! `exec` behaves like `airlock run`: output on the matching host stream,
+//! piped stdin forwarded, the first Ctrl-C forwarded as SIGINT (a second
+//! one, or SIGTERM, ends the client and with it the program), and the exit
+//! code is the program's (128+N for signal N, 124 for `--timeout`, 125
+//! when Airlock failed).
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use airlock::daemon::protocol::{
+    read_frame, write_frame, CreateRequest, ExecRequest, IdleAction, Input, Request, Response,
+    SandboxEntry,
+};
+use airlock::daemon::{self, Connection, DaemonError};
+use airlock::{Event, Exit, ExitStatus};
+use clap::{Subcommand, ValueEnum};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+
+use super::program::{exit_code, print_event};
+use super::EXIT_AIRLOCK_ERROR;
+
+/// `airlock sandbox` and its options.
+#[derive(Debug, clap::Args)]
+pub struct SandboxArgs {
+    /// The daemon's socket (default: daemon.sock under AIRLOCK_STATE_DIR,
+    /// else $XDG_RUNTIME_DIR/airlock or /tmp/airlock).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: SandboxCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Start a sandbox in the daemon and print its id.
+    Create(CreateArgs),
+    /// List the daemon's sandboxes: state, wall, running and guest CPU time.
+    Ls {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a command in a sandbox and exit with its exit code.
+    Exec(ExecArgs),
+    /// Copy a file or directory between the host and a sandbox; exactly one
+    /// side is ID:/guest/path (write ./a:b for a host path with a colon).
+    Cp {
+        #[arg(value_name = "SRC")]
+        src: String,
+        #[arg(value_name = "DST")]
+        dst: String,
+    },
+    /// Stop a sandbox's CPUs; the next exec or cp resumes it.
+    Pause { id: String },
+    /// Restart a paused sandbox's CPUs.
+    Resume { id: String },
+    /// Kill a sandbox and forget it.
+    Kill { id: String },
+}
+
+/// `airlock sandbox create` options.
+#[derive(Debug, clap::Args)]
+pub struct CreateArgs {
+    /// Root filesystem image: a name or id from `airlock image ls`, or the
+    /// path of an ext4 file (with a '/', e.g. ./rootfs.ext4).
+    #[arg(long, value_name = "NAME|PATH", default_value = airlock::images::DEFAULT_IMAGE)]
+    pub image: String,
+
+    /// No root image: the initramfs's busybox environment.
+    #[arg(long, conflicts_with_all = ["image", "workspace"])]
+    pub no_image: bool,
+
+    /// Keep what the sandbox writes (outside /tmp) in this disk file;
+    /// created on first use. One sandbox at a time.
+    #[arg(long, value_name = "PATH")]
+    pub workspace: Option<PathBuf>,
+
+    /// Guest memory in MiB.
+    #[arg(long, default_value_t = 512, value_name = "MIB")]
+    pub memory: u32,
+
+    /// Number of virtual CPUs.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub vcpus: u32,
+
+    /// Kill the sandbox SECS seconds after it started, whatever it does
+    /// (default one hour; 0 for no ceiling).
+    #[arg(long, value_name = "SECS")]
+    pub max_lifetime: Option<u64>,
+
+    /// Pause or stop the sandbox (see --idle) after SECS seconds without
+    /// a call.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout: Option<u64>,
+
+    /// What --idle-timeout does.
+    #[arg(long, value_enum, default_value_t = IdleArg::Pause, requires = "idle_timeout")]
+    pub idle: IdleArg,
+}
+
+/// `--idle pause|stop`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IdleArg {
+    Pause,
+    Stop,
+}
+
+/// `airlock sandbox exec` options.
+#[derive(Debug, clap::Args)]
+pub struct ExecArgs {
+    /// The sandbox, as `create` printed it.
+    pub id: String,
+
+    /// Set an environment variable in the guest; KEY alone passes the
+    /// host's value. Repeatable.
+    #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = super::parse_env)]
+    pub env: Vec<(String, String)>,
+
+    /// Working directory in the guest (default /).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<String>,
+
+    /// Run as this guest user: name, uid, name:group or uid:gid.
+    #[arg(short, long, value_name = "USER")]
+    pub user: Option<String>,
+
+    /// Kill the command's process tree after SECS seconds; airlock exits 124.
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<f64>,
+
+    /// The program and its arguments.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// Runs a `sandbox` subcommand and returns the exit code.
+pub async fn run(args: SandboxArgs) -> u8 {
+    let socket = args.socket.unwrap_or_else(daemon::default_socket);
+    let outcome = match args.command {
+        SandboxCommand::Create(create) => create_sandbox(&socket, create).await,
+        SandboxCommand::Ls { json } => list(&socket, json).await,
+        SandboxCommand::Exec(exec) => return exec_in(&socket, exec).await,
+        SandboxCommand::Cp { src, dst } => copy(&socket, &src, &dst).await,
+        SandboxCommand::Pause { id } => simple(&socket, Request::Pause { id }).await,
+        SandboxCommand::Resume { id } => simple(&socket, Request::Resume { id }).await,
+        SandboxCommand::Kill { id } => simple(&socket, Request::Kill { id }).await,
+    };
+    match outcome {
+        Ok(()) => 0,
+        Err(message) => fail(&message),
+    }
+}
+
+/// Connects to the daemon, starting it if needed.
+async fn connect(socket: &Path) -> Result<Connection, String> {
+    let program = std::env::current_exe()
+        .map_err(|e| format!("cannot find the airlock binary to start the daemon: {e}"))?;
+    Connection::connect_or_start(socket, &program)
+        .await
+        .map_err(|e| airlock::error_chain(&e))
+}
+
+/// One request, one answer.
+async fn call(socket: &Path, request: &Request) -> Result<Response, String> {
+    connect(socket)
+        .await?
+        .call(request)
+        .await
+        .map_err(|e| airlock::error_chain(&e))
+}
+
+async fn simple(socket: &Path, request: Request) -> Result<(), String> {
+    match call(socket, &request).await? {
+        Response::Ok => Ok(()),
+        other => Err(unexpected(&other)),
+    }
+}
+
+async fn create_sandbox(socket: &Path, args: CreateArgs) -> Result<(), String> {
+    let image = match args.no_image {
+        true => None,
+        false => Some(absolute(&super::image::locate(&args.image)?)?),
+    };
+    let workspace = args.workspace.as_deref().map(absolute).transpose()?;
+    let request = Request::Create(CreateRequest {
+        image,
+        workspace,
+        memory_mib: args.memory,
+        vcpus: args.vcpus,
+        max_lifetime_secs: args.max_lifetime,
+        idle: args.idle_timeout.map(|secs| {
+            let action = match args.idle {
+                IdleArg::Pause => IdleAction::Pause,
+                IdleArg::Stop => IdleAction::Stop,
+            };
+            (secs, action)
+        }),
+    });
+    match call(socket, &request).await? {
+        Response::Created { id } => {
+            println!("{id}");
+            Ok(())
+        }
+        other => Err(unexpected(&other)),
+    }
+}
+
+async fn list(socket: &Path, json: bool) -> Result<(), String> {
+    let sandboxes = match call(socket, &Request::List).await? {
+        Response::Sandboxes { sandboxes } => sandboxes,
+        other => return Err(unexpected(&other)),
+    };
+    if json {
+        let text = serde_json::to_string_pretty(&sandboxes).map_err(|e| e.to_string())?;
+        println!("{text}");
+    } else {
+        print!("{}", table(&sandboxes));
+    }
+    Ok(())
+}
+
+/// The `ls` table.
+fn table(sandboxes: &[SandboxEntry]) -> String {
+    let secs = |ms: u64| format!("{:.1}s", Duration::from_millis(ms).as_secs_f64());
+    let width = sandboxes
+        .iter()
+        .map(|s| s.id.len())
+        .max()
+        .unwrap_or(0)
+        .max(2);
+    let mut out = format!(
+        "{:<width$}  {:<8}  {:>9}  {:>9}  {:>9}\n",
+        "ID", "STATE", "WALL", "RUNNING", "GUEST CPU"
+    );
+    for s in sandboxes {
+        out.push_str(&format!(
+            "{:<width$}  {:<8}  {:>9}  {:>9}  {:>9}\n",
+            s.id,
+            s.state,
+            secs(s.wall_ms),
+            secs(s.running_ms),
+            secs(s.guest_cpu_ms)
+        ));
+    }
+    out
+}
+
+/// One side of `cp`.
+#[derive(Debug, PartialEq, Eq)]
+enum Side {
+    Host(PathBuf),
+    Guest { id: String, path: PathBuf },
+}
+
+/// `ID:/path` is a guest side (the id has no '/'); anything else is a host
+/// path.
+fn side(text: &str) -> Result<Side, String> {
+    match text.split_once(':') {
+        Some((id, path)) if !id.is_empty() && !id.contains('/') => {
+            if !path.starts_with('/') {
+                return Err(format!(
+                    "the guest path in {text:?} must be absolute (ID:/path); write ./{text} for a \
+                     host path"
+                ));
+            }
+            Ok(Side::Guest {
+                id: id.to_owned(),
+                path: PathBuf::from(path),
+            })
+        }
+        _ if text.is_empty() => Err("an empty path".into()),
+        _ => Ok(Side::Host(PathBuf::from(text))),
+    }
+}
+
+/// The request for `cp SRC DST`.
+fn copy_request(src: &str, dst: &str) -> Result<Request, String> {
+    match (side(src)?, side(dst)?) {
+        (Side::Host(host), Side::Guest { id, path }) => Ok(Request::CopyIn {
+            id,
+            host: absolute(&host)?,
+            guest: path,
+        }),
+        (Side::Guest { id, path }, Side::Host(host)) => Ok(Request::CopyOut {
+            id,
+            guest: path,
+            host: absolute(&host)?,
+        }),
+        _ => Err("exactly one side of cp must be ID:/guest/path".into()),
+    }
+}
+
+async fn copy(socket: &Path, src: &str, dst: &str) -> Result<(), String> {
+    let request = copy_request(src, dst)?;
+    match call(socket, &request).await {
+        Ok(Response::Ok) => Ok(()),
+        Ok(other) => Err(unexpected(&other)),
+        Err(message) => Err(format!("cannot copy {src} to {dst}: {message}")),
+    }
+}
+
+/// Runs a program in a sandbox; returns airlock's exit code.
+async fn exec_in(socket: &Path, args: ExecArgs) -> u8 {
+    let (mut interrupt, mut terminate) = match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(interrupt), Ok(terminate)) => (interrupt, terminate),
+        (Err(error), _) | (_, Err(error)) => {
+            return fail(&format!("cannot handle signals: {error}"))
+        }
+    };
+    let forward_stdin = !std::io::stdin().is_terminal();
+    let request = Request::Exec(ExecRequest {
+        id: args.id,
+        argv: args.command,
+        env: args.env,
+        cwd: args.cwd,
+        user: args.user,
+        timeout_secs: args.timeout,
+        stdin: forward_stdin,
+    });
+    let mut connection = match connect(socket).await {
+        Ok(connection) => connection,
+        Err(message) => return fail(&message),
+    };
+    let started = match connection.send(&request).await {
+        Ok(()) => connection.recv().await,
+        Err(error) => Err(error),
+    };
+    match started {
+        Ok(Response::Started { .. }) => {}
+        Ok(Response::Error { message }) => return fail(&message),
+        Ok(other) => return fail(&unexpected(&other)),
+        Err(error) => return fail(&airlock::error_chain(&error)),
+    }
+    let (mut reader, mut writer) = connection.into_split();
+    // One task writes every input frame; `inputs` lives until we return,
+    // so the connection stays open (a hang-up kills the program).
+    let (inputs, mut pending) = mpsc::channel::<Input>(4);
+    tokio::spawn(async move {
+        while let Some(input) = pending.recv().await {
+            if let Err(error) = write_frame(&mut writer, &input).await {
+                tracing::debug!(error = %airlock::error_chain(&error), "input not sent");
+                break;
+            }
+        }
+        // Hold the connection open until the client is done.
+        std::future::pending::<()>().await;
+    });
+    if forward_stdin {
+        tokio::spawn(forward_host_stdin(inputs.clone()));
+    }
+    let mut interrupted = false;
+    loop {
+        tokio::select! {
+            frame = read_frame::<_, Response>(&mut reader) => match frame {
+                Ok(Some(Response::Stdout { data })) => print_event(Event::Stdout(data.into())).await,
+                Ok(Some(Response::Stderr { data })) => print_event(Event::Stderr(data.into())).await,
+                Ok(Some(Response::Dropped { bytes })) => print_event(Event::Dropped(bytes)).await,
+                Ok(Some(Response::Exited { code, signal, timed_out, oom_killed, duration_ms })) => {
+                    let status = match (code, signal) {
+                        (Some(code), _) => ExitStatus::Code(code),
+                        (None, Some(signal)) => ExitStatus::Signal(signal),
+                        (None, None) => return fail("the daemon sent an exit without a status"),
+                    };
+                    let mut exit = Exit::from_status(status);
+                    exit.timed_out = timed_out;
+                    exit.oom_killed = oom_killed;
+                    exit.duration = Duration::from_millis(duration_ms);
+                    return finish(&exit, args.timeout);
+                }
+                Ok(Some(Response::Error { message })) => return fail(&message),
+                Ok(Some(other)) => return fail(&unexpected(&other)),
+                Ok(None) => return fail(&DaemonError::Closed.to_string()),
+                Err(error) => return fail(&airlock::error_chain(&error)),
+            },
+            _ = interrupt.recv() => {
+                if interrupted {
+                    return 130;
+                }
+                interrupted = true;
+                eprintln!("airlock: interrupting the command (Ctrl-C again to kill it)");
+                let _ = inputs.send(Input::Signal { signal: 2 }).await;
+            }
+            _ = terminate.recv() => return 143,
+        }
+    }
+}
+
+/// Reports how the program ended, as `airlock run` does, and maps it to
+/// the exit code.
+fn finish(exit: &Exit, timeout: Option<f64>) -> u8 {
+    if exit.timed_out {
+        let after = timeout
+            .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+            .unwrap_or(exit.duration);
+        eprintln!("airlock: command timed out after {after:?}; its processes were killed");
+    } else if exit.oom_killed {
+        eprintln!("airlock: the guest ran out of memory and killed part of the command");
+    }
+    exit_code(exit)
+}
+
+/// Sends the host's stdin as input frames, then its end.
+async fn forward_host_stdin(inputs: mpsc::Sender<Input>) {
+    if let Some(mut chunks) = super::program::host_stdin() {
+        while let Some(chunk) = chunks.recv().await {
+            if inputs
+                .send(Input::Stdin {
+                    data: chunk.to_vec(),
+                })
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+    let _ = inputs.send(Input::StdinEnd).await;
+}
+
+/// `path` made absolute against the current directory (the daemon has
+/// its own).
+fn absolute(path: &Path) -> Result<PathBuf, String> {
+    std::path::absolute(path).map_err(|e| format!("cannot resolve {}: {e}", path.display()))
+}
+
+fn unexpected(response: &Response) -> String {
+    DaemonError::Unexpected(format!("{response:?}")).to_string()
+}
+
+fn fail(message: &str) -> u8 {
+    eprintln!("airlock: {message}");
+    EXIT_AIRLOCK_ERROR
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cp_needs_exactly_one_guest_side() {
+        let request = copy_request("data.txt", "sandbox-x1:/tmp/data").unwrap();
+        let Request::CopyIn { id, host, guest } = request else {
+            panic!("not copy in")
+        };
+        assert_eq!(id, "sandbox-x1");
+        assert!(host.is_absolute() && host.ends_with("data.txt"));
+        assert_eq!(guest, PathBuf::from("/tmp/data"));
+        let request = copy_request("sb:/etc", "./out:dir").unwrap();
+        assert!(matches!(request, Request::CopyOut { .. }), "{request:?}");
+        assert!(copy_request("a", "b").is_err());
+        assert!(copy_request("sb:/a", "sb:/b").is_err());
+        assert!(copy_request("sb:rel", "b")
+            .unwrap_err()
+            .contains("absolute"));
+    }
+
+    #[test]
+    fn the_table_has_a_line_per_sandbox() {
+        let entry = SandboxEntry {
+            id: "sandbox-abc".into(),
+            state: "paused".into(),
+            ended: None,
+            wall_ms: 12_340,
+            running_ms: 10_000,
+            guest_cpu_ms: 1_500,
+        };
+        let table = table(&[entry]);
+        let lines: Vec<_> = table.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert!(lines[0].starts_with("ID"), "{table}");
+        assert!(lines[1].starts_with("sandbox-abc  paused"), "{table}");
+        assert!(
+            lines[1].contains("12.3s") && lines[1].ends_with("1.5s"),
+            "{table}"
+        );
+    }
+}

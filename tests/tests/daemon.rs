@@ -1,0 +1,235 @@
+//! `airlock sandbox ...` as a user types it: one sandbox kept by the daemon
+//! across separate CLI invocations, from `create` (which starts the daemon)
+//! to SIGTERM on the daemon.
+
+// A test panics with its reason; that is what expect is for here.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use airlock_tests::{airlock_bin, processes_mentioning};
+
+/// How long one client may take: far more than a boot under TCG on a
+/// loaded host.
+const CLIENT_LIMIT: Duration = Duration::from_secs(180);
+
+/// A private state directory (so a private daemon); dropping it ends the
+/// daemon and anything left of its VMs, whatever the test did.
+struct Home {
+    dir: tempfile::TempDir,
+}
+
+impl Home {
+    fn new() -> Home {
+        Home {
+            dir: tempfile::tempdir().expect("state dir"),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.path().join("daemon.sock")
+    }
+
+    /// Runs `airlock sandbox ARGS`, feeding `stdin` when given.
+    fn sandbox(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
+        let mut child = Command::new(airlock_bin())
+            .arg("sandbox")
+            .args(args)
+            .env("AIRLOCK_STATE_DIR", self.path())
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run airlock");
+        if let Some(data) = stdin {
+            let mut pipe = child.stdin.take().unwrap();
+            pipe.write_all(data).unwrap();
+        }
+        // A hung client fails the test with the daemon's log rather than
+        // hanging it.
+        let pid = child.id();
+        let (done, output) = std::sync::mpsc::channel();
+        std::thread::spawn(move || done.send(child.wait_with_output()));
+        match output.recv_timeout(CLIENT_LIMIT) {
+            Ok(output) => output.expect("airlock output"),
+            Err(_) => {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+                panic!(
+                    "airlock sandbox {args:?} did not finish within {CLIENT_LIMIT:?}; daemon log:\n{}",
+                    self.daemon_log()
+                );
+            }
+        }
+    }
+
+    /// Runs `airlock sandbox ARGS` and requires success; returns stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.sandbox(args, None);
+        assert!(
+            out.status.success(),
+            "airlock sandbox {args:?} failed ({:?}): {}\ndaemon log:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            self.daemon_log()
+        );
+        String::from_utf8(out.stdout).expect("utf-8 output")
+    }
+
+    fn daemon_log(&self) -> String {
+        std::fs::read_to_string(self.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    /// The daemon's pids (its command line names the socket).
+    fn daemons(&self) -> Vec<u32> {
+        processes_mentioning(&self.socket())
+    }
+
+    /// Sends `signal` to every daemon and waits (bounded) for them to go.
+    fn signal_daemons(&self, signal: &str) -> bool {
+        for pid in self.daemons() {
+            let _ = Command::new("kill")
+                .args([format!("-{signal}"), pid.to_string()])
+                .status();
+        }
+        wait_until(Duration::from_secs(20), || self.daemons().is_empty())
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        if !self.signal_daemons("TERM") {
+            self.signal_daemons("KILL");
+        }
+        for pid in processes_mentioning(self.path()) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let began = Instant::now();
+    while began.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    done()
+}
+
+/// The `ls` line of `id`, split into columns.
+fn ls_line(table: &str, id: &str) -> Option<Vec<String>> {
+    table
+        .lines()
+        .map(|line| {
+            line.split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .find(|columns| columns.first().map(String::as_str) == Some(id))
+}
+
+#[test]
+fn a_sandbox_lives_across_invocations_until_killed() {
+    let home = Home::new();
+    assert!(home.daemons().is_empty());
+
+    // create starts the daemon on demand.
+    let id = home.ok(&["create", "--no-image", "--memory", "256"]);
+    let id = id.trim().to_owned();
+    assert!(id.starts_with("sandbox-"), "id: {id:?}");
+    assert_eq!(home.daemons().len(), 1, "one daemon runs");
+    let socket_mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(home.socket()).unwrap().permissions(),
+    );
+    assert_eq!(socket_mode & 0o777, 0o600);
+
+    let table = home.ok(&["ls"]);
+    let line = ls_line(&table, &id).unwrap_or_else(|| panic!("{id} not listed:\n{table}"));
+    assert_eq!(line[1], "running", "{table}");
+
+    // Output on the right streams, the program's exit code.
+    let script = "echo hi >/tmp/f; echo out; echo err >&2; exit 3";
+    let out = home.sandbox(&["exec", &id, "--", "sh", "-c", script], None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n", "{stderr}");
+    assert!(stderr.lines().any(|l| l == "err"), "stderr: {stderr}");
+    assert!(
+        !stderr.contains("out"),
+        "stdout leaked into stderr: {stderr}"
+    );
+    assert_eq!(out.status.code(), Some(3), "stderr: {stderr}");
+
+    // Another invocation sees what the first wrote; piped stdin reaches it.
+    let out = home.sandbox(
+        &["exec", &id, "--", "sh", "-c", "cat /tmp/f; cat"],
+        Some(b"piped\n"),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hi\npiped\n",
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success());
+
+    // A host file in and back out, bytes equal.
+    let files = tempfile::tempdir().unwrap();
+    let original = files.path().join("in.bin");
+    let data: Vec<u8> = (0..300_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&original, &data).unwrap();
+    let guest = format!("{id}:/tmp/data.bin");
+    home.ok(&["cp", original.to_str().unwrap(), &guest]);
+    let back = files.path().join("out.bin");
+    home.ok(&["cp", &guest, back.to_str().unwrap()]);
+    assert!(std::fs::read(&back).unwrap() == data, "bytes differ");
+
+    // Paused, listed so, and an exec resumes it.
+    home.ok(&["pause", &id]);
+    let table = home.ok(&["ls"]);
+    assert_eq!(ls_line(&table, &id).unwrap()[1], "paused", "{table}");
+    let out = home.ok(&["exec", &id, "--", "cat", "/tmp/f"]);
+    assert_eq!(out, "hi\n");
+
+    // Killed: gone from the list, its VM processes gone.
+    home.ok(&["kill", &id]);
+    let table = home.ok(&["ls"]);
+    assert!(ls_line(&table, &id).is_none(), "still listed:\n{table}");
+    let vm_dir = home.path().join(&id);
+    assert!(
+        wait_until(Duration::from_secs(20), || processes_mentioning(&vm_dir)
+            .is_empty()),
+        "VM processes remain: {:?}",
+        processes_mentioning(&vm_dir)
+    );
+
+    // SIGTERM: the daemon kills what is left, removes its socket, exits.
+    let id2 = home.ok(&["create", "--no-image", "--memory", "256"]);
+    let vm_dir = home.path().join(id2.trim());
+    assert!(!processes_mentioning(&vm_dir).is_empty(), "second VM runs");
+    assert!(home.signal_daemons("TERM"), "the daemon did not exit");
+    assert!(!home.socket().exists(), "the socket is left behind");
+    assert!(
+        processes_mentioning(home.path()).is_empty(),
+        "processes remain: {:?}",
+        processes_mentioning(home.path())
+    );
+    assert!(!vm_dir.exists(), "the second VM's state directory remains");
+}

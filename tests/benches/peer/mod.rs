@@ -50,9 +50,9 @@ const QGA_START_TIMEOUT: Duration = Duration::from_secs(60);
 pub async fn run(table: &mut Table, upload_mib: usize) -> Value {
     let image = peer_image();
     let dir = tempfile::tempdir().expect("temp dir");
-    // QEMU creates the socket, and as root the library runs it as an
-    // unprivileged user (`VmmUser::Auto`): let that user create entries
-    // (sticky, not listable), as it would anyway run the other VMs here.
+    // QEMU creates the socket, and a root caller's library runs QEMU as an
+    // unprivileged user (`VmmUser::Auto`, as for every VM of the benchmark):
+    // let that user create entries here (sticky, not listable).
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1733))
         .expect("socket directory mode");
     let socket = dir.path().join("qga.sock");

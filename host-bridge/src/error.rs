@@ -9,7 +9,6 @@ use std::time::Duration;
 use crate::fs::FsError;
 use crate::lifecycle::vm::Unavailable;
 use crate::lifecycle::EndReason;
-use crate::vmm::qmp::QmpError;
 use crate::vmm::VmmError;
 use crate::workspace::WorkspaceError;
 
@@ -72,10 +71,6 @@ pub enum Error {
     /// No sandbox by this id in the manager.
     #[error("no sandbox {id}")]
     NoSuchSandbox { id: String },
-
-    /// QEMU's monitor refused or failed a control (pause, resume).
-    #[error("VM control failed")]
-    Qmp(#[from] QmpError),
 
     /// The agent did not answer within the boot timeout.
     #[error(

@@ -677,7 +677,7 @@ impl Sandbox {
         self.vm.usage()
     }
 
-    /// Stops the VM's CPUs (QMP `stop`): the guest uses no CPU and its
+    /// Freezes the VM (QEMU's process, with SIGSTOP): the guest uses no CPU and its
     /// memory stays as it is. Calls meanwhile resume it, wait or fail, as
     /// [`SandboxBuilder::paused_calls`] says. Pausing twice does nothing.
     pub async fn pause(&self) -> Result<()> {

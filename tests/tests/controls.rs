@@ -239,3 +239,47 @@ async fn a_vm_that_powers_off_fails_every_open_call_with_the_reason() {
     assert!(matches!(later, Error::SandboxEnded { .. }), "{later}");
     assert!(airlock_tests::processes_mentioning(sandbox.state_dir()).is_empty());
 }
+
+#[tokio::test]
+async fn streams_survive_repeated_pauses_without_losing_output() {
+    let sandbox = airlock_tests::boot().await;
+    let ticker = sandbox
+        .exec(
+            Command::new("sh")
+                .arg("-c")
+                .arg("i=0; while [ $i -lt 100000 ]; do i=$((i+1)); echo $i; sleep 0.02; done")
+                .tag("ticker"),
+        )
+        .await
+        .expect("ticker starts");
+    let reader = tokio::spawn(async move { ticker.output().await });
+    for cycle in 0..12 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        sandbox.pause().await.expect("pause");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        sandbox.resume().await.expect("resume");
+        let out = tokio::time::timeout(
+            Duration::from_secs(20),
+            run(&sandbox, &format!("echo cycle-{cycle}")),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("exec after resume {cycle} hung"));
+        assert_eq!(out, format!("cycle-{cycle}\n"));
+    }
+    sandbox
+        .process("ticker")
+        .signal(airlock::Signal::TERM)
+        .await
+        .expect("stop the ticker");
+    let out = tokio::time::timeout(Duration::from_secs(20), reader)
+        .await
+        .expect("the ticker's stream ended")
+        .expect("reader task")
+        .expect("ticker output");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let numbers: Vec<u64> = text.lines().map(|l| l.parse().expect(l)).collect();
+    assert!(numbers.len() > 20, "too few ticks: {}", numbers.len());
+    for (i, n) in numbers.iter().enumerate() {
+        assert_eq!(*n, i as u64 + 1, "a gap or repeat in the ticker's output");
+    }
+}

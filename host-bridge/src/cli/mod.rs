@@ -102,11 +102,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "ACCEL")]
     pub accel: Option<airlock::Accel>,
 
-    /// Guest kernel (default: ~/.cache/airlock/kernel/vmlinuz).
+    /// Guest kernel (default: <Airlock home>/kernel/vmlinuz).
     #[arg(long, value_name = "PATH")]
     pub kernel: Option<PathBuf>,
 
-    /// Initramfs with the agent (default: ~/.cache/airlock/initramfs.cpio.gz).
+    /// Initramfs with the agent (default: <Airlock home>/initramfs.cpio.gz).
     #[arg(long, value_name = "PATH")]
     pub initramfs: Option<PathBuf>,
 

@@ -21,7 +21,6 @@ use super::{EndReason, PausedCalls, SandboxState};
 use crate::error::{Error, Result};
 use crate::transport::CapMessages;
 use crate::vmm::Vmm;
-use crate::Qmp;
 
 /// How much console output an unexpected end reports.
 const CONSOLE_TAIL_BYTES: usize = 4096;
@@ -216,7 +215,7 @@ impl VmShared {
             SandboxState::Paused => return Ok(()),
             SandboxState::Ended(reason) => return Err(Error::SandboxEnded { reason }),
         }
-        self.qmp("stop").await?;
+        lock(&self.vmm).freeze(true)?;
         lock(&self.clock).paused_since = Some(Instant::now());
         self.state.send_replace(SandboxState::Paused);
         tracing::info!(qemu_pid = self.qemu_pid, "sandbox paused");
@@ -232,7 +231,7 @@ impl VmShared {
             SandboxState::Running => return Ok(()),
             SandboxState::Ended(reason) => return Err(Error::SandboxEnded { reason }),
         }
-        self.qmp("cont").await?;
+        lock(&self.vmm).freeze(false)?;
         {
             let mut clock = lock(&self.clock);
             if let Some(since) = clock.paused_since.take() {
@@ -270,12 +269,6 @@ impl VmShared {
             Ok(Err(status)) => tracing::warn!(%status, "guest clock not set"),
             Err(_) => tracing::warn!(timeout = ?SET_CLOCK_TIMEOUT, "guest clock not set in time"),
         }
-    }
-
-    async fn qmp(&self, command: &'static str) -> Result<()> {
-        let mut qmp = Qmp::connect(&self.qmp_socket).await?;
-        qmp.execute(command, None).await?;
-        Ok(())
     }
 
     // ---- the end ----

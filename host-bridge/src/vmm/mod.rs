@@ -68,6 +68,10 @@ pub enum VmmError {
         timeout: Duration,
         log: String,
     },
+    #[error("QEMU has already exited")]
+    Exited,
+    #[error("cannot signal QEMU")]
+    Signal(#[source] nix::Error),
     #[error("waiting for a VMM process")]
     Wait(#[source] std::io::Error),
     #[error("running the VMM as uid {uid} needs root; use VmmUser::Caller")]
@@ -212,6 +216,27 @@ impl Vmm {
             self.qemu_exit = lock(&self.qemu).try_wait().map_err(VmmError::Wait)?;
         }
         Ok(self.qemu_exit)
+    }
+
+    /// Freezes (SIGSTOP) or thaws (SIGCONT) QEMU's whole process: the
+    /// vCPUs stop where they are and the devices with them, without the
+    /// vring stop/start a QMP `stop` puts the vhost-user vsock device
+    /// through (which vhost-device-vsock 0.3 does not always survive).
+    pub fn freeze(&mut self, frozen: bool) -> Result<(), VmmError> {
+        use nix::sys::signal::{kill, Signal};
+        if self.try_exit()?.is_some() {
+            return Err(VmmError::Exited);
+        }
+        let pid = nix::unistd::Pid::from_raw(
+            i32::try_from(lock(&self.qemu).id()).map_err(|_| VmmError::Exited)?,
+        );
+        let signal = if frozen {
+            Signal::SIGSTOP
+        } else {
+            Signal::SIGCONT
+        };
+        // The child is not reaped (try_exit said so), so the pid is still ours.
+        kill(pid, signal).map_err(VmmError::Signal)
     }
 
     /// The last `max_bytes` of the guest console plus QEMU's own stderr,

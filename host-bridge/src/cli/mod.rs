@@ -7,7 +7,10 @@
 //! - `gc`: kill and remove the sandboxes whose owner process died.
 //! - `serve` and `sandbox`: the per-user daemon and the commands that keep
 //!   sandboxes alive across invocations through it.
-//! - `program`: what `run` and `sandbox exec` share (output, stdin, exit code).
+//! - `program`: what `run` and `sandbox exec` share (output, stdin, exit
+//!   code); `shell` reads the host's stdin with it too.
+//! - `vm_options`: the VM options of `run`, `shell` and `sandbox create`, and
+//!   the sandbox builder they describe.
 
 mod gc;
 mod image;
@@ -18,10 +21,11 @@ mod serve;
 mod shell;
 mod terminal;
 mod transfer;
-
-use std::path::PathBuf;
+mod vm_options;
 
 use clap::{Parser, Subcommand};
+
+use vm_options::BootOptions;
 
 /// Exit code when Airlock itself failed (not the command): as docker run does.
 pub const EXIT_AIRLOCK_ERROR: u8 = 125;
@@ -70,15 +74,11 @@ pub enum ImageCommand {
     },
 }
 
+/// `airlock run` options.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Guest memory in MiB.
-    #[arg(long, default_value_t = 512, value_name = "MIB")]
-    pub memory: u32,
-
-    /// Number of virtual CPUs.
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    pub vcpus: u32,
+    #[command(flatten)]
+    pub boot: BootOptions,
 
     /// Kill the command's process tree after SECS seconds (enforced in the
     /// guest); the output so far is kept and airlock exits 124.
@@ -97,37 +97,6 @@ pub struct RunArgs {
     /// Run the command as this guest user: name, uid, name:group or uid:gid.
     #[arg(short, long, value_name = "USER")]
     pub user: Option<String>,
-
-    /// CPU accelerator: auto, kvm or tcg (default: AIRLOCK_ACCEL or auto).
-    #[arg(long, value_name = "ACCEL")]
-    pub accel: Option<airlock::Accel>,
-
-    /// Guest kernel (default: <Airlock home>/kernel/vmlinuz).
-    #[arg(long, value_name = "PATH")]
-    pub kernel: Option<PathBuf>,
-
-    /// Initramfs with the agent (default: <Airlock home>/initramfs.cpio.gz).
-    #[arg(long, value_name = "PATH")]
-    pub initramfs: Option<PathBuf>,
-
-    /// Root filesystem image: a name or id from `airlock image ls`, or the
-    /// path of an ext4 file (with a '/', e.g. ./rootfs.ext4).
-    #[arg(long, value_name = "NAME|PATH", default_value = airlock::images::DEFAULT_IMAGE)]
-    pub image: String,
-
-    /// No root image: run in the initramfs's busybox environment.
-    #[arg(long, conflicts_with_all = ["image", "workspace"])]
-    pub no_image: bool,
-
-    /// Keep what the command writes (outside /tmp) in this disk file for
-    /// the next run; created on first use. One sandbox at a time.
-    #[arg(long, value_name = "PATH")]
-    pub workspace: Option<PathBuf>,
-
-    /// Size limit of a new workspace, e.g. 512M, 4G (sparse: costs only
-    /// what is written).
-    #[arg(long, value_name = "SIZE", default_value = "4G", value_parser = parse_size)]
-    pub workspace_size: u64,
 
     /// Copy a host file or directory into the guest before the command
     /// (directories keep modes and symlinks). Repeatable.
@@ -338,7 +307,7 @@ mod tests {
         let Commands::Shell(shell) = args.command else {
             panic!("not shell")
         };
-        assert!(shell.no_image);
+        assert!(shell.boot.vm.no_image);
         assert!(shell.command.is_empty(), "sh by default");
         assert_eq!(shell.env, [("A".into(), "1".into())]);
         let args = Args::try_parse_from([
@@ -355,7 +324,7 @@ mod tests {
             panic!("not shell")
         };
         assert_eq!(
-            shell.workspace.as_deref(),
+            shell.boot.vm.workspace.as_deref(),
             Some(std::path::Path::new("w.img"))
         );
         assert_eq!(shell.command, ["python3", "-q"]);
@@ -367,8 +336,8 @@ mod tests {
         let Commands::Run(run) = args.command else {
             panic!("not run")
         };
-        assert_eq!(run.image, "default");
-        assert!(!run.no_image);
+        assert_eq!(run.boot.vm.image, "default");
+        assert!(!run.boot.vm.no_image);
         assert!(Args::try_parse_from([
             "airlock",
             "run",

@@ -1,6 +1,6 @@
 //! What `airlock run` and `airlock sandbox exec` share about a program:
-//! its output on the host's streams, the host's stdin read for it, and the
-//! exit code its end maps to.
+//! its output on the host's streams, the host's stdin read for it (as
+//! `airlock shell` reads it too), and the exit code its end maps to.
 
 use std::io::Read;
 
@@ -15,6 +15,8 @@ use super::EXIT_AIRLOCK_ERROR;
 pub const EXIT_TIMEOUT: u8 = 124;
 /// The largest piece of host stdin read at once.
 pub const STDIN_CHUNK: usize = 64 * 1024;
+/// How many chunks of host stdin may wait to be sent.
+const STDIN_QUEUE: usize = 4;
 
 /// airlock's exit code for a program that ended so: its own code, 128+N
 /// when signal N killed it, [`EXIT_TIMEOUT`] when its timeout did.
@@ -45,16 +47,23 @@ pub async fn print_event(event: Event) {
     }
 }
 
-/// The host's stdin in chunks, read by a blocking thread (so a read that
-/// never returns cannot hold up exit); the channel closes at end of input.
-/// `None` when the thread cannot start.
+/// The host's stdin for a program's, in chunks of up to [`STDIN_CHUNK`]
+/// bytes (see [`read_stdin`]).
 pub fn host_stdin() -> Option<mpsc::Receiver<Bytes>> {
-    let (tx, rx) = mpsc::channel::<Bytes>(4);
+    read_stdin(STDIN_CHUNK, STDIN_QUEUE)
+}
+
+/// The host's stdin in chunks of up to `chunk` bytes, `queue` of them at
+/// most waiting, read by a blocking thread (so a read that never returns
+/// cannot hold up exit); the channel closes at end of input. `None` when
+/// the thread cannot start.
+pub fn read_stdin(chunk: usize, queue: usize) -> Option<mpsc::Receiver<Bytes>> {
+    let (tx, rx) = mpsc::channel::<Bytes>(queue);
     let reader = std::thread::Builder::new()
         .name("stdin".into())
         .spawn(move || {
             let mut stdin = std::io::stdin().lock();
-            let mut buf = vec![0; STDIN_CHUNK];
+            let mut buf = vec![0; chunk];
             loop {
                 match stdin.read(&mut buf) {
                     Ok(0) => break,

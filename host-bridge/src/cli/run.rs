@@ -44,27 +44,10 @@ pub async fn run(args: RunArgs, verbose: bool) -> u8 {
         Err(error) => return fail(&format!("cannot handle SIGTERM: {error}")),
     };
     let began = Instant::now();
-    let mut builder = Sandbox::builder().memory_mib(args.memory).vcpus(args.vcpus);
-    if let Some(accel) = args.accel {
-        builder = builder.accel(accel);
-    }
-    if let Some(kernel) = args.kernel {
-        builder = builder.kernel(kernel);
-    }
-    if let Some(initramfs) = args.initramfs {
-        builder = builder.initramfs(initramfs);
-    }
-    if !args.no_image {
-        match super::image::locate(&args.image) {
-            Ok(image) => builder = builder.image(image),
-            Err(message) => return fail(&message),
-        }
-    }
-    if let Some(workspace) = args.workspace {
-        builder = builder
-            .workspace(workspace)
-            .workspace_size(args.workspace_size);
-    }
+    let builder = match args.boot.builder() {
+        Ok(builder) => builder,
+        Err(message) => return fail(&message),
+    };
     let timeout = match args.timeout.map(Duration::try_from_secs_f64).transpose() {
         Ok(timeout) => timeout,
         Err(_) => return fail("--timeout must be a positive number of seconds"),

@@ -24,6 +24,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
 use super::program::{exit_code, print_event};
+use super::vm_options::VmOptions;
 use super::EXIT_AIRLOCK_ERROR;
 
 /// `airlock sandbox` and its options.
@@ -68,28 +69,19 @@ pub enum SandboxCommand {
 
 /// `airlock sandbox create` options.
 #[derive(Debug, clap::Args)]
+// The shared `--no-image` and `--workspace`, their help worded for `sandbox create`.
+#[command(
+    mut_arg("no_image", |arg| arg.help(
+        "No root image: the initramfs's busybox environment"
+    )),
+    mut_arg("workspace", |arg| arg.help(
+        "Keep what the sandbox writes (outside /tmp) in this disk file; \
+         created on first use. One sandbox at a time"
+    )),
+)]
 pub struct CreateArgs {
-    /// Root filesystem image: a name or id from `airlock image ls`, or the
-    /// path of an ext4 file (with a '/', e.g. ./rootfs.ext4).
-    #[arg(long, value_name = "NAME|PATH", default_value = airlock::images::DEFAULT_IMAGE)]
-    pub image: String,
-
-    /// No root image: the initramfs's busybox environment.
-    #[arg(long, conflicts_with_all = ["image", "workspace"])]
-    pub no_image: bool,
-
-    /// Keep what the sandbox writes (outside /tmp) in this disk file;
-    /// created on first use. One sandbox at a time.
-    #[arg(long, value_name = "PATH")]
-    pub workspace: Option<PathBuf>,
-
-    /// Guest memory in MiB.
-    #[arg(long, default_value_t = 512, value_name = "MIB")]
-    pub memory: u32,
-
-    /// Number of virtual CPUs.
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    pub vcpus: u32,
+    #[command(flatten)]
+    pub vm: VmOptions,
 
     /// Kill the sandbox SECS seconds after it started, whatever it does
     /// (default one hour; 0 for no ceiling).
@@ -185,16 +177,13 @@ async fn simple(socket: &Path, request: Request) -> Result<(), String> {
 }
 
 async fn create_sandbox(socket: &Path, args: CreateArgs) -> Result<(), String> {
-    let image = match args.no_image {
-        true => None,
-        false => Some(absolute(&super::image::locate(&args.image)?)?),
-    };
-    let workspace = args.workspace.as_deref().map(absolute).transpose()?;
+    let image = args.vm.image_file()?.as_deref().map(absolute).transpose()?;
+    let workspace = args.vm.workspace.as_deref().map(absolute).transpose()?;
     let request = Request::Create(CreateRequest {
         image,
         workspace,
-        memory_mib: args.memory,
-        vcpus: args.vcpus,
+        memory_mib: args.vm.memory,
+        vcpus: args.vm.vcpus,
         max_lifetime_secs: args.max_lifetime,
         idle: args.idle_timeout.map(|secs| {
             let action = match args.idle {

@@ -18,34 +18,38 @@
 //! ended the session (the sandbox is torn down). The sandbox is torn down
 //! on every path.
 
-use std::io::Read;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use airlock::{Command, Event, Execution, ProcessHandle, Sandbox, Signal};
-use bytes::Bytes;
+use airlock::{Command, Event, Execution, ProcessHandle, Signal};
 use tokio::io::AsyncWriteExt;
 use tokio::signal::unix::{signal, Signal as SignalStream, SignalKind};
-use tokio::sync::mpsc;
 
 use super::terminal::{self, RawMode};
+use super::vm_options::BootOptions;
 use super::EXIT_AIRLOCK_ERROR;
 
 /// How long the guest gets to power off before it is killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 /// The largest piece of host input sent at once.
 const INPUT_CHUNK: usize = 4096;
+/// How many pieces of host input may wait to be sent.
+const INPUT_QUEUE: usize = 16;
 
 /// `airlock shell` options.
 #[derive(Debug, clap::Args)]
+// The shared `--no-image` and `--workspace`, their help worded for `shell`.
+#[command(
+    mut_arg("no_image", |arg| arg.help(
+        "No root image: a shell in the initramfs's busybox environment"
+    )),
+    mut_arg("workspace", |arg| arg.help(
+        "Keep what the session writes (outside /tmp) in this disk file for \
+         the next one; created on first use. One sandbox at a time"
+    )),
+)]
 pub struct ShellArgs {
-    /// Guest memory in MiB.
-    #[arg(long, default_value_t = 512, value_name = "MIB")]
-    pub memory: u32,
-
-    /// Number of virtual CPUs.
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    pub vcpus: u32,
+    #[command(flatten)]
+    pub boot: BootOptions,
 
     /// Set an environment variable in the guest; KEY alone passes the
     /// host's value. Repeatable.
@@ -59,37 +63,6 @@ pub struct ShellArgs {
     /// Run as this guest user: name, uid, name:group or uid:gid.
     #[arg(short, long, value_name = "USER")]
     pub user: Option<String>,
-
-    /// CPU accelerator: auto, kvm or tcg (default: AIRLOCK_ACCEL or auto).
-    #[arg(long, value_name = "ACCEL")]
-    pub accel: Option<airlock::Accel>,
-
-    /// Guest kernel (default: <Airlock home>/kernel/vmlinuz).
-    #[arg(long, value_name = "PATH")]
-    pub kernel: Option<PathBuf>,
-
-    /// Initramfs with the agent (default: <Airlock home>/initramfs.cpio.gz).
-    #[arg(long, value_name = "PATH")]
-    pub initramfs: Option<PathBuf>,
-
-    /// Root filesystem image: a name or id from `airlock image ls`, or the
-    /// path of an ext4 file (with a '/', e.g. ./rootfs.ext4).
-    #[arg(long, value_name = "NAME|PATH", default_value = airlock::images::DEFAULT_IMAGE)]
-    pub image: String,
-
-    /// No root image: a shell in the initramfs's busybox environment.
-    #[arg(long, conflicts_with_all = ["image", "workspace"])]
-    pub no_image: bool,
-
-    /// Keep what the session writes (outside /tmp) in this disk file for
-    /// the next one; created on first use. One sandbox at a time.
-    #[arg(long, value_name = "PATH")]
-    pub workspace: Option<PathBuf>,
-
-    /// Size limit of a new workspace, e.g. 512M, 4G (sparse: costs only
-    /// what is written).
-    #[arg(long, value_name = "SIZE", default_value = "4G", value_parser = super::parse_size)]
-    pub workspace_size: u64,
 
     /// The program to run instead of `sh`, with its arguments.
     #[arg(last = true, value_name = "CMD")]
@@ -133,7 +106,7 @@ pub async fn run(args: ShellArgs, verbose: bool) -> u8 {
         Ok(signals) => signals,
         Err(error) => return fail(&format!("cannot handle signals: {error}")),
     };
-    let builder = match builder(&args) {
+    let builder = match args.boot.builder() {
         Ok(builder) => builder,
         Err(message) => return fail(&message),
     };
@@ -191,39 +164,6 @@ pub async fn run(args: ShellArgs, verbose: bool) -> u8 {
             fail(&message)
         }
     }
-}
-
-/// The sandbox as the options describe it.
-fn builder(args: &ShellArgs) -> Result<airlock::SandboxBuilder, String> {
-    let mut builder = Sandbox::builder().memory_mib(args.memory).vcpus(args.vcpus);
-    if let Some(accel) = args.accel {
-        builder = builder.accel(accel);
-    }
-    if let Some(kernel) = &args.kernel {
-        builder = builder.kernel(kernel.clone());
-    }
-    if let Some(initramfs) = &args.initramfs {
-        builder = builder.initramfs(initramfs.clone());
-    }
-    if !args.no_image {
-        match airlock::images::ImageStore::open_default().locate(&args.image) {
-            Ok(image) => builder = builder.image(image),
-            Err(error) => {
-                let cause = std::error::Error::source(&error)
-                    .map(|cause| format!(": {cause}"))
-                    .unwrap_or_default();
-                return Err(format!(
-                    "{error}{cause} (or pass --no-image for the busybox initramfs)"
-                ));
-            }
-        }
-    }
-    if let Some(workspace) = &args.workspace {
-        builder = builder
-            .workspace(workspace.clone())
-            .workspace_size(args.workspace_size);
-    }
-    Ok(builder)
 }
 
 /// The program on a terminal of `size`, with the host's `TERM` (so it
@@ -298,35 +238,11 @@ async fn show(event: Event) {
     }
 }
 
-/// Types the host's keys at the guest's terminal. A plain thread reads
-/// stdin, so a read that never returns cannot hold up exit.
+/// Types the host's keys at the guest's terminal.
 async fn forward_input(handle: ProcessHandle) {
-    let (tx, rx) = mpsc::channel::<Bytes>(16);
-    let reader = std::thread::Builder::new()
-        .name("stdin".into())
-        .spawn(move || {
-            let mut stdin = std::io::stdin().lock();
-            let mut buf = vec![0; INPUT_CHUNK];
-            loop {
-                match stdin.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        if tx.blocking_send(Bytes::copy_from_slice(&buf[..n])).is_err() {
-                            break;
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot read stdin");
-                        break;
-                    }
-                }
-            }
-        });
-    if let Err(error) = reader {
-        tracing::warn!(%error, "cannot start the stdin reader");
+    let Some(rx) = super::program::read_stdin(INPUT_CHUNK, INPUT_QUEUE) else {
         return;
-    }
+    };
     let keys = futures::stream::unfold(rx, |mut rx| async move {
         let chunk = rx.recv().await?;
         Some((chunk, rx))

@@ -1,0 +1,155 @@
+//! The VM options of the commands that create a sandbox, declared once.
+//!
+//! [`VmOptions`] (size, root image, workspace) is flattened into `run`,
+//! `shell` and `sandbox create`. [`BootOptions`] adds what only a command
+//! that boots the VM itself takes (`run`, `shell`: accelerator, kernel,
+//! initramfs, size of a new workspace) and turns the lot into a
+//! [`SandboxBuilder`]. `sandbox create` hands its [`VmOptions`] to the
+//! daemon, which picks the rest itself.
+
+use std::path::PathBuf;
+
+use airlock::{Sandbox, SandboxBuilder};
+
+/// The options every command that creates a sandbox takes: its memory and
+/// CPUs, its root image, and a workspace disk.
+#[derive(Debug, clap::Args)]
+pub struct VmOptions {
+    /// Guest memory in MiB.
+    #[arg(long, default_value_t = 512, value_name = "MIB")]
+    pub memory: u32,
+
+    /// Number of virtual CPUs.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub vcpus: u32,
+
+    /// Root filesystem image: a name or id from `airlock image ls`, or the
+    /// path of an ext4 file (with a '/', e.g. ./rootfs.ext4).
+    #[arg(long, value_name = "NAME|PATH", default_value = airlock::images::DEFAULT_IMAGE)]
+    pub image: String,
+
+    /// No root image: run in the initramfs's busybox environment.
+    #[arg(long, conflicts_with_all = ["image", "workspace"])]
+    pub no_image: bool,
+
+    /// Keep what the command writes (outside /tmp) in this disk file for
+    /// the next run; created on first use. One sandbox at a time.
+    #[arg(long, value_name = "PATH")]
+    pub workspace: Option<PathBuf>,
+}
+
+impl VmOptions {
+    /// The root image file `--image` names, `None` with `--no-image`, or a
+    /// message that says what to do instead.
+    pub fn image_file(&self) -> Result<Option<PathBuf>, String> {
+        match self.no_image {
+            true => Ok(None),
+            false => super::image::locate(&self.image).map(Some),
+        }
+    }
+}
+
+/// [`VmOptions`] and what a command that boots the VM in this process
+/// (`run`, `shell`) takes besides.
+#[derive(Debug, clap::Args)]
+pub struct BootOptions {
+    #[command(flatten)]
+    pub vm: VmOptions,
+
+    /// CPU accelerator: auto, kvm or tcg (default: AIRLOCK_ACCEL or auto).
+    #[arg(long, value_name = "ACCEL")]
+    pub accel: Option<airlock::Accel>,
+
+    /// Guest kernel (default: <Airlock home>/kernel/vmlinuz).
+    #[arg(long, value_name = "PATH")]
+    pub kernel: Option<PathBuf>,
+
+    /// Initramfs with the agent (default: <Airlock home>/initramfs.cpio.gz).
+    #[arg(long, value_name = "PATH")]
+    pub initramfs: Option<PathBuf>,
+
+    /// Size limit of a new workspace, e.g. 512M, 4G (sparse: costs only
+    /// what is written).
+    #[arg(long, value_name = "SIZE", default_value = "4G", value_parser = super::parse_size)]
+    pub workspace_size: u64,
+}
+
+impl BootOptions {
+    /// The sandbox as the options describe it, its image located; or a
+    /// message that says what to do instead.
+    pub fn builder(&self) -> Result<SandboxBuilder, String> {
+        let vm = &self.vm;
+        let mut builder = Sandbox::builder().memory_mib(vm.memory).vcpus(vm.vcpus);
+        if let Some(accel) = self.accel {
+            builder = builder.accel(accel);
+        }
+        if let Some(kernel) = &self.kernel {
+            builder = builder.kernel(kernel.clone());
+        }
+        if let Some(initramfs) = &self.initramfs {
+            builder = builder.initramfs(initramfs.clone());
+        }
+        if let Some(image) = vm.image_file()? {
+            builder = builder.image(image);
+        }
+        if let Some(workspace) = &vm.workspace {
+            builder = builder
+                .workspace(workspace.clone())
+                .workspace_size(self.workspace_size);
+        }
+        Ok(builder)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::super::{Args, Commands};
+
+    #[test]
+    fn the_commands_are_well_formed() {
+        // Also checks that the help overrides name real arguments.
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn no_image_conflicts_with_image_and_workspace_in_every_command() {
+        let commands: [(&[&str], &[&str]); 3] = [
+            (&["run"], &["--", "true"]),
+            (&["shell"], &[]),
+            (&["sandbox", "create"], &[]),
+        ];
+        for (command, rest) in commands {
+            for other in [["--image", "x"], ["--workspace", "w"]] {
+                let argv = [&["airlock"], command, &other, rest].concat();
+                assert!(Args::try_parse_from(&argv).is_ok(), "{argv:?} refused");
+                let argv = [&["airlock"], command, &["--no-image"], &other, rest].concat();
+                assert!(Args::try_parse_from(&argv).is_err(), "{argv:?} parsed");
+            }
+        }
+    }
+
+    #[test]
+    fn sandbox_create_takes_the_shared_options() {
+        let args = Args::try_parse_from([
+            "airlock",
+            "sandbox",
+            "create",
+            "--memory",
+            "256",
+            "--vcpus",
+            "2",
+            "--no-image",
+        ])
+        .unwrap();
+        let Commands::Sandbox(sandbox) = args.command else {
+            panic!("not sandbox")
+        };
+        let super::super::sandbox::SandboxCommand::Create(create) = sandbox.command else {
+            panic!("not create")
+        };
+        assert_eq!((create.vm.memory, create.vm.vcpus), (256, 2));
+        assert_eq!(create.vm.image_file(), Ok(None));
+    }
+}

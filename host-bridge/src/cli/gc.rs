@@ -33,7 +33,12 @@ pub async fn run(args: GcArgs) -> u8 {
         tokio::task::spawn_blocking(move || airlock::gc::collect(&collect_base, &options)).await;
     match result {
         Ok(Ok(report)) => {
-            print!("{}", describe(&report, args.dry_run));
+            let text = describe(&report, args.dry_run);
+            if text.is_empty() {
+                println!("no sandboxes under {}", base.display());
+            } else {
+                print!("{text}");
+            }
             if report.failed.is_empty() {
                 0
             } else {

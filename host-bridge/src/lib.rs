@@ -70,7 +70,9 @@ pub use exec::{
 pub use fs::Files;
 pub use lifecycle::{EndReason, IdlePolicy, PausedCalls, SandboxState, SandboxUsage};
 pub use manager::{SandboxInfo, Sandboxes};
-pub use sandbox::{BootTimings, Sandbox, SandboxBuilder, DEFAULT_MAX_LIFETIME};
+pub use sandbox::{
+    BootTimings, Sandbox, SandboxBuilder, DEFAULT_CONSOLE_LOG_BUDGET, DEFAULT_MAX_LIFETIME,
+};
 /// gRPC status codes, as returned by [`Error::agent_code`].
 pub use tonic::Code;
 pub use vmm::qmp::{Qmp, QmpError};

@@ -48,6 +48,8 @@ const CONSOLE_TAIL_BYTES: usize = 4096;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The default hard ceiling on a sandbox's wall-clock life.
 pub const DEFAULT_MAX_LIFETIME: Duration = Duration::from_secs(60 * 60);
+/// The default disk budget of the guest console's log on the host.
+pub const DEFAULT_CONSOLE_LOG_BUDGET: u64 = 16 << 20;
 
 /// Configures and starts a [`Sandbox`].
 #[derive(Debug, Clone)]
@@ -72,6 +74,7 @@ pub struct SandboxBuilder {
     max_lifetime: Option<Duration>,
     idle: Option<(Duration, IdlePolicy)>,
     paused_calls: PausedCalls,
+    console_log_budget: u64,
 }
 
 impl Default for SandboxBuilder {
@@ -97,6 +100,7 @@ impl Default for SandboxBuilder {
             max_lifetime: Some(DEFAULT_MAX_LIFETIME),
             idle: None,
             paused_calls: PausedCalls::default(),
+            console_log_budget: DEFAULT_CONSOLE_LOG_BUDGET,
         }
     }
 }
@@ -222,6 +226,15 @@ impl SandboxBuilder {
         self
     }
 
+    /// How much of the host's disk the guest console's log may take
+    /// (default [`DEFAULT_CONSOLE_LOG_BUDGET`], 16 MiB). A guest that writes
+    /// more to its console keeps only the newest part; see
+    /// [`Sandbox::console_tail`].
+    pub fn console_log_budget(mut self, bytes: u64) -> Self {
+        self.console_log_budget = bytes;
+        self
+    }
+
     /// What a call made while the sandbox is paused does (default
     /// [`PausedCalls::Resume`]).
     pub fn paused_calls(mut self, policy: PausedCalls) -> Self {
@@ -278,6 +291,12 @@ impl SandboxBuilder {
                 "a maximum lifetime of zero would kill the sandbox at once; use None for no ceiling"
                     .into(),
             ));
+        }
+        if self.console_log_budget < 64 * 1024 {
+            return Err(Error::Config(format!(
+                "a console log budget of {} bytes is too small to keep a useful tail; use at least 64 KiB",
+                self.console_log_budget
+            )));
         }
         if self.idle.is_some_and(|(after, _)| after.is_zero()) {
             return Err(Error::Config("the idle timeout must be above zero".into()));
@@ -409,6 +428,7 @@ impl SandboxBuilder {
             watchdog::Policy {
                 max_lifetime: self.max_lifetime,
                 idle: self.idle,
+                console_log_budget: self.console_log_budget,
             },
         );
         Ok(Sandbox {

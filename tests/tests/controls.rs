@@ -283,3 +283,36 @@ async fn streams_survive_repeated_pauses_without_losing_output() {
         assert_eq!(*n, i as u64 + 1, "a gap or repeat in the ticker's output");
     }
 }
+
+#[tokio::test]
+async fn a_guest_flooding_its_console_does_not_fill_the_host_disk() {
+    use std::os::unix::fs::MetadataExt;
+    const BUDGET: u64 = 256 * 1024;
+    let sandbox = start(airlock_tests::builder().console_log_budget(BUDGET)).await;
+    // Root in the guest may write to the console; 3 MiB is twelve budgets.
+    run(
+        &sandbox,
+        "yes flood | head -c 3145728 > /dev/console; echo the-end > /dev/console",
+    )
+    .await;
+    let log = sandbox.state_dir().join("console.log");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let meta = std::fs::metadata(&log).expect("console.log");
+        assert!(meta.len() >= 3 << 20, "the flood is not in the log");
+        if meta.blocks() * 512 <= BUDGET {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "console.log still takes {} bytes of disk",
+            meta.blocks() * 512
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        sandbox.console_tail(4096).contains("the-end"),
+        "the newest console output is kept"
+    );
+    assert_eq!(run(&sandbox, "echo alive").await, "alive\n");
+}

@@ -366,6 +366,11 @@ impl VmShared {
         lock(&self.slot).take();
     }
 
+    /// Keeps the console log within `budget` bytes of disk.
+    pub fn bound_console_log(&self, budget: u64) {
+        lock(&self.vmm).bound_console_log(budget);
+    }
+
     // ---- metering ----
 
     /// Reads the guest's CPU time while the VM is there to read.

@@ -1,6 +1,7 @@
 //! The per-sandbox watchdog: a task that notices the VM's own end within a
-//! tick, kills the VM at its lifetime ceiling, and parks or stops it when
-//! it has been idle too long.
+//! tick, kills the VM at its lifetime ceiling, parks or stops it when it
+//! has been idle too long, and keeps a flooded console log within its
+//! disk budget.
 //!
 //! It holds the VM weakly, so it never keeps a dropped sandbox alive, and
 //! stops once the VM has ended.
@@ -15,8 +16,8 @@ use super::{EndReason, IdlePolicy, SandboxState};
 
 /// How often the watchdog looks.
 const TICK: Duration = Duration::from_millis(100);
-/// How often (in ticks) it reads the guest's CPU time, so the figure
-/// survives a VM that dies without warning.
+/// How often (in ticks) it reads the guest's CPU time (so the figure
+/// survives a VM that dies without warning) and bounds the console log.
 const CPU_SAMPLE_TICKS: u32 = 10;
 
 /// What the watchdog enforces.
@@ -24,6 +25,8 @@ const CPU_SAMPLE_TICKS: u32 = 10;
 pub(crate) struct Policy {
     pub max_lifetime: Option<Duration>,
     pub idle: Option<(Duration, IdlePolicy)>,
+    /// Disk the guest console's log may take.
+    pub console_log_budget: u64,
 }
 
 /// Starts the watchdog of `vm`.
@@ -45,6 +48,7 @@ async fn watch(vm: Weak<VmShared>, policy: Policy) {
         ticks = ticks.wrapping_add(1);
         if ticks.is_multiple_of(CPU_SAMPLE_TICKS) {
             vm.sample_guest_cpu();
+            vm.bound_console_log(policy.console_log_budget);
         }
         if let Some(limit) = policy.max_lifetime {
             if vm.started().elapsed() >= limit {

@@ -16,6 +16,7 @@
 //! it runs, so `gc` can end it if the owner dies without doing so.
 
 mod binaries;
+mod log_file;
 mod qemu;
 pub mod qmp;
 mod user;
@@ -33,6 +34,7 @@ pub use user::VmmUser;
 
 use crate::state_dir::{self, owner::ProcessId};
 use crate::Accel;
+use log_file::tail;
 use user::{Access, Credentials};
 
 /// The guest's vsock context id. Each VM has its own vsock device, so every
@@ -218,6 +220,20 @@ impl Vmm {
         Ok(self.qemu_exit)
     }
 
+    /// Keeps the guest console's log within `budget` bytes of disk (see
+    /// `log_file::bound`).
+    pub fn bound_console_log(&self, budget: u64) {
+        match log_file::bound(&self.paths.console_log, budget) {
+            Ok(Some(before)) => tracing::warn!(
+                before,
+                budget,
+                "the guest floods its console; freed all but the newest part of the log"
+            ),
+            Ok(None) => {}
+            Err(error) => tracing::debug!(%error, "cannot bound the console log"),
+        }
+    }
+
     /// Freezes (SIGSTOP) or thaws (SIGCONT) QEMU's whole process: the
     /// vCPUs stop where they are and the devices with them, without the
     /// vring stop/start a QMP `stop` puts the vhost-user vsock device
@@ -368,13 +384,4 @@ fn kill_and_reap(child: &mut Child) {
             tracing::warn!(%error, pid = child.id(), "cannot reap VMM process");
         }
     }
-}
-
-/// The last `max_bytes` of a file, lossily decoded; empty if unreadable.
-pub(crate) fn tail(path: &Path, max_bytes: usize) -> String {
-    let Ok(bytes) = std::fs::read(path) else {
-        return String::new();
-    };
-    let start = bytes.len().saturating_sub(max_bytes);
-    String::from_utf8_lossy(&bytes[start..]).into_owned()
 }

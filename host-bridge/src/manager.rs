@@ -105,20 +105,14 @@ impl Sandboxes {
     }
 
     /// Shuts the sandbox named `id` down gracefully (see
-    /// [`Sandbox::shutdown`]) and stops tracking it; if other handles on it
-    /// remain, it is killed instead.
+    /// [`Sandbox::shutdown`]) and stops tracking it. Other handles on it
+    /// see it ended ([`EndReason::Stopped`](crate::EndReason::Stopped)).
     pub async fn stop(&self, id: &str, grace: Duration) -> Result<()> {
         let sandbox = self
             .running()
             .remove(id)
             .ok_or_else(|| Error::NoSuchSandbox { id: id.to_owned() })?;
-        match Arc::try_unwrap(sandbox) {
-            Ok(sandbox) => sandbox.shutdown(grace).await,
-            Err(shared) => {
-                shared.kill();
-                Ok(())
-            }
-        }
+        sandbox.power_off(grace).await
     }
 
     /// Kills every sandbox and stops tracking them.

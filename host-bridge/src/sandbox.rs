@@ -720,8 +720,15 @@ impl Sandbox {
 
     /// Powers the VM off gracefully: the agent syncs and powers off; after
     /// `grace` the VM is killed regardless. The state directory is removed.
-    #[tracing::instrument(skip_all)]
     pub async fn shutdown(self, grace: Duration) -> Result<()> {
+        self.power_off(grace).await
+    }
+
+    /// [`shutdown`](Sandbox::shutdown) through a shared handle (the manager
+    /// stops sandboxes that callers still hold); the state directory goes
+    /// when the last handle is dropped.
+    #[tracing::instrument(skip_all)]
+    pub(crate) async fn power_off(&self, grace: Duration) -> Result<()> {
         if let Some(reason) = self.vm.end_reason() {
             tracing::debug!(%reason, "already ended");
             return Ok(());

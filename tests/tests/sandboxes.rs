@@ -62,10 +62,19 @@ async fn four_sandboxes_start_concurrently_and_the_fifth_is_refused() {
         .await
         .expect("a slot was freed");
     assert_eq!(manager.list().len(), 4);
+    // A graceful stop while the caller still holds a handle: the handle
+    // sees the end, and the VM is gone.
     manager
         .stop(fifth.id(), Duration::from_secs(5))
         .await
         .expect("stop");
+    assert_eq!(
+        fifth.state(),
+        SandboxState::Ended(airlock::EndReason::Stopped)
+    );
+    assert!(airlock_tests::processes_mentioning(fifth.state_dir()).is_empty());
+    assert_eq!(manager.list().len(), 3);
+    drop(fifth);
 
     let dirs: Vec<_> = sandboxes.iter().map(|s| s.state_dir().to_owned()).collect();
     drop(sandboxes);

@@ -310,8 +310,12 @@ impl SandboxBuilder {
     }
 
     fn kernel_cmdline(&self, accel: Accel) -> String {
+        // `reboot=t`: a guest reboot is a triple fault, which QEMU (started
+        // with -no-reboot) turns into its exit. The kernel's default methods
+        // (ACPI, keyboard controller, BIOS) can leave a microvm halted with
+        // interrupts off instead, which looks like a hung guest.
         let mut cmdline = format!(
-            "console=ttyS0 quiet panic=-1 airlock.port={}",
+            "console=ttyS0 quiet panic=-1 reboot=t airlock.port={}",
             self.agent_port
         );
         if accel == Accel::Tcg {
@@ -811,6 +815,7 @@ mod tests {
             .kernel_arg("airlock.log=debug")
             .kernel_cmdline(Accel::Kvm);
         assert!(line.contains("airlock.port=1024"), "{line}");
+        assert!(line.contains(" reboot=t "), "{line}");
         assert!(line.ends_with("airlock.log=debug"), "{line}");
         assert!(!line.contains("tsc_early_khz"), "{line}");
     }

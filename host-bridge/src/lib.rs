@@ -72,6 +72,7 @@ pub use lifecycle::{EndReason, IdlePolicy, PausedCalls, SandboxState, SandboxUsa
 pub use manager::{SandboxInfo, Sandboxes};
 pub use sandbox::{
     BootTimings, Sandbox, SandboxBuilder, DEFAULT_CONSOLE_LOG_BUDGET, DEFAULT_MAX_LIFETIME,
+    DEFAULT_UNRESPONSIVE_AFTER,
 };
 /// gRPC status codes, as returned by [`Error::agent_code`].
 pub use tonic::Code;

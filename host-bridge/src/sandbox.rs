@@ -48,6 +48,9 @@ const CONSOLE_TAIL_BYTES: usize = 4096;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The default hard ceiling on a sandbox's wall-clock life.
 pub const DEFAULT_MAX_LIFETIME: Duration = Duration::from_secs(60 * 60);
+/// How long a running sandbox's agent may go without answering, by
+/// default, before the VM is killed as hung.
+pub const DEFAULT_UNRESPONSIVE_AFTER: Duration = Duration::from_secs(60);
 /// The default disk budget of the guest console's log on the host.
 pub const DEFAULT_CONSOLE_LOG_BUDGET: u64 = 16 << 20;
 
@@ -75,6 +78,7 @@ pub struct SandboxBuilder {
     idle: Option<(Duration, IdlePolicy)>,
     paused_calls: PausedCalls,
     console_log_budget: u64,
+    unresponsive_after: Option<Duration>,
 }
 
 impl Default for SandboxBuilder {
@@ -101,6 +105,7 @@ impl Default for SandboxBuilder {
             idle: None,
             paused_calls: PausedCalls::default(),
             console_log_budget: DEFAULT_CONSOLE_LOG_BUDGET,
+            unresponsive_after: Some(DEFAULT_UNRESPONSIVE_AFTER),
         }
     }
 }
@@ -226,6 +231,16 @@ impl SandboxBuilder {
         self
     }
 
+    /// Kills the VM once its agent has not answered a Health probe for this
+    /// long while running (default [`DEFAULT_UNRESPONSIVE_AFTER`], 60 s),
+    /// so calls on a hung guest fail with [`EndReason::Unresponsive`]
+    /// instead of waiting forever. Paused time does not count. `None` turns
+    /// the probe off.
+    pub fn unresponsive_after(mut self, after: Option<Duration>) -> Self {
+        self.unresponsive_after = after;
+        self
+    }
+
     /// How much of the host's disk the guest console's log may take
     /// (default [`DEFAULT_CONSOLE_LOG_BUDGET`], 16 MiB). A guest that writes
     /// more to its console keeps only the newest part; see
@@ -289,6 +304,15 @@ impl SandboxBuilder {
         if self.max_lifetime == Some(Duration::ZERO) {
             return Err(Error::Config(
                 "a maximum lifetime of zero would kill the sandbox at once; use None for no ceiling"
+                    .into(),
+            ));
+        }
+        if self
+            .unresponsive_after
+            .is_some_and(|after| after < Duration::from_secs(1))
+        {
+            return Err(Error::Config(
+                "an unresponsive limit under a second would kill busy guests; use None to turn the probe off"
                     .into(),
             ));
         }
@@ -433,6 +457,7 @@ impl SandboxBuilder {
                 max_lifetime: self.max_lifetime,
                 idle: self.idle,
                 console_log_budget: self.console_log_budget,
+                unresponsive_after: self.unresponsive_after,
             },
         );
         Ok(Sandbox {

@@ -316,3 +316,56 @@ async fn a_guest_flooding_its_console_does_not_fill_the_host_disk() {
     );
     assert_eq!(run(&sandbox, "echo alive").await, "alive\n");
 }
+
+#[tokio::test]
+async fn a_hung_guest_is_killed_and_its_open_calls_fail() {
+    const AFTER: Duration = Duration::from_secs(4);
+    let sandbox = start(airlock_tests::builder().unresponsive_after(Some(AFTER))).await;
+    let mut sleeper = sandbox
+        .exec(Command::new("sleep").arg("1000"))
+        .await
+        .expect("sleep starts");
+    // Freeze QEMU behind the library's back: to the host, a hung guest.
+    let qemu = airlock_tests::processes_mentioning(sandbox.state_dir())
+        .into_iter()
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.starts_with("qemu-system"))
+        })
+        .expect("the QEMU process");
+    let frozen = std::process::Command::new("kill")
+        .args(["-STOP", &qemu.to_string()])
+        .status()
+        .expect("kill -STOP");
+    assert!(frozen.success());
+    let hung = Instant::now();
+    let error = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match sleeper.next_event().await {
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("sleep ended normally"),
+                Err(error) => break error,
+            }
+        }
+    })
+    .await
+    .expect("the open call still waits on a hung guest");
+    // Counted from the last answer, which came up to one probe interval
+    // (AFTER / 4, at least 1 s) before the freeze.
+    assert!(
+        hung.elapsed() >= AFTER - Duration::from_secs(1),
+        "ended after {:?}, well before the limit",
+        hung.elapsed()
+    );
+    assert!(
+        matches!(
+            &error,
+            Error::VmGone {
+                reason: EndReason::Unresponsive { after },
+                ..
+            } if *after == AFTER
+        ),
+        "{error}"
+    );
+    assert!(airlock_tests::processes_mentioning(sandbox.state_dir()).is_empty());
+}

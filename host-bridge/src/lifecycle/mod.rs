@@ -6,7 +6,8 @@
 //!   guest) and kill go through it, and every handle on the sandbox holds
 //!   it.
 //! - `watchdog`: a task per sandbox that notices the VM's own end promptly
-//!   and enforces the lifetime ceiling and the idle timeout.
+//!   and enforces the lifetime ceiling and the idle timeout, and one that
+//!   ends a VM whose agent stops answering.
 //! - `channel`: the gRPC channel every call goes through; it counts calls in
 //!   flight (what "idle" means), and holds calls back while the VM is paused.
 //! - `meter`: wall, running and guest CPU time.
@@ -50,6 +51,9 @@ pub enum EndReason {
         /// The end of the guest console, which usually says why.
         console_tail: String,
     },
+    /// Its agent gave no answer for this long while the VM was running (a
+    /// hung guest kernel, or a VM frozen from outside), so it was killed.
+    Unresponsive { after: Duration },
     /// Its owner stopped it (drop, `shutdown`, `kill`, or the manager).
     Stopped,
 }
@@ -76,6 +80,11 @@ impl fmt::Display for EndReason {
                 }
                 Ok(())
             }
+            EndReason::Unresponsive { after } => write!(
+                f,
+                "killed after its agent gave no answer for {after:?} (a hung guest, or a VM \
+                 frozen from outside)"
+            ),
             EndReason::Stopped => f.write_str("stopped by its owner"),
         }
     }

@@ -11,8 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use airlock_proto::v1::health_client::HealthClient;
 use airlock_proto::v1::system_client::SystemClient;
-use airlock_proto::v1::SetClockRequest;
+use airlock_proto::v1::{CheckRequest, SetClockRequest};
 use tokio::sync::{watch, OwnedSemaphorePermit};
 use tonic::transport::Channel;
 
@@ -364,6 +365,16 @@ impl VmShared {
             true
         });
         lock(&self.slot).take();
+    }
+
+    /// Whether the agent answers a Health check within `timeout`, on the
+    /// raw channel (so the probe is not activity and never resumes).
+    pub async fn answers_within(&self, timeout: Duration) -> bool {
+        let mut client = HealthClient::new(self.raw_channel.clone()).capped();
+        matches!(
+            tokio::time::timeout(timeout, client.check(CheckRequest {})).await,
+            Ok(Ok(_))
+        )
     }
 
     /// Keeps the console log within `budget` bytes of disk.

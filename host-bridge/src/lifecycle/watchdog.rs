@@ -1,13 +1,14 @@
 //! The per-sandbox watchdog: a task that notices the VM's own end within a
 //! tick, kills the VM at its lifetime ceiling, parks or stops it when it
 //! has been idle too long, and keeps a flooded console log within its
-//! disk budget.
+//! disk budget. A second task probes the agent and kills a VM whose agent
+//! has stopped answering (a hung guest).
 //!
 //! It holds the VM weakly, so it never keeps a dropped sandbox alive, and
 //! stops once the VM has ended.
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
@@ -27,12 +28,48 @@ pub(crate) struct Policy {
     pub idle: Option<(Duration, IdlePolicy)>,
     /// Disk the guest console's log may take.
     pub console_log_budget: u64,
+    /// How long the agent may go without answering while running.
+    pub unresponsive_after: Option<Duration>,
 }
 
-/// Starts the watchdog of `vm`.
+/// Starts the watchdog of `vm` (and its liveness probe, which ends by
+/// itself once the VM has ended).
 pub(crate) fn spawn(vm: &Arc<VmShared>, policy: Policy) -> JoinHandle<()> {
+    if let Some(after) = policy.unresponsive_after {
+        let vm = Arc::downgrade(vm);
+        tokio::spawn(async move { probe(vm, after).await });
+    }
     let vm = Arc::downgrade(vm);
     tokio::spawn(async move { watch(vm, policy).await })
+}
+
+/// Asks the agent for Health every `after / 4` (1 to 10 s) while the VM
+/// runs, and kills the VM once no answer has come for `after`. Paused time
+/// does not count: a frozen guest cannot answer.
+async fn probe(vm: Weak<VmShared>, after: Duration) {
+    let every = (after / 4).clamp(Duration::from_secs(1), Duration::from_secs(10));
+    let mut last_answer = Instant::now();
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(vm) = vm.upgrade() else { return };
+        match vm.state() {
+            SandboxState::Ended(_) => return,
+            SandboxState::Paused => {
+                last_answer = Instant::now();
+                continue;
+            }
+            SandboxState::Running => {}
+        }
+        if vm.answers_within(every).await || vm.state() != SandboxState::Running {
+            last_answer = Instant::now();
+            continue;
+        }
+        if last_answer.elapsed() >= after {
+            tracing::warn!(?after, "the agent stopped answering; killing the VM");
+            vm.kill(EndReason::Unresponsive { after });
+            return;
+        }
+    }
 }
 
 async fn watch(vm: Weak<VmShared>, policy: Policy) {

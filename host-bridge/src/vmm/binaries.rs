@@ -25,7 +25,7 @@ pub(crate) const QEMU: Program = Program {
 pub(crate) const VHOST_DEVICE_VSOCK: Program = Program {
     name: "vhost-device-vsock",
     env: "AIRLOCK_VHOST_DEVICE_VSOCK",
-    install_hint: "run `cargo install vhost-device-vsock --version 0.3.0 --locked`",
+    install_hint: "run scripts/setup, which builds vhost-device-vsock 0.3.0 with Airlock's patch",
 };
 
 impl Program {

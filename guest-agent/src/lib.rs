@@ -14,11 +14,13 @@
 //! 4. [`server`] binds the [`Listen`] address (vsock, or a Unix socket for
 //!    tests) and serves the [`services`]: `Health`, `Process` (spawns via the
 //!    reaper, streams output through a bounded channel) and `System`
-//!    (shutdown).
+//!    (shutdown). Once bound, [`announce`] tells the host (over vsock) that
+//!    the agent serves, so the host never dials a guest that is not ready.
 //! 5. Every error that reaches a client becomes a `tonic::Status` in
 //!    [`error`]. As PID 1 the agent never exits: errors, panics and
 //!    `Shutdown` all end in a synced power-off ([`init::poweroff`]).
 
+pub mod announce;
 pub mod boot;
 pub mod clock;
 pub mod cmdline;
@@ -106,6 +108,7 @@ async fn serve(pid1: bool, init_started_us: u64, listen: Listen) -> Result<(), A
         system: SystemService::new(mode),
     });
     tracing::info!(%listen, "serving");
+    announce::spawn(&listen);
 
     tokio::select! {
         served = listener.serve(router, stopped(stop_rx.clone())) => served?,

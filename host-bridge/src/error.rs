@@ -82,6 +82,19 @@ pub enum Error {
         console_tail: String,
     },
 
+    /// The agent announced that it serves, but the host could not reach it
+    /// over the VM's vsock device.
+    #[error(
+        "the guest agent announced it was serving {waited:?} ago, but the host cannot reach it \
+         ({last_error}); vsock device: {device}; console tail:\n{console_tail}"
+    )]
+    AgentUnreachable {
+        waited: Duration,
+        last_error: String,
+        device: String,
+        console_tail: String,
+    },
+
     /// The agent refused or failed a call.
     #[error("{call}: {} ({:?})", status.message(), status.code())]
     Agent {

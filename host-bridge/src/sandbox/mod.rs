@@ -2,9 +2,9 @@
 //!
 //! [`SandboxBuilder::start`] locks the workspace if there is one (see
 //! `workspace`), creates the private state directory, starts the VMM (see
-//! `vmm`) with the root image and the workspace as disks, then connects to the agent over hybrid vsock (see
-//! `transport`), retrying with backoff until the boot deadline, and waits for
-//! `Health.Check`. After that, [`Sandbox::exec`] runs programs. Dropping the
+//! `vmm`) with the root image and the workspace as disks, then waits for the
+//! agent to announce itself and connects to it over hybrid vsock (see
+//! `connect` and `transport`). After that, [`Sandbox::exec`] runs programs. Dropping the
 //! sandbox kills the VM and removes its state directory;
 //! [`Sandbox::shutdown`] powers it off gracefully first.
 //!
@@ -26,7 +26,6 @@ use airlock_proto::v1::{
 use tempfile::TempDir;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinHandle;
-use tonic::transport::Channel;
 
 use crate::error::{Error, Result};
 use crate::exec::{Command, Execution, Limits, ProcessHandle, ProcessInfo, Target};
@@ -38,14 +37,13 @@ use crate::transport::CapMessages;
 use crate::vmm::{Disk, QemuConfig, SerialPort, VmPaths, Vmm, VmmUser};
 use crate::workspace::{Workspace, DEFAULT_WORKSPACE_BYTES};
 use crate::{artifacts, state_dir, transport, Accel};
+use connect::{connect_agent, Deadline};
+
+mod connect;
 
 /// QEMU drive ids (and virtio serials) of the root image and the workspace.
 const ROOT_DISK: &str = "root";
 const WORKSPACE_DISK: &str = "workspace";
-/// How much console output goes into error messages.
-const CONSOLE_TAIL_BYTES: usize = 4096;
-/// How long a single Health probe may take during boot.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The default hard ceiling on a sandbox's wall-clock life.
 pub const DEFAULT_MAX_LIFETIME: Duration = Duration::from_secs(60 * 60);
 /// How long a running sandbox's agent may go without answering, by
@@ -427,13 +425,11 @@ impl SandboxBuilder {
         let mut vmm = Vmm::start(&config, paths, self.vmm_user).await?;
         let vmm_started = begin.elapsed();
 
-        let (channel, health) = connect_agent(
-            &mut vmm,
-            self.agent_port,
-            begin + self.boot_timeout,
-            self.boot_timeout,
-        )
-        .await?;
+        let deadline = Deadline {
+            at: begin + self.boot_timeout,
+            timeout: self.boot_timeout,
+        };
+        let (channel, health) = connect_agent(&mut vmm, self.agent_port, deadline).await?;
         let timings = BootTimings {
             vmm_started,
             kernel_to_init: Duration::from_micros(health.init_started_us),
@@ -474,52 +470,6 @@ impl SandboxBuilder {
             state_dir: dir,
             _workspace: workspace,
         })
-    }
-}
-
-/// Retries the hybrid-vsock connection and a Health check until `deadline`.
-async fn connect_agent(
-    vmm: &mut Vmm,
-    port: u32,
-    deadline: Instant,
-    timeout: Duration,
-) -> Result<(Channel, CheckResponse)> {
-    let mut backoff = Duration::from_millis(5);
-    let mut last_error = String::from("no attempt yet");
-    loop {
-        if let Some(status) = vmm.try_exit()? {
-            return Err(Error::VmExited {
-                status: status.to_string(),
-                console_tail: vmm.diagnostics(CONSOLE_TAIL_BYTES),
-            });
-        }
-        if Instant::now() >= deadline {
-            return Err(Error::BootTimeout {
-                timeout,
-                last_error,
-                console_tail: vmm.diagnostics(CONSOLE_TAIL_BYTES),
-            });
-        }
-        let attempt = async {
-            let channel = transport::channel(vmm.vsock_uds().to_owned(), port)
-                .await
-                .map_err(|e| format!("connect: {}", crate::error_chain(&e)))?;
-            let health = HealthClient::new(channel.clone())
-                .capped()
-                .check(CheckRequest {})
-                .await
-                .map_err(|status| format!("health: {status}"))?
-                .into_inner();
-            Ok::<_, String>((channel, health))
-        };
-        match tokio::time::timeout(PROBE_TIMEOUT, attempt).await {
-            Ok(Ok(ready)) => return Ok(ready),
-            Ok(Err(error)) => last_error = error,
-            Err(_) => last_error = format!("no answer within {PROBE_TIMEOUT:?}"),
-        }
-        tracing::trace!(%last_error, "agent not ready yet");
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_millis(100));
     }
 }
 

@@ -2,10 +2,12 @@
 //! vhost-user device that gives the guest a vsock without the kernel's
 //! `/dev/vhost-vsock`.
 //!
-//! [`Vmm::start`] lays out the state directory, starts the vsock device,
-//! waits for its vhost-user socket, then starts QEMU. The host reaches the
-//! guest through the device's hybrid-vsock Unix socket ([`Vmm::vsock_uds`],
-//! see `transport`). Both processes are killed when the `Vmm` is dropped.
+//! [`Vmm::start`] lays out the state directory, binds the socket on which
+//! the agent announces that it serves ([`Vmm::take_ready_listener`]),
+//! starts the vsock device, waits for its vhost-user socket, then starts
+//! QEMU. The host reaches the guest through the device's hybrid-vsock Unix
+//! socket ([`Vmm::vsock_uds`], see `transport`). Both processes are killed
+//! when the `Vmm` is dropped.
 //!
 //! - `binaries`: locating `qemu-system-x86_64` and `vhost-device-vsock`.
 //! - `qemu`: the QEMU command line.
@@ -28,6 +30,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use std::os::unix::process::CommandExt;
+
+use tokio::net::UnixListener;
 
 pub(crate) use qemu::{Disk, QemuConfig, SerialPort};
 pub use user::VmmUser;
@@ -70,6 +74,8 @@ pub enum VmmError {
         timeout: Duration,
         log: String,
     },
+    #[error("the vsock device exited ({status}); its log:\n{log}")]
+    DeviceExited { status: String, log: String },
     #[error("QEMU has already exited")]
     Exited,
     #[error("cannot signal QEMU")]
@@ -88,6 +94,12 @@ pub enum VmmError {
         path: PathBuf,
         access: &'static str,
     },
+    #[error("cannot listen on {path} for the agent's announcement")]
+    ReadySocket {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot prepare the state directory {path} for the VMM")]
     StateDir {
         path: PathBuf,
@@ -103,6 +115,9 @@ pub(crate) struct VmPaths {
     pub dir: PathBuf,
     pub vhost_user_socket: PathBuf,
     pub vsock_uds: PathBuf,
+    /// Where the device delivers the guest's connection to host port
+    /// [`READY_PORT`](airlock_proto::READY_PORT).
+    pub ready_socket: PathBuf,
     pub console_log: PathBuf,
     pub qmp_socket: PathBuf,
     pub qemu_log: PathBuf,
@@ -115,6 +130,8 @@ impl VmPaths {
             dir: dir.to_owned(),
             vhost_user_socket: dir.join("vhost-user-vsock.sock"),
             vsock_uds: dir.join("vsock.sock"),
+            // vhost-device-vsock's naming for guest-initiated connections.
+            ready_socket: dir.join(format!("vsock.sock_{}", airlock_proto::READY_PORT)),
             console_log: dir.join("console.log"),
             qmp_socket: dir.join("qmp.sock"),
             qemu_log: dir.join("qemu.log"),
@@ -134,6 +151,7 @@ pub(crate) struct Vmm {
     device: Child,
     paths: VmPaths,
     qemu_exit: Option<ExitStatus>,
+    ready: Option<UnixListener>,
 }
 
 impl Vmm {
@@ -154,6 +172,7 @@ impl Vmm {
             })?;
             tracing::debug!(uid, gid, "the VMM runs unprivileged");
         }
+        let ready = bind_ready_socket(&paths.ready_socket, credentials)?;
 
         let mut device_cmd = Command::new(&device_program);
         device_cmd.arg("--vm").arg(format!(
@@ -195,7 +214,45 @@ impl Vmm {
             device,
             paths,
             qemu_exit: None,
+            ready: Some(ready),
         })
+    }
+
+    /// The listener on which the agent announces that it serves (see
+    /// [`READY_PORT`](airlock_proto::READY_PORT)); `None` once taken.
+    pub fn take_ready_listener(&mut self) -> Option<UnixListener> {
+        self.ready.take()
+    }
+
+    /// Fails if the vsock device has exited: the guest is then out of reach.
+    pub fn check_device(&mut self) -> Result<(), VmmError> {
+        match self.device.try_wait().map_err(VmmError::Wait)? {
+            None => Ok(()),
+            Some(status) => Err(VmmError::DeviceExited {
+                status: status.to_string(),
+                log: tail(&self.paths.device_log, 2048),
+            }),
+        }
+    }
+
+    /// The vsock device's state for error messages: running or its exit
+    /// status, and the end of its log.
+    pub fn device_diagnostics(&mut self, max_bytes: usize) -> String {
+        let state = match self.device.try_wait() {
+            Ok(None) => format!(
+                "running (pid {}, threads: {})",
+                self.device.id(),
+                thread_names(self.device.id()).join(", ")
+            ),
+            Ok(Some(status)) => format!("exited ({status})"),
+            Err(error) => format!("unknown ({error})"),
+        };
+        let log = tail(&self.paths.device_log, max_bytes);
+        if log.trim().is_empty() {
+            format!("{state}, empty log")
+        } else {
+            format!("{state}, log tail:\n{}", log.trim_end())
+        }
     }
 
     /// QEMU's process id.
@@ -310,6 +367,39 @@ fn vmm_needs(config: &QemuConfig, paths: &VmPaths, programs: [&Path; 2]) -> Vec<
         needs.push((base.to_owned(), Access::Reach));
     }
     needs
+}
+
+/// The names of a process's threads: vhost-device-vsock moves its queues
+/// in a thread named `vring_worker`, whose absence means a wedged device.
+fn thread_names(pid: u32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim_end().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Binds the announcement socket where the device, running as the VMM
+/// user, can connect to it.
+fn bind_ready_socket(
+    path: &Path,
+    credentials: Option<Credentials>,
+) -> Result<UnixListener, VmmError> {
+    use std::os::unix::fs::PermissionsExt;
+    let fail = |source| VmmError::ReadySocket {
+        path: path.to_owned(),
+        source,
+    };
+    let listener = UnixListener::bind(path).map_err(fail)?;
+    if let Some(Credentials { gid, .. }) = credentials {
+        std::os::unix::fs::chown(path, None, Some(gid)).map_err(fail)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(fail)?;
+    }
+    Ok(listener)
 }
 
 fn run_as(cmd: &mut Command, credentials: Option<Credentials>) {

@@ -1,0 +1,224 @@
+//! Reaching the agent of a booting VM, in two bounded phases.
+//!
+//! 1. Wait for the agent's announcement on the ready socket (see
+//!    [`READY_PORT`](airlock_proto::READY_PORT)), watching QEMU and the
+//!    vsock device meanwhile. The boot deadline bounds this phase: it is the
+//!    guest's boot. The host does not dial before: a hybrid-vsock connection
+//!    that reaches vhost-device-vsock while the guest's driver is still
+//!    setting up its queues can end the device's worker thread, after which
+//!    no connection is ever answered.
+//! 2. Dial the agent and check its health. The guest has said it serves, so
+//!    this succeeds at once on a healthy VM; a failure that lasts
+//!    [`DIAL_GRACE`] means the channel itself is broken, and the error says
+//!    what each side showed (the device's state and log, the console)
+//!    instead of waiting out the boot deadline.
+
+use std::time::{Duration, Instant};
+
+use airlock_proto::v1::health_client::HealthClient;
+use airlock_proto::v1::{CheckRequest, CheckResponse};
+use airlock_proto::{READY_ANNOUNCEMENT, READY_PORT};
+use tokio::io::AsyncReadExt;
+use tokio::net::{UnixListener, UnixStream};
+use tonic::transport::Channel;
+
+use crate::error::{Error, Result};
+use crate::transport::{self, CapMessages};
+use crate::vmm::Vmm;
+
+/// How much console output goes into error messages.
+pub(super) const CONSOLE_TAIL_BYTES: usize = 4096;
+/// How much of the vsock device's log goes into error messages.
+const DEVICE_LOG_BYTES: usize = 2048;
+/// How long a single dial plus Health check may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the host keeps dialling an agent that has announced itself.
+pub(super) const DIAL_GRACE: Duration = Duration::from_secs(5);
+/// How often the wait for the announcement looks at the VMM processes.
+const WATCH_INTERVAL: Duration = Duration::from_millis(50);
+/// How long the guest may take to write its announcement once connected.
+const ANNOUNCEMENT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The boot deadline: when it passes and how long it was.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Deadline {
+    pub at: Instant,
+    pub timeout: Duration,
+}
+
+/// Waits for the agent's announcement, then connects and checks Health.
+pub(super) async fn connect_agent(
+    vmm: &mut Vmm,
+    port: u32,
+    deadline: Deadline,
+) -> Result<(Channel, CheckResponse)> {
+    let listener = vmm
+        .take_ready_listener()
+        .ok_or_else(|| Error::Protocol("the announcement socket was already used".into()))?;
+    let announced = wait_for_announcement(vmm, &listener, deadline).await?;
+    tracing::debug!("the agent announced itself");
+    dial(vmm, port, announced, deadline).await
+}
+
+/// Phase 1: returns when the agent announced itself.
+async fn wait_for_announcement(
+    vmm: &mut Vmm,
+    listener: &UnixListener,
+    deadline: Deadline,
+) -> Result<Instant> {
+    let mut last_error =
+        format!("the agent has not announced itself on host vsock port {READY_PORT}");
+    loop {
+        check_processes(vmm)?;
+        if Instant::now() >= deadline.at {
+            return Err(Error::BootTimeout {
+                timeout: deadline.timeout,
+                last_error: format!(
+                    "{last_error}; an agent older than this host does not announce: \
+                     rebuild the initramfs with scripts/setup"
+                ),
+                console_tail: vmm.diagnostics(CONSOLE_TAIL_BYTES),
+            });
+        }
+        let accepted = match tokio::time::timeout(WATCH_INTERVAL, listener.accept()).await {
+            Err(_) => continue,
+            Ok(accepted) => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                last_error = format!("accepting the announcement: {error}");
+                tracing::debug!(%error, "cannot accept on the announcement socket");
+                tokio::time::sleep(WATCH_INTERVAL).await;
+                continue;
+            }
+        };
+        match read_announcement(stream).await {
+            Ok(()) => return Ok(Instant::now()),
+            Err(error) => {
+                tracing::warn!(%error, "ignoring a malformed announcement");
+                last_error = error;
+            }
+        }
+    }
+}
+
+/// Reads exactly [`READY_ANNOUNCEMENT`] and the end of the stream.
+async fn read_announcement(stream: UnixStream) -> std::result::Result<(), String> {
+    let mut received = Vec::with_capacity(READY_ANNOUNCEMENT.len() + 1);
+    let limit = u64::try_from(READY_ANNOUNCEMENT.len() + 1).unwrap_or(u64::MAX);
+    let mut stream = stream.take(limit);
+    let read = stream.read_to_end(&mut received);
+    match tokio::time::timeout(ANNOUNCEMENT_TIMEOUT, read).await {
+        Err(_) => Err(format!(
+            "the announcement did not arrive within {ANNOUNCEMENT_TIMEOUT:?}"
+        )),
+        Ok(Err(error)) => Err(format!("reading the announcement: {error}")),
+        Ok(Ok(_)) if received == READY_ANNOUNCEMENT => Ok(()),
+        Ok(Ok(_)) => Err(format!(
+            "unexpected announcement {:?}",
+            String::from_utf8_lossy(&received)
+        )),
+    }
+}
+
+/// Phase 2: dials until the agent answers Health, for at most
+/// [`DIAL_GRACE`] after the announcement.
+async fn dial(
+    vmm: &mut Vmm,
+    port: u32,
+    announced: Instant,
+    deadline: Deadline,
+) -> Result<(Channel, CheckResponse)> {
+    let give_up = (announced + DIAL_GRACE).min(deadline.at);
+    let mut backoff = Duration::from_millis(2);
+    loop {
+        check_processes(vmm)?;
+        let attempt = async {
+            let channel = transport::channel(vmm.vsock_uds().to_owned(), port)
+                .await
+                .map_err(|e| format!("connect: {}", crate::error_chain(&e)))?;
+            let health = HealthClient::new(channel.clone())
+                .capped()
+                .check(CheckRequest {})
+                .await
+                .map_err(|status| format!("health: {status}"))?
+                .into_inner();
+            Ok::<_, String>((channel, health))
+        };
+        let last_error = match tokio::time::timeout(PROBE_TIMEOUT, attempt).await {
+            Ok(Ok(ready)) => return Ok(ready),
+            Ok(Err(error)) => error,
+            Err(_) => format!("no answer within {PROBE_TIMEOUT:?}"),
+        };
+        tracing::debug!(%last_error, "the announced agent did not answer yet");
+        if Instant::now() >= give_up {
+            check_processes(vmm)?;
+            return Err(Error::AgentUnreachable {
+                waited: announced.elapsed(),
+                last_error,
+                device: vmm.device_diagnostics(DEVICE_LOG_BYTES),
+                console_tail: vmm.diagnostics(CONSOLE_TAIL_BYTES),
+            });
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// Fails if QEMU or the vsock device has exited.
+fn check_processes(vmm: &mut Vmm) -> Result<()> {
+    if let Some(status) = vmm.try_exit()? {
+        return Err(Error::VmExited {
+            status: status.to_string(),
+            console_tail: vmm.diagnostics(CONSOLE_TAIL_BYTES),
+        });
+    }
+    vmm.check_device()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    async fn announce(bytes: &'static [u8], close: bool) -> std::result::Result<(), String> {
+        let (host, mut guest) = UnixStream::pair().unwrap();
+        tokio::spawn(async move {
+            guest.write_all(bytes).await.unwrap();
+            if close {
+                guest.shutdown().await.unwrap();
+                drop(guest);
+            } else {
+                // Keeps the stream open without writing more.
+                std::future::pending::<()>().await;
+            }
+        });
+        read_announcement(host).await
+    }
+
+    #[tokio::test]
+    async fn the_exact_announcement_is_accepted() {
+        assert_eq!(announce(READY_ANNOUNCEMENT, true).await, Ok(()));
+    }
+
+    #[tokio::test]
+    async fn anything_else_is_refused() {
+        for bytes in [
+            &b""[..],
+            b"airlock-agent ready",
+            b"airlock-agent ready\nmore",
+            b"hello\n",
+        ] {
+            let error = announce(bytes, true).await.unwrap_err();
+            assert!(error.contains("unexpected announcement"), "{error}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_guest_times_out() {
+        let error = announce(b"airlock", false).await.unwrap_err();
+        assert!(error.contains("did not arrive"), "{error}");
+    }
+}

@@ -19,10 +19,10 @@
 //! - `accel`: choosing KVM or TCG.
 //! - `artifacts` and `state_dir`: where kernels, images and per-VM state live;
 //!   each state directory records its owner process and VMM processes.
-//! - [`daemon`]: `airlock serve`, a per-user daemon holding a [`Sandboxes`]
-//!   manager behind a Unix socket, and its clients (`airlock sandbox ...`).
 //! - [`gc`]: finding sandboxes whose owner died and ending them (`airlock gc`).
-//! - [`images`]: the cache of root filesystem images (`airlock image ls|rm`).
+//! - [`images`] and [`artifacts`]: the image store and the Airlock home,
+//!   re-exported from the `airlock-images` crate, which `airlock-rootfs`
+//!   shares without depending on this library.
 //! - `workspace`: the persistent, exclusively locked disk behind `.workspace()`.
 //!
 //! ```no_run
@@ -44,13 +44,10 @@
 #![forbid(unsafe_code)]
 
 mod accel;
-pub mod artifacts;
-pub mod daemon;
 mod error;
 mod exec;
 pub mod fs;
 pub mod gc;
-pub mod images;
 mod lifecycle;
 mod manager;
 mod sandbox;
@@ -60,6 +57,10 @@ mod vmm;
 mod workspace;
 
 pub use accel::{detect as detect_accel, Accel, ParseAccelError, ACCEL_ENV};
+/// The image store (the `airlock-images` crate).
+pub use airlock_images as images;
+/// Where the guest kernel and initramfs live (the `airlock-images` crate).
+pub use airlock_images::artifacts;
 /// Output chunks and stdin data are [`bytes::Bytes`].
 pub use bytes::Bytes;
 pub use error::{error_chain, Error, Result};

@@ -206,7 +206,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             options.headroom = args.headroom << 20;
             options.rebuild = args.rebuild;
             if let Some(store) = &args.store {
-                options.store = airlock::images::ImageStore::at(store);
+                options.store = airlock_images::ImageStore::at(store);
             }
             let built = image::build(&options).context("building the image")?;
             let info = &built.info;

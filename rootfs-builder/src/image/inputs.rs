@@ -2,7 +2,7 @@
 //!
 //! [`Inputs`] feeds labelled fields, whole files and directory trees into
 //! SHA-256; [`Inputs::id`] is the first 16 hex digits, the image store's id
-//! (see `airlock::images`). Fields are length-prefixed, so no two different
+//! (see `airlock_images`). Fields are length-prefixed, so no two different
 //! input lists hash alike by running together. Trees are walked in sorted
 //! order, each entry contributing its path, kind, mode, owner, size and
 //! content (or link target), so a changed file, mode or owner is a new image
@@ -109,7 +109,7 @@ impl Inputs {
     /// The image id: 16 hex digits of the hash.
     pub fn id(&self) -> String {
         let digest = self.hasher.clone().finalize();
-        super::oci::hex(&digest)[..airlock::images::ID_LEN].to_owned()
+        super::oci::hex(&digest)[..airlock_images::ID_LEN].to_owned()
     }
 }
 
@@ -127,7 +127,7 @@ mod tests {
         let a = Inputs::new().field("suite", "bookworm").id();
         let b = Inputs::new().field("suite", "bookworm").id();
         assert_eq!(a, b);
-        assert!(airlock::images::is_id(&a), "{a}");
+        assert!(airlock_images::is_id(&a), "{a}");
         assert_ne!(a, Inputs::new().field("suite", "trixie").id());
     }
 

@@ -1,5 +1,5 @@
 //! Root filesystem images for sandboxes: ext4 files in the image store
-//! (`airlock::images`), cached by a hash of their inputs.
+//! (`airlock_images`), cached by a hash of their inputs.
 //!
 //! Data flow for [`build`]:
 //! [`inputs`] (hash the [`Source`]: Debian suite, mirror and packages; a
@@ -24,7 +24,7 @@ pub mod oci;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use airlock::images::{ImageInfo, ImageMeta, ImageStore, ImageStoreError};
+use airlock_images::{ImageInfo, ImageMeta, ImageStore, ImageStoreError};
 
 pub use debian::DebianSpec;
 use inputs::Inputs;
@@ -205,7 +205,7 @@ pub fn build(options: &BuildOptions) -> Result<Built, ImageError> {
     };
 
     progress.step("mkfs.ext4");
-    let image_path = staged.path().join(airlock::images::IMAGE_FILE);
+    let image_path = staged.path().join(airlock_images::IMAGE_FILE);
     let image = ext4::make(&source_tree, &image_path, options.headroom)?;
     tracing::info!(
         content_bytes = image.tree.content_bytes,
@@ -225,7 +225,7 @@ pub fn build(options: &BuildOptions) -> Result<Built, ImageError> {
         source: options.source.describe(),
         content_bytes: image.tree.content_bytes,
         image_bytes: image.image_bytes,
-        created_unix: airlock::images::now_unix(),
+        created_unix: airlock_images::now_unix(),
         build_seconds: began.elapsed().as_secs_f64(),
     };
     let info = store.commit(staged, &image_path, &meta)?;

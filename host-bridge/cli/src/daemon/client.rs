@@ -14,7 +14,7 @@ use tokio::net::UnixStream;
 
 use super::protocol::{read_frame, write_frame, Request, Response};
 use super::DaemonError;
-use crate::state_dir;
+use airlock::state_dir;
 
 /// The socket's file name under the state directories' parent.
 pub const SOCKET_NAME: &str = "daemon.sock";
@@ -119,11 +119,6 @@ impl Connection {
     pub fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
         (self.reader, self.writer)
     }
-}
-
-/// [`Connection::connect`] then [`Connection::call`].
-pub async fn call(socket: &Path, request: &Request) -> Result<Response, DaemonError> {
-    Connection::connect(socket).await?.call(request).await
 }
 
 fn spawn_daemon(

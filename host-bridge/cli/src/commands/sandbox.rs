@@ -13,11 +13,11 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use airlock::daemon::protocol::{
+use crate::daemon::protocol::{
     read_frame, write_frame, CreateRequest, ExecRequest, IdleAction, Input, Request, Response,
     SandboxEntry,
 };
-use airlock::daemon::{self, Connection, DaemonError};
+use crate::daemon::{self, Connection, DaemonError};
 use airlock::{Event, Exit, ExitStatus};
 use clap::{Subcommand, ValueEnum};
 use tokio::signal::unix::{signal, SignalKind};

@@ -178,8 +178,8 @@ pub struct SandboxEntry {
 
 impl SandboxEntry {
     /// The manager's view of a sandbox, for the wire.
-    pub fn from_info(info: &crate::SandboxInfo) -> SandboxEntry {
-        use crate::SandboxState;
+    pub fn from_info(info: &airlock::SandboxInfo) -> SandboxEntry {
+        use airlock::SandboxState;
         let (state, ended) = match &info.state {
             SandboxState::Running => ("running", None),
             SandboxState::Paused => ("paused", None),

@@ -9,7 +9,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 use super::protocol::{read_frame, write_frame, ExecRequest, Input, Response, DATA_CHUNK};
 use super::DaemonError;
-use crate::{error_chain, Command, Event, ExitStatus, ProcessHandle, Sandboxes, Signal, Stdin};
+use airlock::{error_chain, Command, Event, ExitStatus, ProcessHandle, Sandboxes, Signal, Stdin};
 
 /// Runs `request` and streams it to `writer` until it exits or the client
 /// goes.
@@ -71,9 +71,9 @@ pub(super) async fn run(
 }
 
 /// The guest command for `request`.
-fn command(request: &ExecRequest) -> crate::Result<Command> {
+fn command(request: &ExecRequest) -> airlock::Result<Command> {
     let Some((program, args)) = request.argv.split_first() else {
-        return Err(crate::Error::Config("exec needs a program".into()));
+        return Err(airlock::Error::Config("exec needs a program".into()));
     };
     let mut command = Command::new(program.clone())
         .args(args.iter().cloned())
@@ -86,7 +86,7 @@ fn command(request: &ExecRequest) -> crate::Result<Command> {
     }
     if let Some(secs) = request.timeout_secs {
         let timeout = Duration::try_from_secs_f64(secs)
-            .map_err(|_| crate::Error::Config(format!("bad timeout {secs}")))?;
+            .map_err(|_| airlock::Error::Config(format!("bad timeout {secs}")))?;
         command = command.timeout(timeout);
     }
     if request.stdin {

@@ -17,7 +17,7 @@ use super::protocol::{
     read_frame, write_frame, CreateRequest, IdleAction, Request, Response, SandboxEntry,
 };
 use super::DaemonError;
-use crate::{error_chain, IdlePolicy, Sandbox, SandboxBuilder, Sandboxes};
+use airlock::{error_chain, IdlePolicy, Sandbox, SandboxBuilder, Sandboxes};
 
 /// How long the daemon waits before accepting again after `accept` failed
 /// (say, out of file descriptors).
@@ -276,16 +276,29 @@ mod tests {
         let server = tokio::spawn(serve(socket, 2, async {
             let _ = stopped.await;
         }));
-        let pong = client::call(&path, &Request::Ping).await.unwrap();
+        let pong = client::Connection::connect(&path)
+            .await
+            .unwrap()
+            .call(&Request::Ping)
+            .await
+            .unwrap();
         assert_eq!(
             pong,
             Response::Pong {
                 pid: std::process::id()
             }
         );
-        let list = client::call(&path, &Request::List).await.unwrap();
+        let list = client::Connection::connect(&path)
+            .await
+            .unwrap()
+            .call(&Request::List)
+            .await
+            .unwrap();
         assert_eq!(list, Response::Sandboxes { sandboxes: vec![] });
-        let missing = client::call(&path, &Request::Pause { id: "nope".into() })
+        let missing = client::Connection::connect(&path)
+            .await
+            .unwrap()
+            .call(&Request::Pause { id: "nope".into() })
             .await
             .unwrap_err();
         assert!(missing.to_string().contains("no sandbox nope"), "{missing}");

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use airlock::daemon::{self, DaemonSocket};
+use crate::daemon::{self, DaemonSocket};
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::EXIT_AIRLOCK_ERROR;

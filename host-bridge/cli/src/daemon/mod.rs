@@ -5,7 +5,7 @@
 //!   per connection, exec as a stream of output frames one way and input
 //!   frames the other.
 //! - `server`: [`DaemonSocket`] (the private, exclusively held Unix socket)
-//!   and [`serve`], which answers requests from a [`Sandboxes`](crate::Sandboxes)
+//!   and [`serve`], which answers requests from a [`Sandboxes`](airlock::Sandboxes)
 //!   manager until told to stop, then kills every sandbox.
 //! - `exec`: running one program for a client.
 //! - `client`: [`Connection`], which starts a daemon on demand.
@@ -22,6 +22,6 @@ mod exec;
 pub mod protocol;
 mod server;
 
-pub use client::{call, default_socket, Connection, LOG_NAME, SOCKET_NAME, START_TIMEOUT};
+pub use client::{default_socket, Connection};
 pub use error::DaemonError;
 pub use server::{serve, DaemonSocket};

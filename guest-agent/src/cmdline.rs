@@ -1,6 +1,7 @@
 //! The kernel command line (`/proc/cmdline`) keys the agent understands.
 //!
-//! The host bridge passes agent settings as `airlock.*` parameters; the kernel
+//! The host bridge passes agent settings as `airlock.*` parameters (named in
+//! `airlock_proto::contract::cmdline`); the kernel
 //! ignores them (dotted names are treated as unused module parameters) and
 //! leaves them in `/proc/cmdline`, where [`Cmdline::parse`] reads them:
 //!
@@ -17,6 +18,8 @@
 //! not parameters. Unknown keys are ignored; a later key overrides an earlier.
 
 use std::path::{Path, PathBuf};
+
+use airlock_proto::contract::cmdline as keys;
 
 /// The hostname used when the command line names none.
 pub const DEFAULT_HOSTNAME: &str = "airlock";
@@ -111,12 +114,12 @@ impl Cmdline {
             };
             let value = unquote(value);
             match key {
-                "airlock.port" => cmdline.port = parse_port(value)?,
-                "airlock.hostname" => cmdline.hostname = parse_hostname(value)?,
-                "airlock.log" => cmdline.log = value.to_owned(),
-                "airlock.root" => cmdline.root = Some(parse_device("airlock.root", value)?),
-                "airlock.workspace" => {
-                    cmdline.workspace = Some(parse_device("airlock.workspace", value)?);
+                keys::PORT => cmdline.port = parse_port(value)?,
+                keys::HOSTNAME => cmdline.hostname = parse_hostname(value)?,
+                keys::LOG => cmdline.log = value.to_owned(),
+                keys::ROOT => cmdline.root = Some(parse_device(keys::ROOT, value)?),
+                keys::WORKSPACE => {
+                    cmdline.workspace = Some(parse_device(keys::WORKSPACE, value)?);
                 }
                 _ => {}
             }

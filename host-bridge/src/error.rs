@@ -116,7 +116,7 @@ pub enum Error {
          rebuild the initramfs with scripts/setup"
     )]
     AgentTooOld {
-        feature: &'static str,
+        feature: airlock_proto::Feature,
         needed: u32,
         found: u32,
     },

@@ -46,6 +46,7 @@
 mod accel;
 mod error;
 mod exec;
+mod features;
 pub mod fs;
 pub mod gc;
 mod lifecycle;
@@ -61,6 +62,8 @@ pub use accel::{detect as detect_accel, Accel, ParseAccelError, ACCEL_ENV};
 pub use airlock_images as images;
 /// Where the guest kernel and initramfs live (the `airlock-images` crate).
 pub use airlock_images::artifacts;
+/// A protocol feature an agent may lack (see [`Error::AgentTooOld`]).
+pub use airlock_proto::Feature;
 /// Output chunks and stdin data are [`bytes::Bytes`].
 pub use bytes::Bytes;
 pub use error::{error_chain, Error, Result};

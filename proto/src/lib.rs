@@ -7,34 +7,25 @@
 //! (`health_client`, `health_server`, `process_client`, ...).
 //!
 //! Compatibility rule for v1: fields and RPCs are only ever added, never
-//! renumbered or removed. `PROTOCOL_REVISION` counts the additions.
+//! renumbered or removed. `PROTOCOL_REVISION` counts the additions, and
+//! [`Feature`] names each addition with its revision.
+//!
+//! [`contract`] holds everything else host and guest agree on: kernel
+//! command line keys, guest paths, kernel modules, ports and the start-up
+//! announcement.
 
 #![forbid(unsafe_code)]
 #![allow(missing_debug_implementations)]
 
-/// Generated code for package `airlock.agent.v1`.
+/// Generated code for package `airlock.agent.v1` (the `grpc` feature, on
+/// by default).
+#[cfg(feature = "grpc")]
 pub mod v1 {
     tonic::include_proto!("airlock.agent.v1");
 }
 
-/// The revision of `airlock.agent.v1` that this crate describes.
-pub const PROTOCOL_REVISION: u32 = 5;
+pub mod contract;
 
-/// The vsock port the agent listens on unless the kernel command line says
-/// otherwise (`airlock.port=N`).
-pub const DEFAULT_AGENT_PORT: u32 = 1024;
-
-/// The host vsock port on which the agent announces that it serves.
-///
-/// Once its gRPC listener is bound, the agent connects to the host (CID 2)
-/// on this port, writes [`READY_ANNOUNCEMENT`] and closes. The host dials
-/// the agent only after that: a host that knocks while the guest's vsock
-/// driver is still setting up its queues can wedge a vhost-user vsock
-/// device, and waiting for the guest's word also removes the host's
-/// polling from every start. Hybrid-vsock devices (vhost-device-vsock,
-/// Firecracker, Cloud Hypervisor) deliver it to the Unix socket
-/// `<uds-path>_<port>`.
-pub const READY_PORT: u32 = 1025;
-
-/// What the agent writes on [`READY_PORT`]: one line, then end of stream.
-pub const READY_ANNOUNCEMENT: &[u8] = b"airlock-agent ready\n";
+pub use contract::{
+    Feature, DEFAULT_AGENT_PORT, PROTOCOL_REVISION, READY_ANNOUNCEMENT, READY_PORT,
+};

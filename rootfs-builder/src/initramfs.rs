@@ -27,7 +27,7 @@ use crate::elf;
 use crate::kernel_dir::{KernelBuild, KernelDirError};
 
 /// Where the agent reads its module load order, inside the initramfs.
-pub const MODULES_ORDER: &str = "/etc/airlock/modules.order";
+pub use airlock_proto::contract::paths::MODULES_ORDER;
 
 /// Empty directories every Airlock guest expects, with their modes.
 pub const DIRECTORIES: [(&str, u32); 14] = [

@@ -18,15 +18,10 @@ use crate::module_tree::{ModuleTree, ModuleTreeError, Selection};
 /// Debian's metapackage that always depends on the current cloud kernel image.
 pub const DEFAULT_PACKAGE: &str = "linux-image-cloud-amd64";
 
-/// Modules the Airlock guest needs: the virtio-mmio bus of `-M microvm`, its block and
-/// console devices, virtio vsock, and overlayfs. Dependencies are added automatically.
-pub const DEFAULT_MODULES: [&str; 5] = [
-    "virtio_mmio",
-    "virtio_blk",
-    "virtio_console",
-    "vmw_vsock_virtio_transport",
-    "overlay",
-];
+/// Modules the Airlock guest needs (the contract's list): the virtio-mmio bus of
+/// `-M microvm`, its block and console devices, virtio vsock, and overlayfs.
+/// Dependencies are added automatically.
+pub use airlock_proto::contract::GUEST_MODULES as DEFAULT_MODULES;
 
 /// What to fetch and where to put it.
 #[derive(Debug, Clone, PartialEq, Eq)]

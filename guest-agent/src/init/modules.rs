@@ -15,7 +15,7 @@ use nix::errno::Errno;
 use nix::kmod::{finit_module, ModuleInitFlags};
 
 /// Where the initramfs builder writes the module list.
-pub const MODULES_ORDER: &str = "/etc/airlock/modules.order";
+pub use airlock_proto::contract::paths::MODULES_ORDER;
 
 /// `MODULE_INIT_COMPRESSED_FILE` from `<linux/module.h>` (Linux 5.17+): the
 /// kernel decompresses the module itself. Not yet named by nix.

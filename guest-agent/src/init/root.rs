@@ -38,7 +38,7 @@ const CARRIED: &[&str] = &["/dev", "/proc", "/sys", "/run", "/tmp"];
 /// How long a disk may take to appear after `virtio_blk` loaded.
 const DEVICE_WAIT: Duration = Duration::from_secs(10);
 /// The image's environment for programs, written by the image builder.
-pub const IMAGE_ENV_FILE: &str = "/etc/airlock/env";
+pub use airlock_proto::contract::paths::IMAGE_ENV as IMAGE_ENV_FILE;
 
 static IMAGE_ENV: OnceLock<Vec<(String, String)>> = OnceLock::new();
 

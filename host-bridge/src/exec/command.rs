@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use airlock_proto::v1::{Pty, StartRequest, StdinMode};
+use airlock_proto::Feature;
 
 use super::limits::Limits;
 use super::terminal::TerminalSize;
@@ -189,23 +190,20 @@ impl Command {
         &self.argv
     }
 
-    /// The protocol revision the agent needs to honour every option set.
-    pub(crate) fn needed_revision(&self) -> u32 {
+    /// The newest protocol feature the agent needs to honour every option
+    /// set, if any.
+    pub(crate) fn required_feature(&self) -> Option<Feature> {
         if self.pty.is_some() {
-            return 5;
+            return Some(Feature::Pty);
         }
         if !self.limits.is_empty() || self.privileged {
-            return 4;
+            return Some(Feature::Limits);
         }
         let extended = self.user.is_some()
             || self.stdin != Stdin::Null
             || self.tag.is_some()
             || self.timeout.is_some();
-        if extended {
-            2
-        } else {
-            1
-        }
+        extended.then_some(Feature::ExtendedStart)
     }
 
     pub(crate) fn to_request(&self) -> StartRequest {
@@ -258,24 +256,24 @@ mod tests {
     }
 
     #[test]
-    fn a_pty_reaches_the_request_and_needs_revision_5() {
+    fn a_pty_reaches_the_request_and_needs_the_pty_feature() {
         let command = Command::new("sh").pty(TerminalSize::new(50, 132));
-        assert_eq!(command.needed_revision(), 5);
+        assert_eq!(command.required_feature(), Some(Feature::Pty));
         let pty = command.to_request().pty.expect("pty set");
         assert_eq!((pty.rows, pty.cols), (50, 132));
         assert_eq!(pty.term, "", "TERM left to the agent's default");
     }
 
     #[test]
-    fn extended_options_reach_the_request_and_need_revision_2() {
+    fn extended_options_reach_the_request_and_need_the_extended_start_feature() {
         let plain = Command::new("true");
-        assert_eq!(plain.needed_revision(), 1);
+        assert_eq!(plain.required_feature(), None);
         let command = plain
             .user("1000:1000")
             .stdin(Stdin::Piped)
             .tag("job")
             .timeout(Duration::from_micros(1500));
-        assert_eq!(command.needed_revision(), 2);
+        assert_eq!(command.required_feature(), Some(Feature::ExtendedStart));
         let request = command.to_request();
         assert_eq!(request.user, "1000:1000");
         assert_eq!(request.stdin, StdinMode::Pipe as i32);

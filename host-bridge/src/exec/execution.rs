@@ -17,6 +17,7 @@ use super::signal::Signal;
 use super::status::{Exit, ExitStatus};
 use super::terminal::TerminalSize;
 use crate::error::{Error, Result};
+use crate::features::AgentFeatures;
 use crate::lifecycle::vm::VmShared;
 
 /// Something a running program produced.
@@ -86,14 +87,14 @@ impl Execution {
         call: &'static str,
         channel: AgentChannel,
         mut events: Streaming<ProcessEvent>,
-        revision: u32,
+        features: AgentFeatures,
         vm: Option<Arc<VmShared>>,
     ) -> Result<Self> {
         match next_proto_event(call, &mut events, vm.as_ref()).await? {
             Some((process_event::Event::Started(started), _)) => Ok(Execution {
                 call,
                 pid: started.pid,
-                handle: ProcessHandle::new(channel, Target::Pid(started.pid), revision),
+                handle: ProcessHandle::new(channel, Target::Pid(started.pid), features),
                 events,
                 exit: None,
                 offset: 0,

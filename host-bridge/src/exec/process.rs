@@ -14,7 +14,10 @@ use futures::{Stream, StreamExt};
 use super::signal::Signal;
 use super::status::Exit;
 use super::terminal::TerminalSize;
+use airlock_proto::Feature;
+
 use crate::error::{Error, Result};
+use crate::features::AgentFeatures;
 use crate::transport::CapMessages;
 
 /// Names a program in the guest.
@@ -62,16 +65,16 @@ impl Target {
 pub struct ProcessHandle {
     client: ProcessClient<AgentChannel>,
     target: Target,
-    /// The agent's protocol revision, for calls added after revision 2.
-    revision: u32,
+    /// What the agent can do, for calls added after revision 2.
+    features: AgentFeatures,
 }
 
 impl ProcessHandle {
-    pub(crate) fn new(channel: AgentChannel, target: Target, revision: u32) -> Self {
+    pub(crate) fn new(channel: AgentChannel, target: Target, features: AgentFeatures) -> Self {
         ProcessHandle {
             client: ProcessClient::new(channel).capped(),
             target,
-            revision,
+            features,
         }
     }
 
@@ -152,13 +155,7 @@ impl ProcessHandle {
     /// Fails with `FailedPrecondition` for a program without a terminal or
     /// one that has exited. Needs protocol revision 5.
     pub async fn resize(&self, size: TerminalSize) -> Result<()> {
-        if self.revision < 5 {
-            return Err(Error::AgentTooOld {
-                feature: "resize",
-                needed: 5,
-                found: self.revision,
-            });
-        }
+        self.features.require(Feature::Pty)?;
         self.client
             .clone()
             .resize(ResizeRequest {

@@ -38,20 +38,20 @@ pub use error::FsError;
 pub use metadata::{FileKind, Metadata, WatchEvent, WatchKind, WriteOptions};
 pub use tree::Watch;
 
+use airlock_proto::Feature;
+
 use crate::error::{Error, Result};
+use crate::features::AgentFeatures;
 use crate::transport::CapMessages;
 
 /// Bytes per message the host sends (the agent sends the same size).
 pub const CHUNK: usize = 128 * 1024;
 
-/// The protocol revision that introduced `Files`.
-const FILES_REVISION: u32 = 3;
-
 /// The guest's filesystem. Cheap to clone; usable from any task.
 #[derive(Debug, Clone)]
 pub struct Files {
     client: FilesClient<AgentChannel>,
-    revision: u32,
+    features: AgentFeatures,
 }
 
 const _: () = {
@@ -67,22 +67,16 @@ fn guest(path: &Path) -> Result<String> {
 }
 
 impl Files {
-    pub(crate) fn new(channel: AgentChannel, revision: u32) -> Self {
+    pub(crate) fn new(channel: AgentChannel, features: AgentFeatures) -> Self {
         Files {
             client: FilesClient::new(channel).capped(),
-            revision,
+            features,
         }
     }
 
     /// A client, once the agent is known to speak `Files`.
     fn client(&self) -> Result<FilesClient<AgentChannel>> {
-        if self.revision < FILES_REVISION {
-            return Err(Error::AgentTooOld {
-                feature: "the filesystem API",
-                needed: FILES_REVISION,
-                found: self.revision,
-            });
-        }
+        self.features.require(Feature::Files)?;
         Ok(self.client.clone())
     }
 

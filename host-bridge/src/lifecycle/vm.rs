@@ -19,7 +19,10 @@ use tonic::transport::Channel;
 
 use super::meter::{self, SandboxUsage};
 use super::{EndReason, PausedCalls, SandboxState};
+use airlock_proto::Feature;
+
 use crate::error::{Error, Result};
+use crate::features::AgentFeatures;
 use crate::transport::CapMessages;
 use crate::vmm::Vmm;
 
@@ -27,8 +30,6 @@ use crate::vmm::Vmm;
 const CONSOLE_TAIL_BYTES: usize = 4096;
 /// How long the clock push after a resume may take.
 const SET_CLOCK_TIMEOUT: Duration = Duration::from_secs(5);
-/// The protocol revision that has `System.SetClock`.
-const SET_CLOCK_REVISION: u32 = 5;
 
 /// Why a call was not let through to the agent. Carried as the source of
 /// the call's status, and turned back into [`Error::SandboxEnded`] or
@@ -69,7 +70,7 @@ pub(crate) struct VmShared {
     stopping: AtomicBool,
     /// The agent's channel without the gate, for the clock push.
     raw_channel: Channel,
-    protocol_revision: u32,
+    features: AgentFeatures,
     /// A manager's slot, given back when the VM ends.
     slot: Mutex<Option<OwnedSemaphorePermit>>,
 }
@@ -83,7 +84,7 @@ impl VmShared {
         vmm: Vmm,
         started: Instant,
         raw_channel: Channel,
-        protocol_revision: u32,
+        features: AgentFeatures,
         slot: Option<OwnedSemaphorePermit>,
     ) -> Arc<Self> {
         let (state, _) = watch::channel(SandboxState::Running);
@@ -105,7 +106,7 @@ impl VmShared {
             transition: tokio::sync::Mutex::new(()),
             stopping: AtomicBool::new(false),
             raw_channel,
-            protocol_revision,
+            features,
             slot: Mutex::new(slot),
         })
     }
@@ -250,9 +251,9 @@ impl VmShared {
     /// Pushes the host's wall-clock time to the guest. A failure is logged,
     /// not fatal: the sandbox runs, with a clock that lags.
     async fn push_clock(&self) {
-        if self.protocol_revision < SET_CLOCK_REVISION {
+        if !self.features.has(Feature::SetClock) {
             tracing::warn!(
-                revision = self.protocol_revision,
+                revision = self.features.revision(),
                 "agent too old to set its clock; the guest clock lags by the pause"
             );
             return;

@@ -17,18 +17,21 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use airlock_proto::contract::cmdline as keys;
 use airlock_proto::v1::health_client::HealthClient;
 use airlock_proto::v1::process_client::ProcessClient;
 use airlock_proto::v1::system_client::SystemClient;
 use airlock_proto::v1::{
     CheckRequest, CheckResponse, ConnectRequest, ListRequest, ShutdownRequest,
 };
+use airlock_proto::Feature;
 use tempfile::TempDir;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinHandle;
 
 use crate::error::{Error, Result};
 use crate::exec::{Command, Execution, Limits, ProcessHandle, ProcessInfo, Target};
+use crate::features::AgentFeatures;
 use crate::fs::Files;
 use crate::lifecycle::channel::AgentChannel;
 use crate::lifecycle::vm::VmShared;
@@ -337,7 +340,8 @@ impl SandboxBuilder {
         // (ACPI, keyboard controller, BIOS) can leave a microvm halted with
         // interrupts off instead, which looks like a hung guest.
         let mut cmdline = format!(
-            "console=ttyS0 quiet panic=-1 reboot=t airlock.port={}",
+            "console=ttyS0 quiet panic=-1 reboot=t {}={}",
+            keys::PORT,
             self.agent_port
         );
         if accel == Accel::Tcg {
@@ -350,8 +354,8 @@ impl SandboxBuilder {
         for disk in self.disks() {
             if let Some(device) = devices.next() {
                 let key = match disk.id {
-                    ROOT_DISK => "airlock.root",
-                    _ => "airlock.workspace",
+                    ROOT_DISK => keys::ROOT,
+                    _ => keys::WORKSPACE,
                 };
                 cmdline.push_str(&format!(" {key}={device}"));
             }
@@ -446,7 +450,8 @@ impl SandboxBuilder {
             .file_name()
             .map(|name| name.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let vm = VmShared::new(vmm, begin, channel.clone(), health.protocol_revision, slot);
+        let features = AgentFeatures::new(health.protocol_revision);
+        let vm = VmShared::new(vmm, begin, channel.clone(), features, slot);
         let watchdog = watchdog::spawn(
             &vm,
             watchdog::Policy {
@@ -464,7 +469,7 @@ impl SandboxBuilder {
             timings,
             accel,
             agent_version: health.agent_version,
-            protocol_revision: health.protocol_revision,
+            features,
             default_limits: self.default_limits,
             default_user: self.default_user,
             state_dir: dir,
@@ -499,7 +504,7 @@ pub struct Sandbox {
     timings: BootTimings,
     accel: Accel,
     agent_version: String,
-    protocol_revision: u32,
+    features: AgentFeatures,
     default_limits: Limits,
     default_user: Option<String>,
     state_dir: TempDir,
@@ -524,7 +529,7 @@ impl Sandbox {
         let command = command
             .borrow()
             .with_defaults(&self.default_limits, self.default_user.as_deref());
-        self.require_revision(command.needed_revision(), "these command options")?;
+        self.features.require_all(command.required_feature())?;
         let events = ProcessClient::new(self.channel.clone())
             .capped()
             .start(command.to_request())
@@ -535,7 +540,7 @@ impl Sandbox {
             "Process.Start",
             self.channel.clone(),
             events,
-            self.protocol_revision,
+            self.features,
             Some(Arc::clone(&self.vm)),
         )
         .await
@@ -553,7 +558,7 @@ impl Sandbox {
     /// `offset` on: pass [`Execution::offset`] to resume a broken stream
     /// without gaps or repeats.
     pub async fn attach_from(&self, target: impl Into<Target>, offset: u64) -> Result<Execution> {
-        self.require_revision(2, "attach")?;
+        self.features.require(Feature::Attach)?;
         let events = ProcessClient::new(self.channel.clone())
             .capped()
             .connect(ConnectRequest {
@@ -567,7 +572,7 @@ impl Sandbox {
             "Process.Connect",
             self.channel.clone(),
             events,
-            self.protocol_revision,
+            self.features,
             Some(Arc::clone(&self.vm)),
         )
         .await
@@ -576,12 +581,12 @@ impl Sandbox {
     /// The controls (stdin, signals) of a program by pid or tag, without
     /// attaching to its output.
     pub fn process(&self, target: impl Into<Target>) -> ProcessHandle {
-        ProcessHandle::new(self.channel.clone(), target.into(), self.protocol_revision)
+        ProcessHandle::new(self.channel.clone(), target.into(), self.features)
     }
 
     /// Running and recently finished programs, oldest first.
     pub async fn list(&self) -> Result<Vec<ProcessInfo>> {
-        self.require_revision(2, "list")?;
+        self.features.require(Feature::List)?;
         let answer = ProcessClient::new(self.channel.clone())
             .capped()
             .list(ListRequest {})
@@ -595,21 +600,10 @@ impl Sandbox {
             .collect()
     }
 
-    fn require_revision(&self, needed: u32, feature: &'static str) -> Result<()> {
-        if self.protocol_revision >= needed {
-            return Ok(());
-        }
-        Err(Error::AgentTooOld {
-            feature,
-            needed,
-            found: self.protocol_revision,
-        })
-    }
-
     /// The guest's filesystem: read, write, list, watch, and move whole
     /// directories (needs protocol revision 3).
     pub fn fs(&self) -> Files {
-        Files::new(self.channel.clone(), self.protocol_revision)
+        Files::new(self.channel.clone(), self.features)
     }
 
     /// Asks the agent for its health report.

@@ -29,8 +29,11 @@ use airlock_images::{ImageInfo, ImageMeta, ImageStore, ImageStoreError};
 pub use debian::DebianSpec;
 use inputs::Inputs;
 
-/// Where in the image a container image's environment is written.
-pub const ENV_FILE: &str = "etc/airlock/env";
+/// Where in the image a container image's environment is written: the
+/// contract's `IMAGE_ENV`, relative to the image's root.
+pub fn env_file() -> &'static str {
+    airlock_proto::contract::paths::IMAGE_ENV.trim_start_matches('/')
+}
 /// Headroom beyond the content, unless configured: the image is mounted
 /// read-only, so this only has to cover what the estimate misses.
 pub const DEFAULT_HEADROOM_MIB: u64 = 32;
@@ -343,7 +346,7 @@ fn apply_container(
         );
     }
     if !image.env.is_empty() {
-        let env_file = tree.join(ENV_FILE);
+        let env_file = tree.join(env_file());
         let write = || -> std::io::Result<()> {
             if let Some(parent) = env_file.parent() {
                 std::fs::create_dir_all(parent)?;

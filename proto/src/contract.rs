@@ -1,0 +1,164 @@
+//! What host and guest agree on besides the gRPC messages, in one place:
+//! the kernel command line keys the host writes and the agent reads, the
+//! guest paths the builder writes and the agent reads, the kernel modules
+//! the guest needs, the vsock ports and the start-up announcement, and the
+//! protocol's features with the revision that added each.
+//!
+//! Neither side spells any of these itself: the host bridge
+//! (`airlock`), the agent (`airlock-agent`) and the builder
+//! (`airlock-rootfs`) all name them from here.
+
+use std::fmt;
+
+/// The revision of `airlock.agent.v1` that this crate describes: the
+/// revision of the newest [`Feature`].
+pub const PROTOCOL_REVISION: u32 = 5;
+
+/// The vsock port the agent listens on unless the kernel command line says
+/// otherwise ([`cmdline::PORT`]).
+pub const DEFAULT_AGENT_PORT: u32 = 1024;
+
+/// The host vsock port on which the agent announces that it serves.
+///
+/// Once its gRPC listener is bound, the agent connects to the host (CID 2)
+/// on this port, writes [`READY_ANNOUNCEMENT`] and closes. The host dials
+/// the agent only after that: a host that knocks while the guest's vsock
+/// driver is still setting up its queues can wedge a vhost-user vsock
+/// device, and waiting for the guest's word also removes the host's
+/// polling from every start. Hybrid-vsock devices (vhost-device-vsock,
+/// Firecracker, Cloud Hypervisor) deliver it to the Unix socket
+/// `<uds-path>_<port>`.
+pub const READY_PORT: u32 = 1025;
+
+/// What the agent writes on [`READY_PORT`]: one line, then end of stream.
+pub const READY_ANNOUNCEMENT: &[u8] = b"airlock-agent ready\n";
+
+/// Kernel command line keys (`key=value`), which the kernel leaves in
+/// `/proc/cmdline` for the agent.
+pub mod cmdline {
+    /// The vsock port the agent serves on (default
+    /// [`DEFAULT_AGENT_PORT`](super::DEFAULT_AGENT_PORT)).
+    pub const PORT: &str = "airlock.port";
+    /// The guest's hostname.
+    pub const HOSTNAME: &str = "airlock.hostname";
+    /// The agent's tracing env-filter.
+    pub const LOG: &str = "airlock.log";
+    /// The root image's disk (ext4), which the agent switches into.
+    pub const ROOT: &str = "airlock.root";
+    /// The workspace disk (ext4): the overlay's writable layer.
+    pub const WORKSPACE: &str = "airlock.workspace";
+}
+
+/// Guest paths that the builder writes and the agent reads.
+pub mod paths {
+    /// In the initramfs: the kernel modules to load, one absolute `.ko`
+    /// path per line, dependencies first.
+    pub const MODULES_ORDER: &str = "/etc/airlock/modules.order";
+    /// In a root image: `KEY=VALUE` lines (a container image's `Env`) that
+    /// every program started in it gets.
+    pub const IMAGE_ENV: &str = "/etc/airlock/env";
+}
+
+/// The kernel modules the guest needs when the kernel has them as modules:
+/// the virtio-mmio bus of `-M microvm`, its block and console devices,
+/// virtio vsock, and overlayfs. Their dependencies come along.
+pub const GUEST_MODULES: [&str; 5] = [
+    "virtio_mmio",
+    "virtio_blk",
+    "virtio_console",
+    "vmw_vsock_virtio_transport",
+    "overlay",
+];
+
+/// A feature of the protocol that a host may need from an agent, with the
+/// revision of `airlock.agent.v1` that added it. A host checks a feature
+/// against the agent's reported revision before a call an older agent
+/// would silently misread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Feature {
+    /// `Process.Start` with a user, stdin, a tag or a timeout.
+    ExtendedStart,
+    /// `Process.Connect`: re-attaching to a program's output.
+    Attach,
+    /// `Process.List`.
+    List,
+    /// The `Files` service.
+    Files,
+    /// Per-program limits, privileges and usage reports.
+    Limits,
+    /// Programs on a terminal (`StartRequest.pty`, `Process.Resize`).
+    Pty,
+    /// `System.SetClock`.
+    SetClock,
+}
+
+impl Feature {
+    /// Every feature, oldest first.
+    pub const ALL: [Feature; 7] = [
+        Feature::ExtendedStart,
+        Feature::Attach,
+        Feature::List,
+        Feature::Files,
+        Feature::Limits,
+        Feature::Pty,
+        Feature::SetClock,
+    ];
+
+    /// The protocol revision that added this feature.
+    pub const fn revision(self) -> u32 {
+        match self {
+            Feature::ExtendedStart | Feature::Attach | Feature::List => 2,
+            Feature::Files => 3,
+            Feature::Limits => 4,
+            Feature::Pty | Feature::SetClock => 5,
+        }
+    }
+
+    /// Whether an agent reporting `revision` has this feature.
+    pub const fn supported_by(self, revision: u32) -> bool {
+        revision >= self.revision()
+    }
+}
+
+impl fmt::Display for Feature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Feature::ExtendedStart => "a user, stdin, tag or timeout for a program",
+            Feature::Attach => "attach",
+            Feature::List => "listing programs",
+            Feature::Files => "the Files service",
+            Feature::Limits => "limits, privileges and usage",
+            Feature::Pty => "terminals",
+            Feature::SetClock => "setting the guest clock",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_feature_is_the_current_revision() {
+        let newest = Feature::ALL.iter().map(|f| f.revision()).max();
+        assert_eq!(newest, Some(PROTOCOL_REVISION));
+        let mut sorted = Feature::ALL;
+        sorted.sort_by_key(|f| f.revision());
+        assert_eq!(sorted, Feature::ALL, "ALL is oldest first");
+    }
+
+    #[test]
+    fn an_agent_has_the_features_up_to_its_revision() {
+        assert!(Feature::Files.supported_by(3));
+        assert!(Feature::Files.supported_by(5));
+        assert!(!Feature::Files.supported_by(2));
+        assert!(!Feature::Pty.supported_by(4));
+    }
+
+    #[test]
+    fn ports_do_not_collide() {
+        assert_ne!(DEFAULT_AGENT_PORT, READY_PORT);
+        assert!(READY_ANNOUNCEMENT.ends_with(b"\n"));
+    }
+}

@@ -19,6 +19,11 @@
 //! 5. Every error that reaches a client becomes a `tonic::Status` in
 //!    [`error`]. As PID 1 the agent never exits: errors, panics and
 //!    `Shutdown` all end in a synced power-off ([`init::poweroff`]).
+//!
+//! System calls go through `nix` (processes, signals, users, rlimits,
+//! no_new_privs, mounts, modules, inotify, clocks); `rustix` only where nix
+//! has no safe wrapper: terminals (the pty, `TIOCSCTTY`) and the capability
+//! bounding set, whose capabilities `caps` names.
 
 pub mod announce;
 pub mod boot;

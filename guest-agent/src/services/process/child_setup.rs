@@ -1,7 +1,9 @@
 //! What a child does between `fork` and `exec`: lead a new session on its
 //! terminal (for `pty`), join its cgroup, undo the agent's OOM protection,
 //! set its rlimits, shed dangerous capabilities, drop to the requested user
-//! and set no_new_privs. The agent's only `unsafe` code.
+//! and set no_new_privs. Every step goes through a safe wrapper (nix, and
+//! rustix where nix has none); the one `unsafe` block left, and the agent's
+//! only one, is installing the hook itself (`pre_exec`).
 //!
 //! All of it must happen in the child before `exec`: a cgroup joined
 //! afterwards (by the parent writing the pid) would miss anything the
@@ -17,7 +19,10 @@
 //! [`DROPPED_CAPS`] from its bounding set, so even as root it gets none of
 //! them at `exec` (root's capabilities after `exec` are the bounding set),
 //! and runs with no_new_privs, so no setuid binary or file capability
-//! gives them back.
+//! gives them back. They are named through the `caps` crate, but dropped
+//! with rustix's `prctl(PR_CAPBSET_DROP)` wrapper: `caps::drop` formats a
+//! `String` when the call fails (as it does, with `EPERM`, for an agent
+//! without `CAP_SETPCAP`), and the hook must not allocate.
 //!
 //! The hook runs in a forked copy of a multi-threaded process, so it may
 //! only make async-signal-safe system calls: every value it needs (the open
@@ -30,30 +35,34 @@ use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
+use caps::Capability;
 use nix::errno::Errno;
-use nix::libc;
+use nix::fcntl::{open, OFlag};
+use nix::sys::prctl;
 use nix::sys::resource::{setrlimit, Resource};
+use nix::sys::stat::Mode;
 use nix::unistd::{setgid, setgroups, setsid, setuid, write, Gid, Uid};
+use rustix::thread::CapabilitySet;
 
 use super::user::Credentials;
 
 /// Capabilities a program loses unless started `privileged`: those that
 /// reach the kernel, the agent or the machine rather than the sandbox's own
 /// files and processes.
-pub const DROPPED_CAPS: &[(&str, libc::c_int)] = &[
-    ("CAP_KILL", 5),
-    ("CAP_SYS_MODULE", 16),
-    ("CAP_SYS_RAWIO", 17),
-    ("CAP_SYS_PTRACE", 19),
-    ("CAP_SYS_ADMIN", 21),
-    ("CAP_SYS_BOOT", 22),
-    ("CAP_SYS_RESOURCE", 24),
-    ("CAP_SYS_TIME", 25),
-    ("CAP_MAC_OVERRIDE", 32),
-    ("CAP_MAC_ADMIN", 33),
-    ("CAP_SYSLOG", 34),
-    ("CAP_PERFMON", 38),
-    ("CAP_BPF", 39),
+pub const DROPPED_CAPS: &[Capability] = &[
+    Capability::CAP_KILL,
+    Capability::CAP_SYS_MODULE,
+    Capability::CAP_SYS_RAWIO,
+    Capability::CAP_SYS_PTRACE,
+    Capability::CAP_SYS_ADMIN,
+    Capability::CAP_SYS_BOOT,
+    Capability::CAP_SYS_RESOURCE,
+    Capability::CAP_SYS_TIME,
+    Capability::CAP_MAC_OVERRIDE,
+    Capability::CAP_MAC_ADMIN,
+    Capability::CAP_SYSLOG,
+    Capability::CAP_PERFMON,
+    Capability::CAP_BPF,
 ];
 
 /// The work to do in the child before `exec`.
@@ -131,11 +140,12 @@ impl ChildSetup {
         // SAFETY: the hook runs in the child after fork. It only calls
         // setsid(2), ioctl(2) (TIOCSCTTY on fd 0), write(2), open(2),
         // close(2), setrlimit(2), prctl(2), setgroups(2), setgid(2) and
-        // setuid(2) on values prepared before the fork (a
-        // static path, a moved Vec that is only read, nix's wrappers passing
-        // them straight to libc), and builds its error from a raw errno,
-        // which does not allocate. It takes no locks and touches no state
-        // shared with other threads.
+        // setuid(2) on values prepared before the fork (a static path, a
+        // static list of capabilities, a moved Vec that is only read),
+        // through nix's and rustix's wrappers, which pass them straight to
+        // the kernel (rustix without libc); it builds its errors from raw
+        // errnos, which does not allocate. It takes no locks and touches no
+        // state shared with other threads.
         unsafe {
             command.pre_exec(hook);
         }
@@ -146,67 +156,79 @@ impl ChildSetup {
 /// protected like the agent, which is logged by nobody (no allocation
 /// here) but is harmless to the program itself.
 fn reset_oom_score_adj() {
-    // SAFETY: open(2), write(2) and close(2) are async-signal-safe; the path
-    // is a static NUL-terminated string and the buffer a static slice.
-    unsafe {
-        let fd = libc::open(
-            c"/proc/self/oom_score_adj".as_ptr(),
-            libc::O_WRONLY | libc::O_CLOEXEC,
-        );
-        if fd >= 0 {
-            libc::write(fd, b"0".as_ptr().cast(), 1);
-            libc::close(fd);
-        }
+    // A `CStr` path: nix passes it to open(2) as it is, without copying.
+    let path = c"/proc/self/oom_score_adj";
+    if let Ok(fd) = open(path, OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty()) {
+        let _ = write(&fd, b"0");
+        // Dropping `fd` closes it.
     }
 }
 
 /// Makes stdin, a terminal, the controlling terminal of the session the
 /// child just started (it has none yet). The terminal is new and belongs
 /// to no other session, so this needs no privilege (argument 0: do not
-/// steal it from another session).
+/// steal it from another session). std set fd 0 up before the hook runs;
+/// rustix borrows it without touching `std::io::stdin`'s lock or buffer.
 fn take_controlling_terminal() -> std::io::Result<()> {
-    // SAFETY: ioctl(TIOCSCTTY) takes an integer argument, no pointer; fd 0
-    // is the child's own stdin (std set it up before the hook runs). A
-    // plain system call, async-signal-safe.
-    let rc = unsafe { libc::ioctl(libc::STDIN_FILENO, libc::TIOCSCTTY, 0) };
-    if rc != 0 {
-        return Err(io_error(Errno::last()));
-    }
+    rustix::process::ioctl_tiocsctty(rustix::stdio::stdin())?;
     Ok(())
 }
 
-/// Drops [`DROPPED_CAPS`] from the bounding set. `EINVAL` (a capability
-/// this kernel does not know) is skipped.
+/// Drops [`DROPPED_CAPS`] from the bounding set.
 fn drop_bounding_caps() -> std::io::Result<()> {
-    for &(_, cap) in DROPPED_CAPS {
-        // SAFETY: prctl(PR_CAPBSET_DROP) is a plain system call on an
-        // integer argument; async-signal-safe.
-        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
-        if rc != 0 {
-            let errno = Errno::last();
+    for &cap in DROPPED_CAPS {
+        match rustix::thread::remove_capability_from_bounding_set(bounding_bit(cap)) {
             // EINVAL: a capability this kernel does not know. EPERM: an
             // agent without CAP_SETPCAP (not PID 1, in tests), whose
             // programs cannot hold more than it does anyway.
-            if errno != Errno::EINVAL && errno != Errno::EPERM {
-                return Err(io_error(errno));
-            }
+            Ok(()) | Err(rustix::io::Errno::INVAL | rustix::io::Errno::PERM) => {}
+            Err(errno) => return Err(errno.into()),
         }
     }
     Ok(())
 }
 
+/// `cap` as the one-bit set rustix takes (bit n for capability number n).
+fn bounding_bit(cap: Capability) -> CapabilitySet {
+    CapabilitySet::from_bits_retain(1 << cap.index())
+}
+
 /// Sets no_new_privs: `exec` can no longer grant privileges.
 fn set_no_new_privs() -> std::io::Result<()> {
-    // SAFETY: prctl(PR_SET_NO_NEW_PRIVS) is a plain system call on integer
-    // arguments; async-signal-safe.
-    let rc = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) };
-    if rc != 0 {
-        return Err(io_error(Errno::last()));
-    }
-    Ok(())
+    prctl::set_no_new_privs().map_err(io_error)
 }
 
 /// An errno as an `io::Error`, without allocating.
 fn io_error(errno: Errno) -> std::io::Error {
     std::io::Error::from_raw_os_error(errno as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounding_bits_are_the_kernel_numbers() {
+        assert_eq!(bounding_bit(Capability::CAP_KILL), CapabilitySet::KILL);
+        assert_eq!(
+            bounding_bit(Capability::CAP_SYS_BOOT),
+            CapabilitySet::SYS_BOOT
+        );
+        assert_eq!(bounding_bit(Capability::CAP_BPF), CapabilitySet::BPF);
+    }
+
+    #[test]
+    fn the_protocol_doc_lists_the_dropped_capabilities() {
+        let doc = include_str!("../../../../docs/protocol.md");
+        let privileges = doc
+            .split("**Privileges**")
+            .nth(1)
+            .and_then(|rest| rest.split("\n\n").next())
+            .unwrap_or_default();
+        let listed = privileges.matches("`CAP_").count();
+        assert_eq!(listed, DROPPED_CAPS.len(), "{privileges}");
+        for cap in DROPPED_CAPS {
+            assert!(privileges.contains(&format!("`{cap}`")), "{cap}");
+        }
+    }
 }

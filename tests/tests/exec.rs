@@ -7,10 +7,7 @@
 use std::time::Duration;
 
 use airlock::{Command, Event, ExitStatus};
-
-fn sh(script: &str) -> Command {
-    Command::new("sh").arg("-c").arg(script)
-}
+use airlock_tests::sh;
 
 #[tokio::test]
 async fn commands_in_one_vm() {

@@ -15,33 +15,13 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use airlock::fs::{FileKind, WatchKind, WriteOptions};
-use airlock::{Code, Command, ExitStatus, Sandbox};
+use airlock::{Code, Sandbox};
+use airlock_tests::{status_kib, stdout_of};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, ReadBuf};
 
 const BIG: usize = 256 * 1024 * 1024;
 const MIB: f64 = 1024.0 * 1024.0;
-
-async fn stdout_of(sandbox: &Sandbox, script: &str) -> String {
-    let out = sandbox
-        .exec(Command::new("sh").arg("-c").arg(script))
-        .await
-        .expect("start")
-        .output()
-        .await
-        .expect("output");
-    assert_eq!(out.status, ExitStatus::Code(0), "{script}: {out:?}");
-    String::from_utf8(out.stdout).expect("utf-8")
-}
-
-/// A `/proc/<pid>/status` field in KiB.
-fn status_kib(status: &str, field: &str) -> u64 {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in {status}"))
-}
 
 #[tokio::test]
 async fn files_api_in_one_vm() {
@@ -117,9 +97,9 @@ async fn big_file_round_trip(sandbox: &Sandbox) {
 
     // Bounded memory: neither side ever held a large part of the file.
     let agent = String::from_utf8(fs.read_to_vec("/proc/1/status").await.unwrap()).unwrap();
-    let (agent_rss, agent_peak) = (status_kib(&agent, "VmRSS:"), status_kib(&agent, "VmHWM:"));
+    let (agent_rss, agent_peak) = (status_kib(&agent, "VmRSS"), status_kib(&agent, "VmHWM"));
     let host = std::fs::read_to_string("/proc/self/status").unwrap();
-    let host_peak = status_kib(&host, "VmHWM:");
+    let host_peak = status_kib(&host, "VmHWM");
     eprintln!("files: agent VmRSS {agent_rss} KiB, peak {agent_peak} KiB; test process peak {host_peak} KiB");
     assert!(agent_peak < 64 * 1024, "agent peak RSS {agent_peak} KiB");
     assert!(host_peak < 128 * 1024, "host peak RSS {host_peak} KiB");

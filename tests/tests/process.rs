@@ -9,26 +9,7 @@
 use std::time::{Duration, Instant};
 
 use airlock::{Code, Command, Event, ExitStatus, ProcessState, Sandbox, Signal, Stdin};
-
-fn sh(script: &str) -> Command {
-    Command::new("sh").arg("-c").arg(script)
-}
-
-async fn run(sandbox: &Sandbox, command: Command) -> airlock::Output {
-    sandbox
-        .exec(command)
-        .await
-        .expect("start")
-        .output()
-        .await
-        .expect("output")
-}
-
-async fn stdout_of(sandbox: &Sandbox, script: &str) -> String {
-    let out = run(sandbox, sh(script)).await;
-    assert_eq!(out.status, ExitStatus::Code(0), "{script}: {out:?}");
-    String::from_utf8(out.stdout).expect("utf-8")
-}
+use airlock_tests::{run, sh, sha256_hex, status_kib, stdout_of};
 
 #[tokio::test]
 async fn process_api_in_one_vm() {
@@ -317,30 +298,6 @@ async fn many_concurrent_programs(sandbox: &Sandbox) {
     eprintln!("100 concurrent execs: {elapsed:?}");
 }
 
-/// The SHA-256 of `data` in hex, as `sha256sum` prints it.
-fn sha256_hex(data: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-fn vm_kib(status: &str, field: &str) -> u64 {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| {
-            v.trim_start_matches(':')
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no {field} in {status}"))
-}
-
 async fn large_output_to_a_slow_reader(sandbox: &Sandbox) {
     const SIZE: usize = 52_428_800;
     let agent_before = stdout_of(sandbox, "cat /proc/1/status").await;
@@ -380,9 +337,9 @@ async fn large_output_to_a_slow_reader(sandbox: &Sandbox) {
     );
 
     let agent_after = stdout_of(sandbox, "cat /proc/1/status").await;
-    let before = vm_kib(&agent_before, "VmRSS");
-    let mid = vm_kib(&agent_mid.expect("sampled mid-transfer"), "VmRSS");
-    let peak = vm_kib(&agent_after, "VmHWM");
+    let before = status_kib(&agent_before, "VmRSS");
+    let mid = status_kib(&agent_mid.expect("sampled mid-transfer"), "VmRSS");
+    let peak = status_kib(&agent_after, "VmHWM");
     eprintln!(
         "50 MiB to a slow reader: {elapsed:?} ({:.1} MiB/s); agent RSS {before} KiB before, {mid} KiB mid-transfer, peak {peak} KiB",
         SIZE as f64 / 1_048_576.0 / elapsed.as_secs_f64()

@@ -6,9 +6,12 @@
 //!
 //! This file boots sandboxes ([`builder`], [`boot`]), runs guest commands
 //! ([`sh`], [`run`], [`stdout_of`]), reads figures ([`status_kib`],
-//! [`sha256_hex`]) and finds host processes and binaries.
+//! [`sha256_hex`]) and finds host processes and binaries. [`shared_vm`] runs
+//! a file's checks as named tests on one booted VM.
 
 #![forbid(unsafe_code)]
+
+pub mod shared_vm;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

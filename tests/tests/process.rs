@@ -1,38 +1,46 @@
 //! The process API in a real VM: exit codes and signals, deadlines, errors,
 //! users, whole-tree kills, stdin, detached processes, flow control with
-//! large output, and many concurrent programs. One VM serves every check;
-//! each prints what it measured (see with `--nocapture`).
+//! large output, and many concurrent programs. One VM serves every check,
+//! each a named test (`cargo test --test process -- exit_codes` runs one);
+//! each prints what it measured.
 
 // A test panics with its reason; that is what expect is for here.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use airlock::{Code, Command, Event, ExitStatus, ProcessState, Sandbox, Signal, Stdin};
+use airlock_tests::shared_vm::{Order, Suite};
 use airlock_tests::{run, sh, sha256_hex, status_kib, stdout_of};
 
-#[tokio::test]
-async fn process_api_in_one_vm() {
+fn main() -> ExitCode {
+    // One at a time: large_output_to_a_slow_reader measures the agent's
+    // memory, the OOM check exhausts the guest's, and the deadline and
+    // SIGTERM checks count the guest's `sleep 1000` processes.
+    Suite::new(boot, Order::Sequential)
+        .checks(airlock_tests::checks![
+            exit_codes_and_signals,
+            programs_that_cannot_start,
+            users_and_cgroups,
+            deadline_keeps_partial_output,
+            sigterm_kills_the_whole_tree,
+            output_is_complete_and_background_children_do_not_hold_it,
+            stdin_round_trips,
+            detached_processes_survive_and_replay,
+            many_concurrent_programs,
+            large_output_to_a_slow_reader,
+            out_of_memory_kills_the_program_not_the_agent,
+        ])
+        .run()
+}
+
+/// The shared VM, with an agent new enough for these checks.
+async fn boot() -> Sandbox {
     let sandbox = airlock_tests::boot().await;
     let health = sandbox.health().await.expect("health");
     assert!(health.protocol_revision >= 2, "rebuild the initramfs");
-
-    exit_codes_and_signals(&sandbox).await;
-    programs_that_cannot_start(&sandbox).await;
-    users_and_cgroups(&sandbox).await;
-    deadline_keeps_partial_output(&sandbox).await;
-    sigterm_kills_the_whole_tree(&sandbox).await;
-    output_is_complete_and_background_children_do_not_hold_it(&sandbox).await;
-    stdin_round_trips(&sandbox).await;
-    detached_processes_survive_and_replay(&sandbox).await;
-    many_concurrent_programs(&sandbox).await;
-    large_output_to_a_slow_reader(&sandbox).await;
-    out_of_memory_kills_the_program_not_the_agent(&sandbox).await;
-
     sandbox
-        .shutdown(Duration::from_secs(10))
-        .await
-        .expect("shutdown");
 }
 
 async fn exit_codes_and_signals(sandbox: &Sandbox) {

@@ -3,13 +3,20 @@
 //! The tests boot real QEMU microVMs from the kernel and initramfs that
 //! `scripts/setup` builds; when those are missing a test fails with a
 //! message naming that command, never skips.
+//!
+//! This file boots sandboxes ([`builder`], [`boot`]), runs guest commands
+//! ([`sh`], [`run`], [`stdout_of`]), reads figures ([`status_kib`],
+//! [`sha256_hex`]) and finds host processes and binaries. [`shared_vm`] runs
+//! a file's checks as named tests on one booted VM.
 
 #![forbid(unsafe_code)]
+
+pub mod shared_vm;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use airlock::{Sandbox, SandboxBuilder};
+use airlock::{Command, ExitStatus, Output, Sandbox, SandboxBuilder};
 
 /// How long a test VM may take to boot: generous, since CI runs several
 /// software-emulated guests on two cores at once.
@@ -88,4 +95,74 @@ pub fn airlock_bin() -> PathBuf {
         bin.display()
     );
     bin
+}
+
+/// `sh -c script`: a guest command to adjust further (`.user`, `.tag`, ...).
+pub fn sh(script: &str) -> Command {
+    Command::new("sh").arg("-c").arg(script)
+}
+
+/// Runs `command` in `sandbox` to its end and collects its output, failing
+/// the test if it cannot start or its stream breaks. The exit status is the
+/// caller's to check.
+pub async fn run(sandbox: &Sandbox, command: Command) -> Output {
+    let execution = match sandbox.exec(command).await {
+        Ok(execution) => execution,
+        Err(error) => panic!("start: {error}"),
+    };
+    match execution.output().await {
+        Ok(output) => output,
+        Err(error) => panic!("output: {error}"),
+    }
+}
+
+/// The standard output of `sh -c script`, which must exit 0 and print
+/// UTF-8.
+pub async fn stdout_of(sandbox: &Sandbox, script: &str) -> String {
+    let out = run(sandbox, sh(script)).await;
+    assert_eq!(out.status, ExitStatus::Code(0), "{script}: {out:?}");
+    match String::from_utf8(out.stdout) {
+        Ok(text) => text,
+        Err(error) => panic!("{script}: output is not UTF-8: {error}"),
+    }
+}
+
+/// A field of a `/proc/<pid>/status` text in KiB, such as `VmRSS` (the
+/// name without its colon).
+pub fn status_kib(status: &str, field: &str) -> u64 {
+    let prefix = format!("{field}:");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {status}"))
+}
+
+/// The SHA-256 of `data` in lowercase hex, as `sha256sum` prints it.
+pub fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(data)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_kib_reads_a_field_with_or_without_padding() {
+        let status = "Name:\tinit\nVmHWM:\t    2048 kB\nVmRSS:\t1024 kB\n";
+        assert_eq!(status_kib(status, "VmRSS"), 1024);
+        assert_eq!(status_kib(status, "VmHWM"), 2048);
+    }
+
+    #[test]
+    fn sha256_hex_matches_sha256sum() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
 }

@@ -8,21 +8,10 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use airlock::{Command, EndReason, Error, IdlePolicy, PausedCalls, SandboxState};
+use airlock_tests::{sh, stdout_of};
 
 async fn start(builder: airlock::SandboxBuilder) -> airlock::Sandbox {
     builder.start().await.expect("sandbox did not start")
-}
-
-async fn run(sandbox: &airlock::Sandbox, script: &str) -> String {
-    let out = sandbox
-        .exec(Command::new("sh").arg("-c").arg(script))
-        .await
-        .expect("start")
-        .output()
-        .await
-        .expect("output");
-    assert!(out.status.success(), "{script}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[tokio::test]
@@ -92,12 +81,7 @@ async fn pause_stops_the_guest_and_resume_sets_its_clock() {
     let sandbox = start(airlock_tests::builder().paused_calls(PausedCalls::Fail)).await;
     // Something for the guest to do, so a running guest uses CPU.
     sandbox
-        .exec(
-            Command::new("sh")
-                .arg("-c")
-                .arg("while :; do :; done")
-                .tag("spin"),
-        )
+        .exec(sh("while :; do :; done").tag("spin"))
         .await
         .expect("spin starts");
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -121,7 +105,7 @@ async fn pause_stops_the_guest_and_resume_sets_its_clock() {
 
     sandbox.resume().await.expect("resume");
     assert_eq!(sandbox.state(), SandboxState::Running);
-    assert_eq!(run(&sandbox, "echo back").await, "back\n");
+    assert_eq!(stdout_of(&sandbox, "echo back").await, "back\n");
     let host = SystemTime::now();
     let guest = guest_now(&sandbox).await;
     assert!(
@@ -144,7 +128,7 @@ async fn metering_counts_guest_cpu_under_load() {
     let idle = sandbox.usage();
     // A fixed amount of work: its CPU time does not depend on how loaded
     // the host is.
-    run(
+    stdout_of(
         &sandbox,
         "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done",
     )
@@ -182,7 +166,7 @@ async fn an_idle_sandbox_is_parked_and_the_next_call_wakes_it() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The default policy resumes on the next call.
-    assert_eq!(run(&sandbox, "echo awake").await, "awake\n");
+    assert_eq!(stdout_of(&sandbox, "echo awake").await, "awake\n");
     assert_eq!(sandbox.state(), SandboxState::Running);
 }
 
@@ -245,9 +229,7 @@ async fn streams_survive_repeated_pauses_without_losing_output() {
     let sandbox = airlock_tests::boot().await;
     let ticker = sandbox
         .exec(
-            Command::new("sh")
-                .arg("-c")
-                .arg("i=0; while [ $i -lt 100000 ]; do i=$((i+1)); echo $i; sleep 0.02; done")
+            sh("i=0; while [ $i -lt 100000 ]; do i=$((i+1)); echo $i; sleep 0.02; done")
                 .tag("ticker"),
         )
         .await
@@ -260,7 +242,7 @@ async fn streams_survive_repeated_pauses_without_losing_output() {
         sandbox.resume().await.expect("resume");
         let out = tokio::time::timeout(
             Duration::from_secs(20),
-            run(&sandbox, &format!("echo cycle-{cycle}")),
+            stdout_of(&sandbox, &format!("echo cycle-{cycle}")),
         )
         .await
         .unwrap_or_else(|_| panic!("exec after resume {cycle} hung"));
@@ -290,7 +272,7 @@ async fn a_guest_flooding_its_console_does_not_fill_the_host_disk() {
     const BUDGET: u64 = 256 * 1024;
     let sandbox = start(airlock_tests::builder().console_log_budget(BUDGET)).await;
     // Root in the guest may write to the console; 3 MiB is twelve budgets.
-    run(
+    stdout_of(
         &sandbox,
         "yes flood | head -c 3145728 > /dev/console; echo the-end > /dev/console",
     )
@@ -314,7 +296,7 @@ async fn a_guest_flooding_its_console_does_not_fill_the_host_disk() {
         sandbox.console_tail(4096).contains("the-end"),
         "the newest console output is kept"
     );
-    assert_eq!(run(&sandbox, "echo alive").await, "alive\n");
+    assert_eq!(stdout_of(&sandbox, "echo alive").await, "alive\n");
 }
 
 #[tokio::test]

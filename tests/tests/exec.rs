@@ -1,27 +1,40 @@
 //! A booted VM runs commands: exit codes, signals, stream separation, clear
-//! errors for programs that cannot start. One VM serves all these checks.
+//! errors for programs that cannot start. One VM serves all these checks,
+//! each a named test (`cargo test --test exec -- death_by_signal` runs one).
 
 // A test panics with its reason; that is what expect is for here.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+use std::process::ExitCode;
 use std::time::Duration;
 
-use airlock::{Command, Event, ExitStatus};
+use airlock::{Command, Event, ExitStatus, Sandbox};
+use airlock_tests::sh;
+use airlock_tests::shared_vm::{Order, Suite};
 
-fn sh(script: &str) -> Command {
-    Command::new("sh").arg("-c").arg(script)
+fn main() -> ExitCode {
+    // In parallel: each check runs its own short commands and measures
+    // nothing another check's commands could disturb.
+    Suite::new(airlock_tests::boot, Order::Parallel)
+        .checks(airlock_tests::checks![
+            the_agent_reports_who_it_is,
+            exit_code_and_separate_streams,
+            death_by_signal,
+            a_missing_program_is_a_prompt_clear_error,
+            env_and_cwd_reach_the_program,
+            output_right_before_exit_is_never_lost,
+            commands_run_concurrently_over_one_connection,
+        ])
+        .run()
 }
 
-#[tokio::test]
-async fn commands_in_one_vm() {
-    let sandbox = airlock_tests::boot().await;
-
-    // The agent reports who it is.
+async fn the_agent_reports_who_it_is(sandbox: &Sandbox) {
     let health = sandbox.health().await.expect("health");
     assert_eq!(health.agent_version, env!("CARGO_PKG_VERSION"));
     assert!(health.serving_since_us >= health.init_started_us);
+}
 
-    // Exit codes and stream separation.
+async fn exit_code_and_separate_streams(sandbox: &Sandbox) {
     let out = sandbox
         .exec(&sh("echo out; echo err >&2; exit 3"))
         .await
@@ -32,8 +45,9 @@ async fn commands_in_one_vm() {
     assert_eq!(out.status, ExitStatus::Code(3));
     assert_eq!(out.stdout, b"out\n");
     assert_eq!(out.stderr, b"err\n");
+}
 
-    // Death by signal.
+async fn death_by_signal(sandbox: &Sandbox) {
     let exit = sandbox
         .exec(&sh("kill -9 $$"))
         .await
@@ -44,8 +58,9 @@ async fn commands_in_one_vm() {
     assert_eq!(exit.status, ExitStatus::Signal(9));
     assert_eq!(exit.status.shell_code(), 137);
     assert!(!exit.timed_out);
+}
 
-    // A program that does not exist: a clear error, promptly, not a hang.
+async fn a_missing_program_is_a_prompt_clear_error(sandbox: &Sandbox) {
     let missing = tokio::time::timeout(
         Duration::from_secs(30),
         sandbox.exec(&Command::new("no-such-program-xyz")),
@@ -55,8 +70,9 @@ async fn commands_in_one_vm() {
     let error = missing.expect_err("a missing program cannot start");
     assert_eq!(error.agent_code(), Some(airlock::Code::NotFound), "{error}");
     assert!(error.to_string().contains("no-such-program-xyz"), "{error}");
+}
 
-    // Environment and working directory reach the program.
+async fn env_and_cwd_reach_the_program(sandbox: &Sandbox) {
     let out = sandbox
         .exec(
             &sh("echo \"$GREETING from $(pwd)\"")
@@ -69,8 +85,10 @@ async fn commands_in_one_vm() {
         .await
         .expect("output");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "hi from /tmp\n");
+}
 
-    // Output written right before exit is never lost; events arrive in order.
+/// Output written right before exit is never lost; events arrive in order.
+async fn output_right_before_exit_is_never_lost(sandbox: &Sandbox) {
     for _ in 0..20 {
         let mut execution = sandbox.exec(&sh("echo last; exit 0")).await.expect("start");
         let mut events = Vec::new();
@@ -84,11 +102,11 @@ async fn commands_in_one_vm() {
             "{events:?}"
         );
     }
+}
 
-    // Commands run concurrently over the one connection.
+async fn commands_run_concurrently_over_one_connection(sandbox: &Sandbox) {
     let runs = (0..8).map(|i| {
         let command = sh(&format!("echo {i}; sleep 0.2; echo {i} >&2"));
-        let sandbox = &sandbox;
         async move { sandbox.exec(&command).await?.output().await }
     });
     for (i, out) in futures::future::join_all(runs)
@@ -100,9 +118,4 @@ async fn commands_in_one_vm() {
         assert_eq!(out.stdout, format!("{i}\n").as_bytes());
         assert_eq!(out.stderr, format!("{i}\n").as_bytes());
     }
-
-    sandbox
-        .shutdown(Duration::from_secs(10))
-        .await
-        .expect("shutdown");
 }

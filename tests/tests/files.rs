@@ -1,9 +1,10 @@
 //! The filesystem API in one real VM: a 256 MiB file up and down byte-exact
-//! with bounded memory on both sides (upload and download MB/s printed, see
-//! `--nocapture`), cut uploads that leave nothing, a directory round trip
-//! with modes and symlinks, an escaping tar refused, Watch seeing a file a
-//! program creates, writes as a user, and the error codes. Then
-//! `airlock run --upload/--download` in a second VM.
+//! with bounded memory on both sides (upload and download MB/s printed),
+//! cut uploads that leave nothing, a directory round trip with modes and
+//! symlinks, an escaping tar refused, Watch seeing a file a program creates,
+//! writes as a user, and the error codes. Then `airlock run
+//! --upload/--download` in a second VM. Each check is a named test
+//! (`cargo test --test files -- directory_round_trip` runs one).
 
 // A test panics with its reason; that is what expect is for here.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -11,41 +12,43 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::pin::Pin;
+use std::process::ExitCode;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use airlock::fs::{FileKind, WatchKind, WriteOptions};
-use airlock::{Code, Command, ExitStatus, Sandbox};
+use airlock::{Code, Sandbox};
+use airlock_tests::shared_vm::{Order, Suite};
+use airlock_tests::{status_kib, stdout_of};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, ReadBuf};
 
 const BIG: usize = 256 * 1024 * 1024;
 const MIB: f64 = 1024.0 * 1024.0;
 
-async fn stdout_of(sandbox: &Sandbox, script: &str) -> String {
-    let out = sandbox
-        .exec(Command::new("sh").arg("-c").arg(script))
-        .await
-        .expect("start")
-        .output()
-        .await
-        .expect("output");
-    assert_eq!(out.status, ExitStatus::Code(0), "{script}: {out:?}");
-    String::from_utf8(out.stdout).expect("utf-8")
+fn main() -> ExitCode {
+    // One at a time: big_file_round_trip fills most of the guest's /tmp and
+    // measures the agent's and this process's peak memory, which other
+    // transfers at the same time would raise.
+    Suite::new(boot, Order::Sequential)
+        .checks(airlock_tests::checks![
+            big_file_round_trip,
+            cut_uploads_leave_nothing,
+            directory_round_trip,
+            escaping_tar_is_refused,
+            watch_sees_a_program_create_a_file,
+            errors_and_users,
+        ])
+        .test(
+            "run_uploads_before_and_downloads_after_the_command",
+            run_uploads_before_and_downloads_after_the_command,
+        )
+        .run()
 }
 
-/// A `/proc/<pid>/status` field in KiB.
-fn status_kib(status: &str, field: &str) -> u64 {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in {status}"))
-}
-
-#[tokio::test]
-async fn files_api_in_one_vm() {
-    // /tmp is a tmpfs of a quarter of guest memory: 384 MiB holds 256 MiB.
+/// The shared VM: /tmp is a tmpfs of a quarter of guest memory, so 1536 MiB
+/// gives 384 MiB, which holds the 256 MiB file.
+async fn boot() -> Sandbox {
     let sandbox = airlock_tests::builder()
         .memory_mib(1536)
         .start()
@@ -53,18 +56,7 @@ async fn files_api_in_one_vm() {
         .expect("sandbox did not start");
     let health = sandbox.health().await.expect("health");
     assert!(health.protocol_revision >= 3, "rebuild the initramfs");
-
-    big_file_round_trip(&sandbox).await;
-    cut_uploads_leave_nothing(&sandbox).await;
-    directory_round_trip(&sandbox).await;
-    escaping_tar_is_refused(&sandbox).await;
-    watch_sees_a_program_create_a_file(&sandbox).await;
-    errors_and_users(&sandbox).await;
-
     sandbox
-        .shutdown(Duration::from_secs(10))
-        .await
-        .expect("shutdown");
 }
 
 async fn big_file_round_trip(sandbox: &Sandbox) {
@@ -117,9 +109,9 @@ async fn big_file_round_trip(sandbox: &Sandbox) {
 
     // Bounded memory: neither side ever held a large part of the file.
     let agent = String::from_utf8(fs.read_to_vec("/proc/1/status").await.unwrap()).unwrap();
-    let (agent_rss, agent_peak) = (status_kib(&agent, "VmRSS:"), status_kib(&agent, "VmHWM:"));
+    let (agent_rss, agent_peak) = (status_kib(&agent, "VmRSS"), status_kib(&agent, "VmHWM"));
     let host = std::fs::read_to_string("/proc/self/status").unwrap();
-    let host_peak = status_kib(&host, "VmHWM:");
+    let host_peak = status_kib(&host, "VmHWM");
     eprintln!("files: agent VmRSS {agent_rss} KiB, peak {agent_peak} KiB; test process peak {host_peak} KiB");
     assert!(agent_peak < 64 * 1024, "agent peak RSS {agent_peak} KiB");
     assert!(host_peak < 128 * 1024, "host peak RSS {host_peak} KiB");
@@ -297,6 +289,9 @@ async fn watch_sees_a_program_create_a_file(sandbox: &Sandbox) {
 
 async fn errors_and_users(sandbox: &Sandbox) {
     let fs = sandbox.fs();
+    // A directory of root's with something in it.
+    fs.mkdir("/tmp/roots", true).await.unwrap();
+    fs.write("/tmp/roots/kept", "x").await.unwrap();
     let code = |r: airlock::Result<()>| r.unwrap_err().agent_code();
     let err = fs.stat("/tmp/nope").await.unwrap_err();
     assert_eq!(err.agent_code(), Some(Code::NotFound));
@@ -306,11 +301,11 @@ async fn errors_and_users(sandbox: &Sandbox) {
         Some(Code::FailedPrecondition)
     );
     assert_eq!(
-        code(fs.mkdir("/tmp/tree", false).await),
+        code(fs.mkdir("/tmp/roots", false).await),
         Some(Code::AlreadyExists)
     );
     assert_eq!(
-        code(fs.remove("/tmp/tree", false).await),
+        code(fs.remove("/tmp/roots", false).await),
         Some(Code::FailedPrecondition)
     );
     assert_eq!(
@@ -324,7 +319,7 @@ async fn errors_and_users(sandbox: &Sandbox) {
     let as_user = || WriteOptions::new().user("1234");
     let err = fs
         .write_with(
-            "/tmp/tree/mine",
+            "/tmp/roots/mine",
             std::io::Cursor::new(b"x".to_vec()),
             as_user(),
         )
@@ -341,14 +336,13 @@ async fn errors_and_users(sandbox: &Sandbox) {
     let mine = fs.stat("/tmp/shared/mine").await.unwrap();
     assert_eq!((mine.uid, mine.gid), (1234, 1234));
 
-    fs.remove("/tmp/tree", true).await.unwrap();
+    fs.remove("/tmp/roots", true).await.unwrap();
     assert_eq!(
-        fs.stat("/tmp/tree").await.unwrap_err().agent_code(),
+        fs.stat("/tmp/roots").await.unwrap_err().agent_code(),
         Some(Code::NotFound)
     );
 }
 
-#[test]
 fn run_uploads_before_and_downloads_after_the_command() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("input");

@@ -11,20 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command as HostCommand;
 
 use airlock::images::ImageStore;
-use airlock::{Command, ExitStatus, Output, Sandbox};
+use airlock::{Command, ExitStatus, Sandbox};
 use airlock_rootfs::image::{self, BuildOptions, Source};
+use airlock_tests::{run, sh, sha256_hex};
 use serde_json::json;
-use sha2::{Digest, Sha256};
-
-async fn sh(sandbox: &Sandbox, script: &str) -> Output {
-    sandbox
-        .exec(&Command::new("sh").arg("-c").arg(script))
-        .await
-        .expect("start")
-        .output()
-        .await
-        .expect("output")
-}
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -60,9 +50,9 @@ async fn the_default_image_is_debian_with_its_own_users_and_a_fresh_overlay() {
     let sandbox = boot_image(&image).await;
 
     // The agent is still PID 1, now inside the image.
-    let out = sh(
+    let out = run(
         &sandbox,
-        "cat /proc/1/comm; . /etc/os-release; echo $ID $VERSION_ID",
+        sh("cat /proc/1/comm; . /etc/os-release; echo $ID $VERSION_ID"),
     )
     .await;
     assert_eq!(
@@ -73,11 +63,11 @@ async fn the_default_image_is_debian_with_its_own_users_and_a_fresh_overlay() {
     );
 
     // The image's own accounts, PATH and tools.
-    let out = sh(
+    let out = run(
         &sandbox,
-        "id -un; getent passwd nobody | cut -d: -f1,3; echo $PATH; \
+        sh("id -un; getent passwd nobody | cut -d: -f1,3; echo $PATH; \
          python3 -c 'import ssl, sqlite3; print(ssl.OPENSSL_VERSION.split()[0])'; \
-         test -s /etc/ssl/certs/ca-certificates.crt && echo certs",
+         test -s /etc/ssl/certs/ca-certificates.crt && echo certs"),
     )
     .await;
     assert_eq!(
@@ -88,11 +78,11 @@ async fn the_default_image_is_debian_with_its_own_users_and_a_fresh_overlay() {
     );
 
     // / is an overlay on the read-only image; /tmp is a tmpfs; writes work.
-    let out = sh(
+    let out = run(
         &sandbox,
-        "stat -f -c %T /tmp; grep -c ' / overlay ' /proc/mounts; \
+        sh("stat -f -c %T /tmp; grep -c ' / overlay ' /proc/mounts; \
          echo data > /root/written && cat /root/written; \
-         free=$(df --output=avail / | tail -1); test \"$free\" -gt 0 && echo space",
+         free=$(df --output=avail / | tail -1); test \"$free\" -gt 0 && echo space"),
     )
     .await;
     assert_eq!(
@@ -108,9 +98,9 @@ async fn the_default_image_is_debian_with_its_own_users_and_a_fresh_overlay() {
 
     // Without a workspace nothing of that run is left.
     let sandbox = boot_image(&image).await;
-    let out = sh(
+    let out = run(
         &sandbox,
-        "test -e /root/written && echo survived || echo gone",
+        sh("test -e /root/written && echo survived || echo gone"),
     )
     .await;
     assert_eq!(text(&out.stdout), "gone\n");
@@ -159,17 +149,14 @@ async fn a_tarball_builds_into_an_image_that_runs_a_command() {
 
     let image = build(&dir.path().join("store"), Source::Tar(tarball));
     let sandbox = boot_image(&image).await;
-    let out = sh(&sandbox, "cat /etc/greeting; cat /proc/1/comm").await;
+    let out = run(&sandbox, sh("cat /etc/greeting; cat /proc/1/comm")).await;
     assert_eq!(out.status, ExitStatus::Code(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "from a tarball\ninit\n");
 }
 
 /// Stores a blob in an OCI layout and returns its descriptor.
 fn blob(layout: &Path, media_type: &str, bytes: &[u8]) -> serde_json::Value {
-    let hex: String = Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hex = sha256_hex(bytes);
     let dir = layout.join("blobs/sha256");
     fs::create_dir_all(&dir).unwrap();
     fs::write(dir.join(&hex), bytes).unwrap();
@@ -267,9 +254,9 @@ async fn an_oci_layout_builds_with_whiteouts_and_its_env() {
         },
     );
     let sandbox = boot_image(&image).await;
-    let out = sh(
+    let out = run(
         &sandbox,
-        "cat /etc/kept; ls /etc; ls /cache; echo $PATH; echo $GREETING",
+        sh("cat /etc/kept; ls /etc; ls /cache; echo $PATH; echo $GREETING"),
     )
     .await;
     assert_eq!(out.status, ExitStatus::Code(0), "{}", text(&out.stderr));

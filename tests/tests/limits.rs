@@ -11,23 +11,10 @@
 use std::time::{Duration, Instant};
 
 use airlock::{Command, ExitStatus, Limits, Sandbox};
+use airlock_tests::{run, sh};
 
 /// The agent's resident memory must stay below this, whatever programs do.
 const AGENT_RSS_BUDGET: u64 = 16 << 20;
-
-fn sh(script: &str) -> Command {
-    Command::new("sh").arg("-c").arg(script)
-}
-
-async fn run(sandbox: &Sandbox, command: Command) -> airlock::Output {
-    sandbox
-        .exec(command)
-        .await
-        .expect("start")
-        .output()
-        .await
-        .expect("output")
-}
 
 /// A normal program must run after every hostile one.
 async fn still_works(sandbox: &Sandbox, after: &str) {

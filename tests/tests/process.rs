@@ -1,57 +1,46 @@
 //! The process API in a real VM: exit codes and signals, deadlines, errors,
 //! users, whole-tree kills, stdin, detached processes, flow control with
-//! large output, and many concurrent programs. One VM serves every check;
-//! each prints what it measured (see with `--nocapture`).
+//! large output, and many concurrent programs. One VM serves every check,
+//! each a named test (`cargo test --test process -- exit_codes` runs one);
+//! each prints what it measured.
 
 // A test panics with its reason; that is what expect is for here.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use airlock::{Code, Command, Event, ExitStatus, ProcessState, Sandbox, Signal, Stdin};
+use airlock_tests::shared_vm::{Order, Suite};
+use airlock_tests::{run, sh, sha256_hex, status_kib, stdout_of};
 
-fn sh(script: &str) -> Command {
-    Command::new("sh").arg("-c").arg(script)
+fn main() -> ExitCode {
+    // One at a time: large_output_to_a_slow_reader measures the agent's
+    // memory, the OOM check exhausts the guest's, and the deadline and
+    // SIGTERM checks count the guest's `sleep 1000` processes.
+    Suite::new(boot, Order::Sequential)
+        .checks(airlock_tests::checks![
+            exit_codes_and_signals,
+            programs_that_cannot_start,
+            users_and_cgroups,
+            deadline_keeps_partial_output,
+            sigterm_kills_the_whole_tree,
+            output_is_complete_and_background_children_do_not_hold_it,
+            stdin_round_trips,
+            detached_processes_survive_and_replay,
+            many_concurrent_programs,
+            large_output_to_a_slow_reader,
+            out_of_memory_kills_the_program_not_the_agent,
+        ])
+        .run()
 }
 
-async fn run(sandbox: &Sandbox, command: Command) -> airlock::Output {
-    sandbox
-        .exec(command)
-        .await
-        .expect("start")
-        .output()
-        .await
-        .expect("output")
-}
-
-async fn stdout_of(sandbox: &Sandbox, script: &str) -> String {
-    let out = run(sandbox, sh(script)).await;
-    assert_eq!(out.status, ExitStatus::Code(0), "{script}: {out:?}");
-    String::from_utf8(out.stdout).expect("utf-8")
-}
-
-#[tokio::test]
-async fn process_api_in_one_vm() {
+/// The shared VM, with an agent new enough for these checks.
+async fn boot() -> Sandbox {
     let sandbox = airlock_tests::boot().await;
     let health = sandbox.health().await.expect("health");
     assert!(health.protocol_revision >= 2, "rebuild the initramfs");
-
-    exit_codes_and_signals(&sandbox).await;
-    programs_that_cannot_start(&sandbox).await;
-    users_and_cgroups(&sandbox).await;
-    deadline_keeps_partial_output(&sandbox).await;
-    sigterm_kills_the_whole_tree(&sandbox).await;
-    output_is_complete_and_background_children_do_not_hold_it(&sandbox).await;
-    stdin_round_trips(&sandbox).await;
-    detached_processes_survive_and_replay(&sandbox).await;
-    many_concurrent_programs(&sandbox).await;
-    large_output_to_a_slow_reader(&sandbox).await;
-    out_of_memory_kills_the_program_not_the_agent(&sandbox).await;
-
     sandbox
-        .shutdown(Duration::from_secs(10))
-        .await
-        .expect("shutdown");
 }
 
 async fn exit_codes_and_signals(sandbox: &Sandbox) {
@@ -317,30 +306,6 @@ async fn many_concurrent_programs(sandbox: &Sandbox) {
     eprintln!("100 concurrent execs: {elapsed:?}");
 }
 
-/// The SHA-256 of `data` in hex, as `sha256sum` prints it.
-fn sha256_hex(data: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-fn vm_kib(status: &str, field: &str) -> u64 {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| {
-            v.trim_start_matches(':')
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no {field} in {status}"))
-}
-
 async fn large_output_to_a_slow_reader(sandbox: &Sandbox) {
     const SIZE: usize = 52_428_800;
     let agent_before = stdout_of(sandbox, "cat /proc/1/status").await;
@@ -380,9 +345,9 @@ async fn large_output_to_a_slow_reader(sandbox: &Sandbox) {
     );
 
     let agent_after = stdout_of(sandbox, "cat /proc/1/status").await;
-    let before = vm_kib(&agent_before, "VmRSS");
-    let mid = vm_kib(&agent_mid.expect("sampled mid-transfer"), "VmRSS");
-    let peak = vm_kib(&agent_after, "VmHWM");
+    let before = status_kib(&agent_before, "VmRSS");
+    let mid = status_kib(&agent_mid.expect("sampled mid-transfer"), "VmRSS");
+    let peak = status_kib(&agent_after, "VmHWM");
     eprintln!(
         "50 MiB to a slow reader: {elapsed:?} ({:.1} MiB/s); agent RSS {before} KiB before, {mid} KiB mid-transfer, peak {peak} KiB",
         SIZE as f64 / 1_048_576.0 / elapsed.as_secs_f64()

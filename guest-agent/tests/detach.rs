@@ -105,21 +105,24 @@ async fn a_detached_process_is_listed_replayed_and_followed() {
         .unwrap()
         .into_inner();
     assert_eq!(started_pid(&mut stream).await, pid);
-    let mut seen = Vec::new();
-    while seen.len() < 3 {
-        match stream.message().await.unwrap().unwrap().event.unwrap() {
-            process_event::Event::Stdout(b) => {
-                seen.push(format!("out:{}", String::from_utf8_lossy(&b)))
+    // Within a stream in order; stdout and stderr are separate pipes. How
+    // the bytes are cut into chunks depends on when the agent read them
+    // (a busy host can read "one\nthree\n" at once), so compare bytes.
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let replay = async {
+        while out.len() + err.len() < 14 {
+            match stream.message().await.unwrap().unwrap().event.unwrap() {
+                process_event::Event::Stdout(b) => out.extend_from_slice(&b),
+                process_event::Event::Stderr(b) => err.extend_from_slice(&b),
+                other => panic!("unexpected {other:?}"),
             }
-            process_event::Event::Stderr(b) => {
-                seen.push(format!("err:{}", String::from_utf8_lossy(&b)))
-            }
-            other => panic!("unexpected {other:?}"),
         }
-    }
-    // Within a stream in order; stdout and stderr are separate pipes.
-    seen.sort_by_key(|s| s.starts_with("err:"));
-    assert_eq!(seen, ["out:one\n", "out:three\n", "err:two\n"]);
+    };
+    tokio::time::timeout(Duration::from_secs(30), replay)
+        .await
+        .expect("the replay delivers all 14 bytes");
+    assert_eq!(String::from_utf8_lossy(&out), "one\nthree\n");
+    assert_eq!(String::from_utf8_lossy(&err), "two\n");
     assert!(find(&agent, pid).await.attached);
 
     agent

@@ -1,0 +1,354 @@
+//! [`SandboxBuilder`]: a sandbox's configuration, its checks, and what it
+//! becomes on the VMM's command line (the kernel command line and the
+//! disks). Starting it is `boot`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use airlock_proto::contract::cmdline as keys;
+
+use crate::error::{Error, Result};
+use crate::exec::Limits;
+use crate::lifecycle::{IdlePolicy, PausedCalls};
+use crate::vmm::{Disk, SerialPort, VmmUser};
+use crate::workspace::DEFAULT_WORKSPACE_BYTES;
+use crate::{artifacts, state_dir, Accel};
+
+/// QEMU drive ids (and virtio serials) of the root image and the workspace.
+pub(super) const ROOT_DISK: &str = "root";
+pub(super) const WORKSPACE_DISK: &str = "workspace";
+/// The default hard ceiling on a sandbox's wall-clock life.
+pub const DEFAULT_MAX_LIFETIME: Duration = Duration::from_secs(60 * 60);
+/// How long a running sandbox's agent may go without answering, by
+/// default, before the VM is killed as hung.
+pub const DEFAULT_UNRESPONSIVE_AFTER: Duration = Duration::from_secs(60);
+/// The default disk budget of the guest console's log on the host.
+pub const DEFAULT_CONSOLE_LOG_BUDGET: u64 = 16 << 20;
+
+/// Configures and starts a [`Sandbox`].
+#[derive(Debug, Clone)]
+pub struct SandboxBuilder {
+    pub(super) kernel: PathBuf,
+    pub(super) initramfs: PathBuf,
+    pub(super) memory_mib: u32,
+    pub(super) vcpus: u32,
+    pub(super) boot_timeout: Duration,
+    pub(super) accel: Accel,
+    pub(super) agent_port: u32,
+    pub(super) state_dir_base: PathBuf,
+    pub(super) kernel_args: Vec<String>,
+    pub(super) image: Option<PathBuf>,
+    pub(super) workspace: Option<PathBuf>,
+    pub(super) workspace_bytes: u64,
+    pub(super) default_limits: Limits,
+    pub(super) default_user: Option<String>,
+    pub(super) serial_ports: Vec<SerialPort>,
+    pub(super) vmm_user: VmmUser,
+    pub(super) collect_orphans: bool,
+    pub(super) max_lifetime: Option<Duration>,
+    pub(super) idle: Option<(Duration, IdlePolicy)>,
+    pub(super) paused_calls: PausedCalls,
+    pub(super) console_log_budget: u64,
+    pub(super) unresponsive_after: Option<Duration>,
+}
+
+impl Default for SandboxBuilder {
+    fn default() -> Self {
+        SandboxBuilder {
+            kernel: artifacts::default_kernel(),
+            initramfs: artifacts::default_initramfs(),
+            memory_mib: 512,
+            vcpus: 1,
+            boot_timeout: Duration::from_secs(60),
+            accel: Accel::Auto,
+            agent_port: airlock_proto::DEFAULT_AGENT_PORT,
+            state_dir_base: state_dir::default_base(),
+            kernel_args: Vec::new(),
+            image: None,
+            workspace: None,
+            workspace_bytes: DEFAULT_WORKSPACE_BYTES,
+            default_limits: Limits::default(),
+            default_user: None,
+            serial_ports: Vec::new(),
+            vmm_user: VmmUser::Auto,
+            collect_orphans: false,
+            max_lifetime: Some(DEFAULT_MAX_LIFETIME),
+            idle: None,
+            paused_calls: PausedCalls::default(),
+            console_log_budget: DEFAULT_CONSOLE_LOG_BUDGET,
+            unresponsive_after: Some(DEFAULT_UNRESPONSIVE_AFTER),
+        }
+    }
+}
+
+impl SandboxBuilder {
+    /// The guest kernel (default: `kernel/vmlinuz` in [`artifacts::home`]).
+    pub fn kernel(mut self, path: impl Into<PathBuf>) -> Self {
+        self.kernel = path.into();
+        self
+    }
+
+    /// The initramfs holding the agent (default: `initramfs.cpio.gz` in [`artifacts::home`]).
+    pub fn initramfs(mut self, path: impl Into<PathBuf>) -> Self {
+        self.initramfs = path.into();
+        self
+    }
+
+    /// Limits applied to every command run in the sandbox; a command's own
+    /// [`limits`](Command::limits) win field by field.
+    pub fn default_limits(mut self, limits: Limits) -> Self {
+        self.default_limits = limits;
+        self
+    }
+
+    /// The user every command runs as unless it names one (default: root,
+    /// without the dangerous capabilities unless
+    /// [`privileged`](Command::privileged)).
+    pub fn default_user(mut self, user: impl Into<String>) -> Self {
+        self.default_user = Some(user.into());
+        self
+    }
+
+    /// Guest memory in MiB (default 512).
+    pub fn memory_mib(mut self, mib: u32) -> Self {
+        self.memory_mib = mib;
+        self
+    }
+
+    /// Number of virtual CPUs (default 1).
+    pub fn vcpus(mut self, vcpus: u32) -> Self {
+        self.vcpus = vcpus;
+        self
+    }
+
+    /// How long boot may take until the agent answers (default 60 s, which
+    /// leaves room for software emulation on a loaded host).
+    pub fn boot_timeout(mut self, timeout: Duration) -> Self {
+        self.boot_timeout = timeout;
+        self
+    }
+
+    /// The CPU accelerator (default [`Accel::Auto`]).
+    pub fn accel(mut self, accel: Accel) -> Self {
+        self.accel = accel;
+        self
+    }
+
+    /// Where state directories are created (default: see `AIRLOCK_STATE_DIR`).
+    pub fn state_dir_base(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir_base = dir.into();
+        self
+    }
+
+    /// Boots into this root filesystem image (ext4, see `airlock::images`)
+    /// instead of the initramfs's busybox: the agent mounts it read-only
+    /// under an overlay whose writable layer lives in memory, or on the
+    /// workspace. The file is attached read-only, so any number of sandboxes
+    /// can share it.
+    pub fn image(mut self, path: impl Into<PathBuf>) -> Self {
+        self.image = Some(path.into());
+        self
+    }
+
+    /// Keeps the guest's writes on this disk file, created on first use
+    /// (sparse, [`SandboxBuilder::workspace_size`] bytes, ext4): what one
+    /// sandbox writes outside `/tmp` the next one on the same workspace
+    /// sees. Needs [`SandboxBuilder::image`]. Only one sandbox at a time may
+    /// hold a workspace.
+    pub fn workspace(mut self, path: impl Into<PathBuf>) -> Self {
+        self.workspace = Some(path.into());
+        self
+    }
+
+    /// The size limit of a workspace created by this sandbox (default
+    /// 4 GiB). An existing workspace keeps its size.
+    pub fn workspace_size(mut self, bytes: u64) -> Self {
+        self.workspace_bytes = bytes;
+        self
+    }
+
+    /// Appends an argument to the guest kernel's command line.
+    pub fn kernel_arg(mut self, arg: impl Into<String>) -> Self {
+        self.kernel_args.push(arg.into());
+        self
+    }
+
+    /// Adds a virtio-serial port named `name` for a program of your own in
+    /// the guest (such as a guest agent of another kind): QEMU listens on
+    /// the Unix socket `socket` on the host, and the guest sees the port as
+    /// `/dev/vportNpM` (the `name` file under `/sys/class/virtio-ports/`
+    /// tells which). Airlock's own agent does not use it.
+    pub fn serial_port(mut self, name: impl Into<String>, socket: impl Into<PathBuf>) -> Self {
+        self.serial_ports.push(SerialPort {
+            name: name.into(),
+            socket: socket.into(),
+        });
+        self
+    }
+
+    /// The hard ceiling on the sandbox's wall-clock life, paused time
+    /// included (default [`DEFAULT_MAX_LIFETIME`], one hour): when it is
+    /// reached the VM is killed, whatever it is doing, and the sandbox ends
+    /// with [`EndReason::LifetimeExceeded`]. `None` removes the ceiling.
+    pub fn max_lifetime(mut self, limit: Option<Duration>) -> Self {
+        self.max_lifetime = limit;
+        self
+    }
+
+    /// Pauses or stops the sandbox after `after` with no call in flight (an
+    /// open output stream counts as a call). Off by default.
+    pub fn idle_timeout(mut self, after: Duration, policy: IdlePolicy) -> Self {
+        self.idle = Some((after, policy));
+        self
+    }
+
+    /// Kills the VM once its agent has not answered a Health probe for this
+    /// long while running (default [`DEFAULT_UNRESPONSIVE_AFTER`], 60 s),
+    /// so calls on a hung guest fail with [`EndReason::Unresponsive`]
+    /// instead of waiting forever. Paused time does not count. `None` turns
+    /// the probe off.
+    pub fn unresponsive_after(mut self, after: Option<Duration>) -> Self {
+        self.unresponsive_after = after;
+        self
+    }
+
+    /// How much of the host's disk the guest console's log may take
+    /// (default [`DEFAULT_CONSOLE_LOG_BUDGET`], 16 MiB). A guest that writes
+    /// more to its console keeps only the newest part; see
+    /// [`Sandbox::console_tail`].
+    pub fn console_log_budget(mut self, bytes: u64) -> Self {
+        self.console_log_budget = bytes;
+        self
+    }
+
+    /// What a call made while the sandbox is paused does (default
+    /// [`PausedCalls::Resume`]).
+    pub fn paused_calls(mut self, policy: PausedCalls) -> Self {
+        self.paused_calls = policy;
+        self
+    }
+
+    /// Who runs QEMU and its vsock device (default [`VmmUser::Auto`]: an
+    /// unprivileged user when the caller is root and the host allows it).
+    pub fn vmm_user(mut self, user: VmmUser) -> Self {
+        self.vmm_user = user;
+        self
+    }
+
+    /// Before starting, kills and removes the sandboxes under the state
+    /// directory base whose owner process is gone (see [`crate::gc`]); off
+    /// by default.
+    pub fn collect_orphans(mut self, collect: bool) -> Self {
+        self.collect_orphans = collect;
+        self
+    }
+
+    pub(super) fn validate(&self) -> Result<()> {
+        if self.memory_mib < 64 {
+            return Err(Error::Config(format!(
+                "memory {} MiB is too small; use at least 64",
+                self.memory_mib
+            )));
+        }
+        if self.vcpus == 0 || self.vcpus > 255 {
+            return Err(Error::Config(format!(
+                "vcpus must be 1..=255, not {}",
+                self.vcpus
+            )));
+        }
+        for (what, path) in [("kernel", &self.kernel), ("initramfs", &self.initramfs)] {
+            if !path.is_file() {
+                return Err(Error::MissingArtifact {
+                    what,
+                    path: path.clone(),
+                });
+            }
+        }
+        if let Some(image) = &self.image {
+            if !image.is_file() {
+                return Err(Error::MissingArtifact {
+                    what: "root image",
+                    path: image.clone(),
+                });
+            }
+        }
+        if self.max_lifetime == Some(Duration::ZERO) {
+            return Err(Error::Config(
+                "a maximum lifetime of zero would kill the sandbox at once; use None for no ceiling"
+                    .into(),
+            ));
+        }
+        if self
+            .unresponsive_after
+            .is_some_and(|after| after < Duration::from_secs(1))
+        {
+            return Err(Error::Config(
+                "an unresponsive limit under a second would kill busy guests; use None to turn the probe off"
+                    .into(),
+            ));
+        }
+        if self.console_log_budget < 64 * 1024 {
+            return Err(Error::Config(format!(
+                "a console log budget of {} bytes is too small to keep a useful tail; use at least 64 KiB",
+                self.console_log_budget
+            )));
+        }
+        if self.idle.is_some_and(|(after, _)| after.is_zero()) {
+            return Err(Error::Config("the idle timeout must be above zero".into()));
+        }
+        if self.workspace.is_some() && self.image.is_none() {
+            return Err(Error::Config(
+                "a workspace needs a root image; set one with .image()".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(super) fn kernel_cmdline(&self, accel: Accel) -> String {
+        // `reboot=t`: a guest reboot is a triple fault, which QEMU (started
+        // with -no-reboot) turns into its exit. The kernel's default methods
+        // (ACPI, keyboard controller, BIOS) can leave a microvm halted with
+        // interrupts off instead, which looks like a hung guest.
+        let mut cmdline = format!(
+            "console=ttyS0 quiet panic=-1 reboot=t {}={}",
+            keys::PORT,
+            self.agent_port
+        );
+        if accel == Accel::Tcg {
+            if let Some(khz) = crate::accel::host_tsc_khz() {
+                cmdline.push_str(&format!(" tsc_early_khz={khz}"));
+            }
+        }
+        // Disks appear as vda, vdb, ... in the order of `disks()`.
+        let mut devices = (b'a'..=b'z').map(|letter| format!("/dev/vd{}", letter as char));
+        for disk in self.disks() {
+            if let Some(device) = devices.next() {
+                let key = match disk.id {
+                    ROOT_DISK => keys::ROOT,
+                    _ => keys::WORKSPACE,
+                };
+                cmdline.push_str(&format!(" {key}={device}"));
+            }
+        }
+        for arg in &self.kernel_args {
+            cmdline.push(' ');
+            cmdline.push_str(arg);
+        }
+        cmdline
+    }
+
+    /// The disks to attach, in guest order: the image, then the workspace.
+    pub(super) fn disks(&self) -> Vec<Disk> {
+        let root = self.image.iter().map(|path| Disk {
+            id: ROOT_DISK,
+            path: path.clone(),
+            read_only: true,
+        });
+        let workspace = self.workspace.iter().map(|path| Disk {
+            id: WORKSPACE_DISK,
+            path: path.clone(),
+            read_only: false,
+        });
+        root.chain(workspace).collect()
+    }
+}

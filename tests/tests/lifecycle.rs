@@ -72,6 +72,35 @@ async fn a_vm_that_dies_during_boot_is_reported_with_its_console() {
     assert!(error.to_string().contains("Kernel panic"), "{error}");
 }
 
+#[tokio::test]
+async fn an_agent_the_host_cannot_reach_fails_the_start_at_once_with_what_was_seen() {
+    // The agent serves (and announces) on another port than the one the
+    // host dials: a guest that is up but out of reach. The start must fail
+    // soon after the announcement, not at the 120 s boot deadline, and say
+    // what each side showed.
+    let error = airlock_tests::builder()
+        .kernel_arg("airlock.port=2000")
+        .start()
+        .await
+        .expect_err("the host dials a port nobody serves");
+    eprintln!("the error a user sees:\n{error}");
+    let Error::AgentUnreachable {
+        waited,
+        device,
+        console_tail,
+        ..
+    } = &error
+    else {
+        panic!("expected AgentUnreachable, got {error}");
+    };
+    assert!(
+        *waited < airlock_tests::BOOT_TIMEOUT,
+        "gave up after {waited:?}"
+    );
+    assert!(device.starts_with("running"), "{device}");
+    assert!(console_tail.contains("vsock:2000"), "{console_tail}");
+}
+
 fn tempfile_path(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("airlock-test-{}-{name}", std::process::id()))
 }

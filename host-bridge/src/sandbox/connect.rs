@@ -75,7 +75,8 @@ async fn wait_for_announcement(
                 timeout: deadline.timeout,
                 last_error: format!(
                     "{last_error}; an agent older than this host does not announce: \
-                     rebuild the initramfs with scripts/setup"
+                     rebuild the initramfs with scripts/setup; vsock device: {}",
+                    vmm.device_diagnostics(DEVICE_LOG_BYTES)
                 ),
                 console_tail: vmm.diagnostics(CONSOLE_TAIL_BYTES),
             });

@@ -1,11 +1,12 @@
 //! `airlock sandbox ...` as a user types it: one sandbox kept by the daemon
 //! across separate CLI invocations, from `create` (which starts the daemon)
-//! to SIGTERM on the daemon.
+//! to SIGTERM on the daemon; and `sandbox exec` taking `airlock run`'s
+//! program options (limits, privilege) and Ctrl-C as `run` does.
 
 // A test panics with its reason; that is what expect is for here.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -232,4 +233,99 @@ fn a_sandbox_lives_across_invocations_until_killed() {
         processes_mentioning(home.path())
     );
     assert!(!vm_dir.exists(), "the second VM's state directory remains");
+}
+
+/// What a program sees of its limits and privilege: its cgroup's
+/// `memory.max`, its no_new_privs flag and its capabilities.
+const LIMITS_AND_PRIVILEGE: &str = "cg=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup); \
+     echo \"memory.max $(cat $cg/memory.max)\"; \
+     grep -E '^(NoNewPrivs|CapEff|CapBnd):' /proc/self/status";
+
+#[test]
+fn sandbox_exec_applies_limits_and_privilege_as_run_does() {
+    let home = Home::new();
+    let id = home.ok(&["create", "--no-image", "--memory", "256"]);
+    let id = id.trim();
+    let options = ["--limit-memory", "64M", "--privileged"];
+    let script = ["--", "sh", "-c", LIMITS_AND_PRIVILEGE];
+
+    let exec = home.ok(&[&["exec", id][..], &options, &script].concat());
+    assert!(
+        exec.lines().any(|l| l == "memory.max 67108864"),
+        "the limit did not apply:\n{exec}"
+    );
+    assert!(
+        exec.lines().any(|l| l == "NoNewPrivs:\t0"),
+        "not privileged:\n{exec}"
+    );
+
+    // Exactly what `airlock run` gives a program with the same options.
+    let run = Command::new(airlock_bin())
+        .args(["run", "--no-image", "--memory", "256"])
+        .args(options)
+        .args(script)
+        .env("AIRLOCK_STATE_DIR", home.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run airlock");
+    assert!(
+        run.status.success(),
+        "airlock run failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&run.stdout), exec);
+
+    // Without them: no limit of its own, no_new_privs, fewer capabilities.
+    let plain = home.ok(&[&["exec", id][..], &script].concat());
+    assert!(
+        !plain.contains("67108864") && plain.lines().any(|l| l == "NoNewPrivs:\t1"),
+        "{plain}"
+    );
+    let caps = |text: &str| {
+        let line = text.lines().find(|l| l.starts_with("CapBnd:"));
+        line.map(str::to_owned)
+    };
+    assert_ne!(caps(&plain), caps(&exec), "{plain}\n{exec}");
+
+    // Past the limit the guest's OOM killer ends the program, reported as
+    // `run` reports it.
+    let hog = "BEGIN { s = sprintf(\"%1048576s\", \"\"); while (1) a[n++] = s n }";
+    let out = home.sandbox(
+        &["exec", id, "--limit-memory", "32M", "--", "awk", hog],
+        None,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(137), "stderr: {stderr}");
+    assert!(stderr.contains("ran out of memory"), "stderr: {stderr}");
+}
+
+#[test]
+fn sandbox_exec_forwards_ctrl_c_as_run_does() {
+    let home = Home::new();
+    let id = home.ok(&["create", "--no-image", "--memory", "256"]);
+    let script = "trap 'echo interrupted; exit 7' INT; echo ready; while :; do sleep 0.1; done";
+    let mut child = Command::new(airlock_bin())
+        .args(["sandbox", "exec", id.trim(), "--", "sh", "-c", script])
+        .env("AIRLOCK_STATE_DIR", home.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run airlock");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("read");
+    assert_eq!(line, "ready\n");
+    let interrupted = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(interrupted.success());
+    line.clear();
+    stdout.read_line(&mut line).expect("read");
+    assert_eq!(line, "interrupted\n");
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "stderr: {stderr}");
+    assert!(stderr.contains("interrupting the command"), "{stderr}");
 }

@@ -7,17 +7,26 @@
 //! - `gc`: kill and remove the sandboxes whose owner process died.
 //! - `serve` and `sandbox`: the per-user daemon and the commands that keep
 //!   sandboxes alive across invocations through it.
-//! - `program`: what `run` and `sandbox exec` share (output, stdin, exit
-//!   code); `shell` reads the host's stdin with it too.
+//! - `program_options`: [`ProgramOptions`], how to run the program (env,
+//!   cwd, user, timeout, limits, privilege), flattened into `run`, `shell`
+//!   and `sandbox exec` and carried to the daemon as it is.
+//! - `session`: the one loop that drives a program for `run` (a local
+//!   execution) and `sandbox exec` (the daemon's exec stream): host stdin,
+//!   Ctrl-C, output, the exit message and code.
+//! - `program`: the pieces the sessions share (output on the host's
+//!   streams, host stdin, exit code); `shell` reads the host's stdin with
+//!   it too.
 //! - `vm_options`: the VM options of `run`, `shell` and `sandbox create`, and
 //!   the sandbox builder they describe.
 
 mod gc;
 mod image;
 mod program;
+mod program_options;
 mod run;
 mod sandbox;
 mod serve;
+mod session;
 mod shell;
 mod terminal;
 mod transfer;
@@ -25,6 +34,7 @@ mod vm_options;
 
 use clap::{Parser, Subcommand};
 
+pub use program_options::{ProgramOptions, ProgramOptionsError};
 use vm_options::BootOptions;
 
 /// Exit code when Airlock itself failed (not the command): as docker run does.
@@ -80,23 +90,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub boot: BootOptions,
 
-    /// Kill the command's process tree after SECS seconds (enforced in the
-    /// guest); the output so far is kept and airlock exits 124.
-    #[arg(long, value_name = "SECS")]
-    pub timeout: Option<f64>,
-
-    /// Set an environment variable in the guest; KEY alone passes the
-    /// host's value. Repeatable.
-    #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
-    pub env: Vec<(String, String)>,
-
-    /// Working directory in the guest (default /).
-    #[arg(long, value_name = "DIR")]
-    pub cwd: Option<String>,
-
-    /// Run the command as this guest user: name, uid, name:group or uid:gid.
-    #[arg(short, long, value_name = "USER")]
-    pub user: Option<String>,
+    #[command(flatten)]
+    pub program: ProgramOptions,
 
     /// Copy a host file or directory into the guest before the command
     /// (directories keep modes and symlinks). Repeatable.
@@ -108,53 +103,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "GUEST:HOST", value_parser = transfer::parse_download)]
     pub download: Vec<transfer::Transfer>,
 
-    /// Memory limit for the command's process tree (e.g. 256M); past it
-    /// the guest's OOM killer kills in the tree.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    pub limit_memory: Option<u64>,
-
-    /// Most processes and threads the command's tree may have at once.
-    #[arg(long, value_name = "N")]
-    pub limit_pids: Option<u32>,
-
-    /// CPU limit for the command's tree, in CPUs (e.g. 0.5).
-    #[arg(long, value_name = "CPUS", value_parser = parse_cpus)]
-    pub limit_cpus: Option<u32>,
-
-    /// Run with every capability (as root: reboot, mount, load modules)
-    /// and without no_new_privs.
-    #[arg(long)]
-    pub privileged: bool,
-
     /// The program and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
-/// Parses `KEY=VALUE`, or `KEY` alone for the host's value of KEY.
-fn parse_env(text: &str) -> Result<(String, String), String> {
-    let (key, value) = match text.split_once('=') {
-        Some((key, value)) => (key, value.to_owned()),
-        None => match std::env::var(text) {
-            Ok(value) => (text, value),
-            Err(_) => return Err(format!("{text} is not set on the host; use {text}=VALUE")),
-        },
-    };
-    if key.is_empty() {
-        return Err(format!("{text:?} has no variable name; use KEY=VALUE"));
-    }
-    Ok((key.to_owned(), value))
-}
-
 /// Parses a size with an optional binary suffix: `4G`, `512M`, `65536`.
-/// CPUs as thousandths: "0.5" is 500.
-fn parse_cpus(text: &str) -> Result<u32, String> {
-    match text.trim().parse::<f64>() {
-        Ok(cpus) if cpus > 0.0 && cpus <= 1024.0 => Ok(((cpus * 1000.0).round() as u32).max(1)),
-        _ => Err(format!("{text:?} is not a CPU count; pass e.g. 0.5 or 2")),
-    }
-}
-
 fn parse_size(text: &str) -> Result<u64, String> {
     let text = text.trim();
     let (digits, shift) = match text.char_indices().last() {
@@ -218,16 +172,6 @@ mod tests {
     }
 
     #[test]
-    fn env_takes_key_value_or_the_hosts_value() {
-        assert_eq!(parse_env("A=1=2"), Ok(("A".into(), "1=2".into())));
-        assert_eq!(parse_env("EMPTY="), Ok(("EMPTY".into(), String::new())));
-        assert!(parse_env("=x").is_err());
-        assert!(parse_env("AIRLOCK_SURELY_UNSET_VARIABLE").is_err());
-        let path = std::env::var("PATH").unwrap_or_default();
-        assert_eq!(parse_env("PATH"), Ok(("PATH".into(), path)));
-    }
-
-    #[test]
     fn run_takes_env_cwd_user_and_timeout() {
         let args = Args::try_parse_from([
             "airlock",
@@ -250,12 +194,12 @@ mod tests {
             panic!("not run")
         };
         assert_eq!(
-            run.env,
+            run.program.env,
             [("A".into(), "1".into()), ("B".into(), "2".into())]
         );
-        assert_eq!(run.cwd.as_deref(), Some("/tmp"));
-        assert_eq!(run.user.as_deref(), Some("1000"));
-        assert_eq!(run.timeout, Some(2.5));
+        assert_eq!(run.program.cwd.as_deref(), Some("/tmp"));
+        assert_eq!(run.program.user.as_deref(), Some("1000"));
+        assert_eq!(run.program.timeout, Some(2.5));
     }
 
     #[test]
@@ -277,12 +221,48 @@ mod tests {
         let Commands::Run(run) = args.command else {
             panic!("not run")
         };
+        assert_eq!(run.program.limit_memory, Some(64 << 20));
+        assert_eq!(run.program.limit_pids, Some(32));
+        assert_eq!(run.program.limit_cpus, Some(500));
+        assert!(run.program.privileged);
+    }
+
+    #[test]
+    fn run_shell_and_sandbox_exec_take_the_same_program_options() {
+        let options = [
+            "-e",
+            "A=1",
+            "--cwd",
+            "/tmp",
+            "-u",
+            "1000",
+            "--timeout",
+            "5",
+            "--limit-memory",
+            "64M",
+            "--limit-pids",
+            "16",
+            "--limit-cpus",
+            "1",
+            "--privileged",
+        ];
+        let parse = |command: &[&str]| {
+            let argv = [&["airlock"], command, &options, &["--", "sh"]].concat();
+            match Args::try_parse_from(&argv).unwrap().command {
+                Commands::Run(run) => run.program,
+                Commands::Shell(shell) => shell.program,
+                Commands::Sandbox(sandbox::SandboxArgs {
+                    command: sandbox::SandboxCommand::Exec(exec),
+                    ..
+                }) => exec.program,
+                other => panic!("{other:?}"),
+            }
+        };
+        let run = parse(&["run"]);
         assert_eq!(run.limit_memory, Some(64 << 20));
-        assert_eq!(run.limit_pids, Some(32));
-        assert_eq!(run.limit_cpus, Some(500));
         assert!(run.privileged);
-        assert!(parse_cpus("0").is_err());
-        assert!(parse_cpus("x").is_err());
+        assert_eq!(parse(&["shell"]), run);
+        assert_eq!(parse(&["sandbox", "exec", "sandbox-x"]), run);
     }
 
     #[test]
@@ -309,7 +289,7 @@ mod tests {
         };
         assert!(shell.boot.vm.no_image);
         assert!(shell.command.is_empty(), "sh by default");
-        assert_eq!(shell.env, [("A".into(), "1".into())]);
+        assert_eq!(shell.program.env, [("A".into(), "1".into())]);
         let args = Args::try_parse_from([
             "airlock",
             "shell",

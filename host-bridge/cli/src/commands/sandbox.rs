@@ -3,29 +3,26 @@
 //! `airlock::daemon`). A client that finds no daemon on the socket starts
 //! one in the background (its log is `daemon.log` beside the socket).
 //!
-//! `exec` behaves like `airlock run`: output on the matching host stream,
-//! piped stdin forwarded, the first Ctrl-C forwarded as SIGINT (a second
-//! one, or SIGTERM, ends the client and with it the program), and the exit
-//! code is the program's (128+N for signal N, 124 for `--timeout`, 125
-//! when Airlock failed).
+//! `exec` behaves like `airlock run`: it takes the same program options
+//! ([`ProgramOptions`], carried to the daemon as they are) and is driven by
+//! the same [`Session`]: output on the matching host stream, piped stdin
+//! forwarded, the first Ctrl-C forwarded as SIGINT (a second one, or
+//! SIGTERM, ends the client and with it the program), and the exit code is
+//! the program's (128+N for signal N, 124 for `--timeout`, 125 when
+//! Airlock failed).
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::daemon::protocol::{
-    read_frame, write_frame, CreateRequest, ExecRequest, IdleAction, Input, Request, Response,
-    SandboxEntry,
+    CreateRequest, ExecRequest, IdleAction, Request, Response, SandboxEntry,
 };
 use crate::daemon::{self, Connection, DaemonError};
-use airlock::{Event, Exit, ExitStatus};
 use clap::{Subcommand, ValueEnum};
-use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::mpsc;
 
-use super::program::{exit_code, print_event};
+use super::session::{fail, Ending, Program, Session};
 use super::vm_options::VmOptions;
-use super::EXIT_AIRLOCK_ERROR;
+use super::ProgramOptions;
 
 /// `airlock sandbox` and its options.
 #[derive(Debug, clap::Args)]
@@ -111,22 +108,9 @@ pub struct ExecArgs {
     /// The sandbox, as `create` printed it.
     pub id: String,
 
-    /// Set an environment variable in the guest; KEY alone passes the
-    /// host's value. Repeatable.
-    #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = super::parse_env)]
-    pub env: Vec<(String, String)>,
-
-    /// Working directory in the guest (default /).
-    #[arg(long, value_name = "DIR")]
-    pub cwd: Option<String>,
-
-    /// Run as this guest user: name, uid, name:group or uid:gid.
-    #[arg(short, long, value_name = "USER")]
-    pub user: Option<String>,
-
-    /// Kill the command's process tree after SECS seconds; airlock exits 124.
-    #[arg(long, value_name = "SECS")]
-    pub timeout: Option<f64>,
+    /// `run`'s, carried to the daemon as they are.
+    #[command(flatten)]
+    pub program: ProgramOptions,
 
     /// The program and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
@@ -298,123 +282,36 @@ async fn copy(socket: &Path, src: &str, dst: &str) -> Result<(), String> {
 
 /// Runs a program in a sandbox; returns airlock's exit code.
 async fn exec_in(socket: &Path, args: ExecArgs) -> u8 {
-    let (mut interrupt, mut terminate) = match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(interrupt), Ok(terminate)) => (interrupt, terminate),
-        (Err(error), _) | (_, Err(error)) => {
-            return fail(&format!("cannot handle signals: {error}"))
-        }
-    };
-    let forward_stdin = !std::io::stdin().is_terminal();
-    let request = Request::Exec(ExecRequest {
-        id: args.id,
-        argv: args.command,
-        env: args.env,
-        cwd: args.cwd,
-        user: args.user,
-        timeout_secs: args.timeout,
-        stdin: forward_stdin,
-    });
-    let mut connection = match connect(socket).await {
-        Ok(connection) => connection,
+    let mut session = match Session::new() {
+        Ok(session) => session,
         Err(message) => return fail(&message),
     };
-    let started = match connection.send(&request).await {
-        Ok(()) => connection.recv().await,
-        Err(error) => Err(error),
+    let timeout = match args.program.timeout() {
+        Ok(timeout) => timeout,
+        Err(error) => return fail(&error.to_string()),
     };
-    match started {
-        Ok(Response::Started { .. }) => {}
-        Ok(Response::Error { message }) => return fail(&message),
-        Ok(other) => return fail(&unexpected(&other)),
-        Err(error) => return fail(&airlock::error_chain(&error)),
-    }
-    let (mut reader, mut writer) = connection.into_split();
-    // One task writes every input frame; `inputs` lives until we return,
-    // so the connection stays open (a hang-up kills the program).
-    let (inputs, mut pending) = mpsc::channel::<Input>(4);
-    tokio::spawn(async move {
-        while let Some(input) = pending.recv().await {
-            if let Err(error) = write_frame(&mut writer, &input).await {
-                tracing::debug!(error = %airlock::error_chain(&error), "input not sent");
-                break;
-            }
-        }
-        // Hold the connection open until the client is done.
-        std::future::pending::<()>().await;
-    });
-    if forward_stdin {
-        tokio::spawn(forward_host_stdin(inputs.clone()));
-    }
-    let mut interrupted = false;
-    loop {
-        tokio::select! {
-            frame = read_frame::<_, Response>(&mut reader) => match frame {
-                Ok(Some(Response::Stdout { data })) => print_event(Event::Stdout(data.into())).await,
-                Ok(Some(Response::Stderr { data })) => print_event(Event::Stderr(data.into())).await,
-                Ok(Some(Response::Dropped { bytes })) => print_event(Event::Dropped(bytes)).await,
-                Ok(Some(Response::Exited { code, signal, timed_out, oom_killed, duration_ms })) => {
-                    let status = match (code, signal) {
-                        (Some(code), _) => ExitStatus::Code(code),
-                        (None, Some(signal)) => ExitStatus::Signal(signal),
-                        (None, None) => return fail("the daemon sent an exit without a status"),
-                    };
-                    let mut exit = Exit::from_status(status);
-                    exit.timed_out = timed_out;
-                    exit.oom_killed = oom_killed;
-                    exit.duration = Duration::from_millis(duration_ms);
-                    return finish(&exit, args.timeout);
-                }
-                Ok(Some(Response::Error { message })) => return fail(&message),
-                Ok(Some(other)) => return fail(&unexpected(&other)),
-                Ok(None) => return fail(&DaemonError::Closed.to_string()),
-                Err(error) => return fail(&airlock::error_chain(&error)),
-            },
-            _ = interrupt.recv() => {
-                if interrupted {
-                    return 130;
-                }
-                interrupted = true;
-                eprintln!("airlock: interrupting the command (Ctrl-C again to kill it)");
-                let _ = inputs.send(Input::Signal { signal: 2 }).await;
-            }
-            _ = terminate.recv() => return 143,
-        }
-    }
-}
-
-/// Reports how the program ended, as `airlock run` does, and maps it to
-/// the exit code.
-fn finish(exit: &Exit, timeout: Option<f64>) -> u8 {
-    if exit.timed_out {
-        let after = timeout
-            .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
-            .unwrap_or(exit.duration);
-        eprintln!("airlock: command timed out after {after:?}; its processes were killed");
-    } else if exit.oom_killed {
-        eprintln!("airlock: the guest ran out of memory and killed part of the command");
-    }
-    exit_code(exit)
-}
-
-/// Sends the host's stdin as input frames, then its end.
-async fn forward_host_stdin(inputs: mpsc::Sender<Input>) {
-    if let Some(mut chunks) = super::program::host_stdin() {
-        while let Some(chunk) = chunks.recv().await {
-            if inputs
-                .send(Input::Stdin {
-                    data: chunk.to_vec(),
-                })
-                .await
-                .is_err()
-            {
-                return;
-            }
-        }
-    }
-    let _ = inputs.send(Input::StdinEnd).await;
+    let request = ExecRequest {
+        id: args.id,
+        argv: args.command,
+        options: args.program,
+        stdin: session.stdin_piped(),
+    };
+    let started = async {
+        connect(socket)
+            .await?
+            .exec(&request)
+            .await
+            .map_err(|e| airlock::error_chain(&e))
+    };
+    let stream = tokio::select! {
+        started = started => match started {
+            Ok(stream) => stream,
+            Err(message) => return fail(&message),
+        },
+        signal = session.signalled() => return Ending::Signalled(signal).report(None),
+    };
+    let ran = session.drive(Program::Daemon(stream), timeout).await;
+    ran.ending.report(timeout)
 }
 
 /// `path` made absolute against the current directory (the daemon has
@@ -425,11 +322,6 @@ fn absolute(path: &Path) -> Result<PathBuf, String> {
 
 fn unexpected(response: &Response) -> String {
     DaemonError::Unexpected(format!("{response:?}")).to_string()
-}
-
-fn fail(message: &str) -> u8 {
-    eprintln!("airlock: {message}");
-    EXIT_AIRLOCK_ERROR
 }
 
 #[cfg(test)]

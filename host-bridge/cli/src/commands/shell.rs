@@ -13,10 +13,13 @@
 //! reliably: a ^D typed ahead while a shell runs a command reaches a line
 //! editor such as busybox ash's as a NUL byte, not as end-of-file.)
 //!
-//! airlock exits with the program's exit status (128+N when a signal N
-//! killed it), 125 when Airlock itself failed, 128+N when SIGTERM or SIGHUP
-//! ended the session (the sandbox is torn down). The sandbox is torn down
-//! on every path.
+//! The program takes `run`'s options ([`ProgramOptions`]: env, cwd, user,
+//! timeout, limits, privilege). airlock exits with the program's exit
+//! status (128+N when a signal N killed it), 124 when `--timeout` killed
+//! it, 125 when Airlock itself failed, 128+N when SIGTERM or SIGHUP ended
+//! the session (the sandbox is torn down); the endings are reported as
+//! `run` reports them ([`Ending::report`]). The sandbox is torn down on
+//! every path.
 
 use std::time::Duration;
 
@@ -24,9 +27,10 @@ use airlock::{Command, Event, Execution, ProcessHandle, Signal};
 use tokio::io::AsyncWriteExt;
 use tokio::signal::unix::{signal, Signal as SignalStream, SignalKind};
 
+use super::session::{fail, Ending};
 use super::terminal::{self, RawMode};
 use super::vm_options::BootOptions;
-use super::EXIT_AIRLOCK_ERROR;
+use super::{ProgramOptions, ProgramOptionsError};
 
 /// How long the guest gets to power off before it is killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
@@ -51,29 +55,15 @@ pub struct ShellArgs {
     #[command(flatten)]
     pub boot: BootOptions,
 
-    /// Set an environment variable in the guest; KEY alone passes the
-    /// host's value. Repeatable.
-    #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = super::parse_env)]
-    pub env: Vec<(String, String)>,
-
-    /// Working directory in the guest (default /).
-    #[arg(long, value_name = "DIR")]
-    pub cwd: Option<String>,
-
-    /// Run as this guest user: name, uid, name:group or uid:gid.
-    #[arg(short, long, value_name = "USER")]
-    pub user: Option<String>,
+    /// All of `run`'s: they make as much sense for a program on a
+    /// terminal. (What does not, a piped stdin, is no option: the host's
+    /// terminal is the input.)
+    #[command(flatten)]
+    pub program: ProgramOptions,
 
     /// The program to run instead of `sh`, with its arguments.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
-}
-
-/// How the session ended.
-enum Ending {
-    Finished(airlock::Exit),
-    Signalled(i32),
-    Failed(String),
 }
 
 /// Host signals that end or reach the session.
@@ -110,6 +100,10 @@ pub async fn run(args: ShellArgs, verbose: bool) -> u8 {
         Ok(builder) => builder,
         Err(message) => return fail(&message),
     };
+    let timeout = match args.program.timeout() {
+        Ok(timeout) => timeout,
+        Err(error) => return fail(&error.to_string()),
+    };
     // Starting is cancellable: dropping the builder's future kills the VM.
     let sandbox = tokio::select! {
         started = builder.start() => match started {
@@ -127,7 +121,10 @@ pub async fn run(args: ShellArgs, verbose: bool) -> u8 {
         );
     }
 
-    let command = command(&args, terminal::window_size());
+    let command = match command(&args, terminal::window_size()) {
+        Ok(command) => command,
+        Err(error) => return fail(&error.to_string()),
+    };
     let ending = match sandbox.exec(&command).await {
         Ok(execution) => {
             // Raw mode only while the guest's terminal is in charge: the
@@ -149,26 +146,23 @@ pub async fn run(args: ShellArgs, verbose: bool) -> u8 {
         Err(error) => Ending::Failed(error.to_string()),
     };
     match ending {
-        Ending::Finished(exit) => {
+        Ending::Finished(exit) if !exit.timed_out => {
+            let code = Ending::Finished(exit).report(timeout);
             if let Err(error) = sandbox.shutdown(SHUTDOWN_GRACE).await {
                 tracing::warn!(%error, "shutdown was not clean");
             }
-            u8::try_from(exit.status.shell_code() & 0xff).unwrap_or(EXIT_AIRLOCK_ERROR)
+            code
         }
-        Ending::Signalled(signal) => {
+        ending => {
             drop(sandbox);
-            u8::try_from(128 + signal).unwrap_or(EXIT_AIRLOCK_ERROR)
-        }
-        Ending::Failed(message) => {
-            drop(sandbox);
-            fail(&message)
+            ending.report(timeout)
         }
     }
 }
 
 /// The program on a terminal of `size`, with the host's `TERM` (so it
 /// draws for the terminal it is really shown on) unless `--env` sets one.
-fn command(args: &ShellArgs, size: airlock::TerminalSize) -> Command {
+fn command(args: &ShellArgs, size: airlock::TerminalSize) -> Result<Command, ProgramOptionsError> {
     let (program, rest) = match args.command.split_first() {
         Some((program, rest)) => (program.clone(), rest.to_vec()),
         None => ("sh".to_owned(), Vec::new()),
@@ -177,14 +171,7 @@ fn command(args: &ShellArgs, size: airlock::TerminalSize) -> Command {
     if let Ok(term) = std::env::var("TERM") {
         command = command.env("TERM", term);
     }
-    command = command.envs(args.env.iter().cloned());
-    if let Some(cwd) = &args.cwd {
-        command = command.cwd(cwd.clone());
-    }
-    if let Some(user) = &args.user {
-        command = command.user(user.clone());
-    }
-    command
+    args.program.apply(command)
 }
 
 /// Runs the session to its end: input to the guest's terminal, its screen
@@ -251,9 +238,4 @@ async fn forward_input(handle: ProcessHandle) {
     if let Err(error) = handle.stream_stdin(keys).await {
         tracing::debug!(%error, "input not forwarded to the end");
     }
-}
-
-fn fail(message: &str) -> u8 {
-    eprintln!("airlock: {message}");
-    EXIT_AIRLOCK_ERROR
 }

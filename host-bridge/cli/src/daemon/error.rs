@@ -39,6 +39,10 @@ pub enum DaemonError {
     #[error("{0}")]
     Remote(String),
 
+    /// The daemon reported an exit with neither a code nor a signal.
+    #[error("the daemon sent an exit without a status")]
+    ExitWithoutStatus,
+
     /// The daemon answered with a frame that does not fit the request.
     #[error("unexpected answer from the daemon: {0}")]
     Unexpected(String),

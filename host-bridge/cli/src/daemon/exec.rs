@@ -3,13 +3,14 @@
 //! end, signals) as they come. A client that hangs up before the program
 //! ends takes the program's tree with it (SIGKILL).
 
-use std::time::Duration;
-
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
-use super::protocol::{read_frame, write_frame, ExecRequest, Input, Response, DATA_CHUNK};
+use super::protocol::{
+    read_frame, write_frame, ExecRequest, ExitReport, Input, Response, DATA_CHUNK,
+};
 use super::DaemonError;
-use airlock::{error_chain, Command, Event, ExitStatus, ProcessHandle, Sandboxes, Signal, Stdin};
+use crate::commands::ProgramOptionsError;
+use airlock::{error_chain, Command, Event, ProcessHandle, Sandboxes, Signal, Stdin};
 
 /// Runs `request` and streams it to `writer` until it exits or the client
 /// goes.
@@ -19,18 +20,17 @@ pub(super) async fn run(
     reader: OwnedReadHalf,
     mut writer: OwnedWriteHalf,
 ) {
+    let command = match command(&request) {
+        Ok(command) => command,
+        Err(error) => return refuse(&mut writer, error.to_string()).await,
+    };
     let started = async {
-        let command = command(&request)?;
         let sandbox = sandboxes.get(&request.id)?;
         sandbox.exec(&command).await
     };
     let mut execution = match started.await {
         Ok(execution) => execution,
-        Err(error) => {
-            let message = error_chain(&error);
-            let _ = write_frame(&mut writer, &Response::Error { message }).await;
-            return;
-        }
+        Err(error) => return refuse(&mut writer, error_chain(&error)).await,
     };
     let handle = execution.handle();
     let pid = execution.pid();
@@ -70,29 +70,22 @@ pub(super) async fn run(
     inputs.abort();
 }
 
-/// The guest command for `request`.
-fn command(request: &ExecRequest) -> airlock::Result<Command> {
-    let Some((program, args)) = request.argv.split_first() else {
-        return Err(airlock::Error::Config("exec needs a program".into()));
-    };
-    let mut command = Command::new(program.clone())
-        .args(args.iter().cloned())
-        .envs(request.env.iter().cloned());
-    if let Some(cwd) = &request.cwd {
-        command = command.cwd(cwd.clone());
+/// The guest command for `request`: its program options turned into a
+/// command as `airlock run` turns them, and its stdin piped when the
+/// client sends it.
+fn command(request: &ExecRequest) -> Result<Command, ProgramOptionsError> {
+    let command = request.options.command(&request.argv)?;
+    Ok(match request.stdin {
+        true => command.stdin(Stdin::Piped),
+        false => command,
+    })
+}
+
+/// Answers a request that cannot start with why.
+async fn refuse(writer: &mut OwnedWriteHalf, message: String) {
+    if let Err(error) = write_frame(writer, &Response::Error { message }).await {
+        tracing::debug!(error = %error_chain(&error), "client gone before the refusal");
     }
-    if let Some(user) = &request.user {
-        command = command.user(user.clone());
-    }
-    if let Some(secs) = request.timeout_secs {
-        let timeout = Duration::try_from_secs_f64(secs)
-            .map_err(|_| airlock::Error::Config(format!("bad timeout {secs}")))?;
-        command = command.timeout(timeout);
-    }
-    if request.stdin {
-        command = command.stdin(Stdin::Piped);
-    }
-    Ok(command)
 }
 
 /// An event as frames (output split into [`DATA_CHUNK`]s), and whether it
@@ -114,20 +107,7 @@ fn frames(event: Event) -> (Vec<Response>, bool) {
         Event::Stdout(data) => (chunks(&data, true), false),
         Event::Stderr(data) => (chunks(&data, false), false),
         Event::Dropped(bytes) => (vec![Response::Dropped { bytes }], false),
-        Event::Exited(exit) => {
-            let (code, signal) = match exit.status {
-                ExitStatus::Code(code) => (Some(code), None),
-                ExitStatus::Signal(signal) => (None, Some(signal)),
-            };
-            let exited = Response::Exited {
-                code,
-                signal,
-                timed_out: exit.timed_out,
-                oom_killed: exit.oom_killed,
-                duration_ms: u64::try_from(exit.duration.as_millis()).unwrap_or(u64::MAX),
-            };
-            (vec![exited], true)
-        }
+        Event::Exited(exit) => (vec![Response::Exited(ExitReport::new(&exit))], true),
     }
 }
 
@@ -170,5 +150,48 @@ async fn apply_inputs(mut reader: OwnedReadHalf, handle: ProcessHandle) {
 async fn kill(handle: &ProcessHandle) {
     if let Err(error) = handle.kill().await {
         tracing::debug!(error = %error_chain(&error), "kill");
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::commands::ProgramOptions;
+
+    #[test]
+    fn the_request_becomes_the_command_run_would_build() {
+        let options = ProgramOptions {
+            env: vec![("A".into(), "1".into())],
+            user: Some("1000".into()),
+            timeout: Some(2.0),
+            limit_memory: Some(64 << 20),
+            limit_pids: Some(8),
+            privileged: true,
+            ..ProgramOptions::default()
+        };
+        let argv = vec!["sh".to_owned(), "-c".to_owned(), "true".to_owned()];
+        let request = ExecRequest {
+            id: "sb".into(),
+            argv: argv.clone(),
+            options: options.clone(),
+            stdin: true,
+        };
+        let expected = options.command(&argv).unwrap().stdin(Stdin::Piped);
+        assert_eq!(command(&request).unwrap(), expected);
+
+        let refused = ExecRequest {
+            argv: vec![],
+            ..request.clone()
+        };
+        assert_eq!(command(&refused), Err(ProgramOptionsError::NoProgram));
+        let refused = ExecRequest {
+            options: ProgramOptions {
+                timeout: Some(-1.0),
+                ..options
+            },
+            ..request
+        };
+        assert_eq!(command(&refused), Err(ProgramOptionsError::BadTimeout));
     }
 }

@@ -22,6 +22,6 @@ mod exec;
 pub mod protocol;
 mod server;
 
-pub use client::{default_socket, Connection};
+pub use client::{default_socket, Connection, ExecStream};
 pub use error::DaemonError;
 pub use server::{serve, DaemonSocket};

@@ -20,6 +20,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::DaemonError;
+use crate::commands::ProgramOptions;
+use airlock::{Exit, ExitStatus};
 
 /// The largest frame either side sends or accepts.
 pub const MAX_FRAME_BYTES: usize = 4 << 20;
@@ -93,11 +95,12 @@ pub struct ExecRequest {
     pub id: String,
     /// The program and its arguments (at least the program).
     pub argv: Vec<String>,
-    pub env: Vec<(String, String)>,
-    pub cwd: Option<String>,
-    pub user: Option<String>,
-    /// Enforced by the agent; the exit then has `timed_out`.
-    pub timeout_secs: Option<f64>,
+    /// How to run it, as `sandbox exec` parsed it: `env`, `cwd`, `user`,
+    /// `timeout_secs` (enforced by the agent; the exit then has
+    /// `timed_out`), `limit_memory_bytes`, `limit_pids`,
+    /// `limit_cpu_millis`, `privileged`, inline in the request.
+    #[serde(flatten)]
+    pub options: ProgramOptions,
     /// The client will send [`Input::Stdin`] frames and [`Input::StdinEnd`].
     pub stdin: bool,
 }
@@ -149,18 +152,55 @@ pub enum Response {
     Dropped {
         bytes: u64,
     },
-    /// The program ended: `code`, or `signal` when a signal killed it.
-    Exited {
-        code: Option<i32>,
-        signal: Option<i32>,
-        timed_out: bool,
-        oom_killed: bool,
-        duration_ms: u64,
-    },
+    /// The program ended.
+    Exited(ExitReport),
     /// The request failed; the message is for the user.
     Error {
         message: String,
     },
+}
+
+/// How a program ended, as [`Response::Exited`] carries it: `code`, or
+/// `signal` when a signal killed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitReport {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub oom_killed: bool,
+    pub duration_ms: u64,
+}
+
+impl ExitReport {
+    /// The report of `exit`.
+    pub fn new(exit: &Exit) -> ExitReport {
+        let (code, signal) = match exit.status {
+            ExitStatus::Code(code) => (Some(code), None),
+            ExitStatus::Signal(signal) => (None, Some(signal)),
+        };
+        ExitReport {
+            code,
+            signal,
+            timed_out: exit.timed_out,
+            oom_killed: exit.oom_killed,
+            duration_ms: u64::try_from(exit.duration.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// The exit reported; `None` when the report has neither a code nor a
+    /// signal.
+    pub fn exit(&self) -> Option<Exit> {
+        let status = match (self.code, self.signal) {
+            (Some(code), _) => ExitStatus::Code(code),
+            (None, Some(signal)) => ExitStatus::Signal(signal),
+            (None, None) => return None,
+        };
+        let mut exit = Exit::from_status(status);
+        exit.timed_out = self.timed_out;
+        exit.oom_killed = self.oom_killed;
+        exit.duration = Duration::from_millis(self.duration_ms);
+        Some(exit)
+    }
 }
 
 /// One line of `airlock sandbox ls`.
@@ -305,6 +345,46 @@ mod tests {
         };
         let err = write_frame(&mut a, &huge).await.unwrap_err();
         assert!(matches!(err, DaemonError::FrameTooLarge { .. }), "{err}");
+    }
+
+    #[test]
+    fn exec_frames_keep_their_wire_form() {
+        let request = Request::Exec(ExecRequest {
+            id: "sb".into(),
+            argv: vec!["true".into()],
+            options: ProgramOptions {
+                limit_memory: Some(64 << 20),
+                privileged: true,
+                ..ProgramOptions::default()
+            },
+            stdin: false,
+        });
+        let json = serde_json::to_value(&request).unwrap();
+        assert_eq!(json["request"], "exec");
+        assert_eq!(json["argv"][0], "true");
+        assert_eq!(json["limit_memory_bytes"], 64 << 20);
+        assert_eq!(json["privileged"], true);
+        assert!(json["timeout_secs"].is_null() && json["env"].is_array());
+        let back: Request = serde_json::from_value(json).unwrap();
+        assert_eq!(back, request);
+
+        let mut exit = Exit::from_status(ExitStatus::Signal(9));
+        exit.timed_out = true;
+        exit.duration = Duration::from_millis(1500);
+        let exited = Response::Exited(ExitReport::new(&exit));
+        let json = serde_json::to_value(&exited).unwrap();
+        assert_eq!(json["response"], "exited");
+        assert_eq!((json["code"].is_null(), &json["signal"]), (true, &9.into()));
+        let Response::Exited(report) = serde_json::from_value(json).unwrap() else {
+            panic!("not exited")
+        };
+        assert_eq!(report.exit(), Some(exit));
+        let nothing = ExitReport {
+            code: None,
+            signal: None,
+            ..report
+        };
+        assert_eq!(nothing.exit(), None);
     }
 
     #[tokio::test]

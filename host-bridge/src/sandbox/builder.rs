@@ -10,7 +10,7 @@ use airlock_proto::contract::cmdline as keys;
 use crate::error::{Error, Result};
 use crate::exec::Limits;
 use crate::lifecycle::{IdlePolicy, PausedCalls};
-use crate::vmm::{Disk, SerialPort, VmmUser};
+use crate::vmm::{guest_disk_device, BackendKind, Disk, SerialPort, VmmUser};
 use crate::workspace::DEFAULT_WORKSPACE_BYTES;
 use crate::{artifacts, state_dir, Accel};
 
@@ -50,6 +50,7 @@ pub struct SandboxBuilder {
     pub(super) paused_calls: PausedCalls,
     pub(super) console_log_budget: u64,
     pub(super) unresponsive_after: Option<Duration>,
+    pub(super) backend: BackendKind,
 }
 
 impl Default for SandboxBuilder {
@@ -77,6 +78,7 @@ impl Default for SandboxBuilder {
             paused_calls: PausedCalls::default(),
             console_log_budget: DEFAULT_CONSOLE_LOG_BUDGET,
             unresponsive_after: Some(DEFAULT_UNRESPONSIVE_AFTER),
+            backend: BackendKind::Qemu,
         }
     }
 }
@@ -243,6 +245,19 @@ impl SandboxBuilder {
         self
     }
 
+    /// Runs the agent binary `agent` as a plain host process on a Unix
+    /// socket instead of booting a VM: for tests of the lifecycle (lifetime
+    /// ceiling, idle policy, the unresponsive-agent watchdog, reconnects),
+    /// which then take milliseconds. Not a sandbox: the programs it runs
+    /// are host processes. No kernel, image, workspace or serial port.
+    #[doc(hidden)]
+    pub fn process_backend(mut self, agent: impl Into<PathBuf>) -> Self {
+        self.backend = BackendKind::Process {
+            agent: agent.into(),
+        };
+        self
+    }
+
     pub(super) fn validate(&self) -> Result<()> {
         if self.memory_mib < 64 {
             return Err(Error::Config(format!(
@@ -256,7 +271,25 @@ impl SandboxBuilder {
                 self.vcpus
             )));
         }
-        for (what, path) in [("kernel", &self.kernel), ("initramfs", &self.initramfs)] {
+        let artifacts = match &self.backend {
+            BackendKind::Qemu => vec![("kernel", &self.kernel), ("initramfs", &self.initramfs)],
+            BackendKind::Process { agent } => {
+                if self.image.is_some() || self.workspace.is_some() || !self.serial_ports.is_empty()
+                {
+                    return Err(Error::Config(
+                        "the process backend has no disks or serial ports".into(),
+                    ));
+                }
+                if !agent.is_file() {
+                    return Err(Error::Config(format!(
+                        "agent binary {} not found; build it with `cargo build -p airlock-agent`",
+                        agent.display()
+                    )));
+                }
+                Vec::new()
+            }
+        };
+        for (what, path) in artifacts {
             if !path.is_file() {
                 return Err(Error::MissingArtifact {
                     what,
@@ -319,10 +352,8 @@ impl SandboxBuilder {
                 cmdline.push_str(&format!(" tsc_early_khz={khz}"));
             }
         }
-        // Disks appear as vda, vdb, ... in the order of `disks()`.
-        let mut devices = (b'a'..=b'z').map(|letter| format!("/dev/vd{}", letter as char));
-        for disk in self.disks() {
-            if let Some(device) = devices.next() {
+        for (index, disk) in self.disks().into_iter().enumerate() {
+            if let Some(device) = guest_disk_device(index) {
                 let key = match disk.id {
                     ROOT_DISK => keys::ROOT,
                     _ => keys::WORKSPACE,

@@ -1,112 +1,41 @@
-//! The VMM backend: QEMU `-M microvm` plus `vhost-device-vsock`, the
+//! The QEMU backend: QEMU `-M microvm` plus `vhost-device-vsock`, the
 //! vhost-user device that gives the guest a vsock without the kernel's
 //! `/dev/vhost-vsock`.
 //!
-//! [`Vmm::start`] lays out the state directory, binds the socket on which
-//! the agent announces that it serves ([`Vmm::take_ready_listener`]),
+//! [`QemuVm::start`] lays out the state directory, binds the socket on which
+//! the agent announces that it serves ([`QemuVm::take_ready_listener`]),
 //! starts the vsock device, waits for its vhost-user socket, then starts
 //! QEMU. The host reaches the guest through the device's hybrid-vsock Unix
-//! socket ([`Vmm::vsock_uds`], see `transport`). Both processes are killed
-//! when the `Vmm` is dropped.
+//! socket (see `transport`). Both processes are killed when the `QemuVm` is
+//! dropped.
 //!
-//! - `binaries`: locating `qemu-system-x86_64` and `vhost-device-vsock`.
-//! - `qemu`: the QEMU command line.
-//! - `qmp`: a small QMP client for VMM-level control.
-//! - `user`: which (unprivileged) user the two processes run as.
-//!
-//! Each process is added to the state directory's owner record as soon as
-//! it runs, so `gc` can end it if the owner dies without doing so.
+//! What only QEMU knows lives here too: which of its threads are vCPUs
+//! (guest CPU time), QMP `quit` for a graceful end, and the guest's names
+//! for the disks (`/dev/vda`, `/dev/vdb`, ...).
 
-mod binaries;
-mod log_file;
-mod qemu;
-pub mod qmp;
-mod user;
-
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::process::{Child, Command, ExitStatus};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use std::os::unix::process::CommandExt;
 
 use tokio::net::UnixListener;
 
-pub(crate) use qemu::{Disk, QemuConfig, SerialPort};
-pub use user::VmmUser;
-
-use crate::state_dir::{self, owner::ProcessId};
+use super::child::{kill_and_reap, lock, record, spawn};
+use super::log_file::{self, tail};
+use super::qemu::QemuConfig;
+use super::user::{Access, Credentials};
+use super::{binaries, cpu_time, VmmError, VmmUser};
+use crate::state_dir;
+use crate::transport::AgentTransport;
 use crate::Accel;
-use log_file::tail;
-use user::{Access, Credentials};
 
 /// The guest's vsock context id. Each VM has its own vsock device, so every
 /// guest can use the same one.
 const GUEST_CID: u32 = 3;
 /// How long vhost-device-vsock may take to create its socket.
 const DEVICE_READY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Errors starting or controlling the VMM processes.
-#[derive(Debug, thiserror::Error)]
-pub enum VmmError {
-    #[error("{name} not found (set {env} or {hint})")]
-    ProgramNotFound {
-        name: &'static str,
-        env: &'static str,
-        hint: &'static str,
-    },
-    #[error("cannot start {program}")]
-    Spawn {
-        program: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot create {path}")]
-    LogFile {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("vhost-device-vsock did not create {socket} within {timeout:?}; its log:\n{log}")]
-    DeviceNotReady {
-        socket: PathBuf,
-        timeout: Duration,
-        log: String,
-    },
-    #[error("the vsock device exited ({status}); its log:\n{log}")]
-    DeviceExited { status: String, log: String },
-    #[error("QEMU has already exited")]
-    Exited,
-    #[error("cannot signal QEMU")]
-    Signal(#[source] nix::Error),
-    #[error("waiting for a VMM process")]
-    Wait(#[source] std::io::Error),
-    #[error("running the VMM as uid {uid} needs root; use VmmUser::Caller")]
-    UserNeedsRoot { uid: u32 },
-    #[error(
-        "the VMM user (uid {uid}, gid {gid}) cannot {access} {path}; give it access \
-         (and to the directories above) or choose another VMM user"
-    )]
-    UserCannotReach {
-        uid: u32,
-        gid: u32,
-        path: PathBuf,
-        access: &'static str,
-    },
-    #[error("cannot listen on {path} for the agent's announcement")]
-    ReadySocket {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot prepare the state directory {path} for the VMM")]
-    StateDir {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// The files a VM keeps in its private state directory.
 #[derive(Debug, Clone)]
@@ -140,26 +69,25 @@ impl VmPaths {
     }
 }
 
-fn lock(child: &Mutex<Child>) -> MutexGuard<'_, Child> {
-    child.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// A running VM: the QEMU process and its vsock device process.
 #[derive(Debug)]
-pub(crate) struct Vmm {
+pub(crate) struct QemuVm {
     qemu: Arc<Mutex<Child>>,
     device: Child,
     paths: VmPaths,
     qemu_exit: Option<ExitStatus>,
     ready: Option<UnixListener>,
+    agent_port: u32,
 }
 
-impl Vmm {
-    /// Starts the vsock device, then QEMU, as `user`, with files under `paths`.
+impl QemuVm {
+    /// Starts the vsock device, then QEMU, as `user`, with files under
+    /// `paths`; the agent will serve on guest vsock `agent_port`.
     pub async fn start(
         config: &QemuConfig,
         paths: VmPaths,
         user: VmmUser,
+        agent_port: u32,
     ) -> Result<Self, VmmError> {
         let qemu_program = binaries::QEMU.locate()?;
         let device_program = binaries::VHOST_DEVICE_VSOCK.locate()?;
@@ -209,12 +137,13 @@ impl Vmm {
             kill_and_reap(&mut device);
             return Err(error);
         }
-        Ok(Vmm {
+        Ok(QemuVm {
             qemu: Arc::new(Mutex::new(qemu)),
             device,
             paths,
             qemu_exit: None,
             ready: Some(ready),
+            agent_port,
         })
     }
 
@@ -260,9 +189,18 @@ impl Vmm {
         lock(&self.qemu).id()
     }
 
-    /// The hybrid-vsock Unix socket that reaches the guest.
-    pub fn vsock_uds(&self) -> &Path {
-        &self.paths.vsock_uds
+    /// The agent's port through the hybrid-vsock Unix socket.
+    pub fn transport(&self) -> AgentTransport {
+        AgentTransport::HybridVsock {
+            uds: self.paths.vsock_uds.clone(),
+            port: self.agent_port,
+        }
+    }
+
+    /// CPU time (user + system) of QEMU's vCPU threads (named `CPU N/TCG`
+    /// or `CPU N/KVM`), or `None` once QEMU is gone.
+    pub fn vcpu_time(&self) -> Option<Duration> {
+        cpu_time::threads_time(self.qemu_pid(), |name| name.starts_with("CPU "))
     }
 
     pub fn qmp_socket(&self) -> &Path {
@@ -335,7 +273,7 @@ impl Vmm {
     }
 }
 
-impl Drop for Vmm {
+impl Drop for QemuVm {
     fn drop(&mut self) {
         self.kill();
     }
@@ -409,45 +347,6 @@ fn run_as(cmd: &mut Command, credentials: Option<Credentials>) {
     }
 }
 
-/// Adds a just-started VMM process to the owner record.
-fn record(dir: &Path, child: &Child) -> Result<(), VmmError> {
-    let fail = |source| VmmError::StateDir {
-        path: dir.to_owned(),
-        source,
-    };
-    // A process that already exited leaves nothing to collect; the caller
-    // reports its exit.
-    let Some(process) = ProcessId::of(child.id()) else {
-        return Ok(());
-    };
-    state_dir::record_vmm_process(dir, process).map_err(fail)
-}
-
-fn spawn(cmd: &mut Command, program: &Path, log: &Path) -> Result<Child, VmmError> {
-    let log_file = |path: &Path| {
-        File::create(path).map_err(|source| VmmError::LogFile {
-            path: path.to_owned(),
-            source,
-        })
-    };
-    let stdout = log_file(log)?;
-    let stderr = stdout.try_clone().map_err(|source| VmmError::LogFile {
-        path: log.to_owned(),
-        source,
-    })?;
-    cmd.stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        // Its own process group: a Ctrl-C at the user's terminal reaches the
-        // embedding program, which then tears the VM down in order.
-        .process_group(0)
-        .spawn()
-        .map_err(|source| VmmError::Spawn {
-            program: program.to_owned(),
-            source,
-        })
-}
-
 async fn wait_for_socket(socket: &Path, device: &mut Child, log: &Path) -> Result<(), VmmError> {
     let deadline = Instant::now() + DEVICE_READY_TIMEOUT;
     while !socket.exists() {
@@ -462,16 +361,4 @@ async fn wait_for_socket(socket: &Path, device: &mut Child, log: &Path) -> Resul
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     Ok(())
-}
-
-fn kill_and_reap(child: &mut Child) {
-    if let Ok(None) = child.try_wait() {
-        if let Err(error) = child.kill() {
-            tracing::warn!(%error, pid = child.id(), "cannot kill VMM process");
-        }
-        // SIGKILL cannot be caught: the wait is short.
-        if let Err(error) = child.wait() {
-            tracing::warn!(%error, pid = child.id(), "cannot reap VMM process");
-        }
-    }
 }

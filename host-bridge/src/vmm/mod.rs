@@ -1,0 +1,274 @@
+//! The VMM seam: what the sandbox and its lifecycle need from whatever runs
+//! the agent, and the backends behind it.
+//!
+//! [`Backend`] is a closed enum, not a public trait: each operation below
+//! is one `match`, and a new VMM is one more variant.
+//!
+//! | operation | QEMU ([`QemuVm`]) | process ([`ProcessVm`]) |
+//! | --- | --- | --- |
+//! | start | vhost-device-vsock, then QEMU `-M microvm` | the agent binary with `--listen unix:` |
+//! | agent transport | hybrid vsock over the device's Unix socket | the agent's Unix socket |
+//! | readiness | the agent's announcement on host vsock port 1025 | the socket answers |
+//! | freeze / thaw | SIGSTOP / SIGCONT of QEMU | SIGSTOP / SIGCONT of the agent and its programs |
+//! | exit, kill | QEMU's exit; kill QEMU and the device | the agent's exit; kill it and its programs |
+//! | graceful quit | QMP `quit` | SIGTERM |
+//! | diagnostics | console tail, QEMU's stderr, the device's state | the agent's log |
+//! | guest CPU time | QEMU's vCPU threads (`CPU N/TCG`, `CPU N/KVM`) | the agent process |
+//! | disks | virtio-blk, `/dev/vda`, `/dev/vdb`, ... | none |
+//!
+//! The process backend exists so the lifecycle (ceilings, idle policy,
+//! watchdog, reconnects) is tested in milliseconds without a VM.
+//!
+//! - `qemu_vm`: [`QemuVm`]; `qemu`: its command line; `qmp`: a small QMP
+//!   client; `binaries`: locating `qemu-system-x86_64` and
+//!   `vhost-device-vsock`; `user`: which (unprivileged) user they run as.
+//! - `process`: [`ProcessVm`].
+//! - `child`, `cpu_time`, `log_file`: spawning and reaping processes,
+//!   reading their CPU time, bounding and tailing their logs.
+//!
+//! Each process is added to the state directory's owner record as soon as
+//! it runs, so `gc` can end it if the owner dies without doing so.
+
+mod binaries;
+mod child;
+mod cpu_time;
+mod log_file;
+mod process;
+mod qemu;
+mod qemu_vm;
+pub mod qmp;
+mod user;
+
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use tokio::net::UnixListener;
+
+use crate::transport::AgentTransport;
+
+pub(crate) use process::ProcessVm;
+pub(crate) use qemu::{guest_disk_device, Disk, QemuConfig, SerialPort};
+pub(crate) use qemu_vm::{QemuVm, VmPaths};
+pub use user::VmmUser;
+
+/// Errors starting or controlling the VMM processes.
+#[derive(Debug, thiserror::Error)]
+pub enum VmmError {
+    #[error("{name} not found (set {env} or {hint})")]
+    ProgramNotFound {
+        name: &'static str,
+        env: &'static str,
+        hint: &'static str,
+    },
+    #[error("cannot start {program}")]
+    Spawn {
+        program: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot create {path}")]
+    LogFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("vhost-device-vsock did not create {socket} within {timeout:?}; its log:\n{log}")]
+    DeviceNotReady {
+        socket: PathBuf,
+        timeout: Duration,
+        log: String,
+    },
+    #[error("the vsock device exited ({status}); its log:\n{log}")]
+    DeviceExited { status: String, log: String },
+    #[error("QEMU has already exited")]
+    Exited,
+    #[error("cannot signal QEMU")]
+    Signal(#[source] nix::Error),
+    #[error("waiting for a VMM process")]
+    Wait(#[source] std::io::Error),
+    #[error("running the VMM as uid {uid} needs root; use VmmUser::Caller")]
+    UserNeedsRoot { uid: u32 },
+    #[error(
+        "the VMM user (uid {uid}, gid {gid}) cannot {access} {path}; give it access \
+         (and to the directories above) or choose another VMM user"
+    )]
+    UserCannotReach {
+        uid: u32,
+        gid: u32,
+        path: PathBuf,
+        access: &'static str,
+    },
+    #[error("cannot listen on {path} for the agent's announcement")]
+    ReadySocket {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot prepare the state directory {path} for the VMM")]
+    StateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Which backend a sandbox runs on.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) enum BackendKind {
+    #[default]
+    Qemu,
+    /// The agent binary as a plain host process (tests of the lifecycle).
+    Process { agent: PathBuf },
+}
+
+/// How a backend tells that its agent serves.
+#[derive(Debug)]
+pub(crate) enum Readiness {
+    /// Wait for the agent's announcement on this listener, then dial.
+    Announcement(UnixListener),
+    /// Dial until the agent answers.
+    Dial,
+}
+
+/// How to ask a backend to end gracefully, without holding it.
+#[derive(Debug, Clone)]
+pub(crate) enum Quit {
+    /// QMP `quit` on this socket.
+    Qmp(PathBuf),
+    /// SIGTERM to this process.
+    Terminate(u32),
+}
+
+impl Quit {
+    pub async fn send(&self) {
+        match self {
+            Quit::Qmp(socket) => match qmp::Qmp::connect(socket).await {
+                Ok(mut qmp) => {
+                    if let Err(error) = qmp.execute("quit", None).await {
+                        tracing::debug!(%error, "qmp quit");
+                    }
+                }
+                Err(error) => tracing::debug!(%error, "qmp connect"),
+            },
+            Quit::Terminate(pid) => {
+                if let Err(error) = process::signal(*pid, nix::sys::signal::Signal::SIGTERM) {
+                    tracing::debug!(%error, pid, "sigterm");
+                }
+            }
+        }
+    }
+}
+
+/// A running backend: the VMM (or process) that runs one sandbox's agent.
+#[derive(Debug)]
+pub(crate) enum Backend {
+    Qemu(QemuVm),
+    Process(ProcessVm),
+}
+
+impl Backend {
+    /// How the host reaches the agent.
+    pub fn transport(&self) -> AgentTransport {
+        match self {
+            Backend::Qemu(vm) => vm.transport(),
+            Backend::Process(vm) => vm.transport(),
+        }
+    }
+
+    /// How to tell that the agent serves; `None` once the announcement
+    /// listener was taken.
+    pub fn take_readiness(&mut self) -> Option<Readiness> {
+        match self {
+            Backend::Qemu(vm) => vm.take_ready_listener().map(Readiness::Announcement),
+            Backend::Process(_) => Some(Readiness::Dial),
+        }
+    }
+
+    /// The main process's id, for logs.
+    pub fn pid(&self) -> u32 {
+        match self {
+            Backend::Qemu(vm) => vm.qemu_pid(),
+            Backend::Process(vm) => vm.pid(),
+        }
+    }
+
+    /// Fails if a helper process the agent's channel depends on has exited.
+    pub fn check_device(&mut self) -> Result<(), VmmError> {
+        match self {
+            Backend::Qemu(vm) => vm.check_device(),
+            Backend::Process(_) => Ok(()),
+        }
+    }
+
+    /// The state of the channel's helper for error messages.
+    pub fn device_diagnostics(&mut self, max_bytes: usize) -> String {
+        match self {
+            Backend::Qemu(vm) => vm.device_diagnostics(max_bytes),
+            Backend::Process(_) => "none (the agent runs as a process)".into(),
+        }
+    }
+
+    /// The exit status of the VMM (or agent process) if it has exited,
+    /// without blocking.
+    pub fn try_exit(&mut self) -> Result<Option<ExitStatus>, VmmError> {
+        match self {
+            Backend::Qemu(vm) => vm.try_exit(),
+            Backend::Process(vm) => vm.try_exit(),
+        }
+    }
+
+    /// Freezes or thaws the guest.
+    pub fn freeze(&mut self, frozen: bool) -> Result<(), VmmError> {
+        match self {
+            Backend::Qemu(vm) => vm.freeze(frozen),
+            Backend::Process(vm) => vm.freeze(frozen),
+        }
+    }
+
+    /// Kills everything the backend runs and reaps it. Idempotent.
+    pub fn kill(&mut self) {
+        match self {
+            Backend::Qemu(vm) => vm.kill(),
+            Backend::Process(vm) => vm.kill(),
+        }
+    }
+
+    /// How to ask for a graceful end.
+    pub fn quit(&self) -> Quit {
+        match self {
+            Backend::Qemu(vm) => Quit::Qmp(vm.qmp_socket().to_owned()),
+            Backend::Process(vm) => Quit::Terminate(vm.pid()),
+        }
+    }
+
+    /// The end of the guest's output (console, logs), for error messages.
+    pub fn diagnostics(&self, max_bytes: usize) -> String {
+        match self {
+            Backend::Qemu(vm) => vm.diagnostics(max_bytes),
+            Backend::Process(vm) => vm.diagnostics(max_bytes),
+        }
+    }
+
+    /// Keeps the guest console's log within `budget` bytes of disk.
+    pub fn bound_console_log(&self, budget: u64) {
+        match self {
+            Backend::Qemu(vm) => vm.bound_console_log(budget),
+            Backend::Process(_) => {}
+        }
+    }
+
+    /// CPU time the guest has used, or `None` when it is gone.
+    pub fn guest_cpu(&self) -> Option<Duration> {
+        match self {
+            Backend::Qemu(vm) => vm.vcpu_time(),
+            Backend::Process(vm) => vm.cpu_time(),
+        }
+    }
+
+    /// Whether the guest keeps its own clock, which then needs the host's
+    /// time after a pause (a process shares the host's).
+    pub fn has_own_clock(&self) -> bool {
+        matches!(self, Backend::Qemu(_))
+    }
+}

@@ -25,7 +25,7 @@ pub const DEFAULT_UNRESPONSIVE_AFTER: Duration = Duration::from_secs(60);
 /// The default disk budget of the guest console's log on the host.
 pub const DEFAULT_CONSOLE_LOG_BUDGET: u64 = 16 << 20;
 
-/// Configures and starts a [`Sandbox`].
+/// Configures and starts a [`Sandbox`](crate::Sandbox).
 #[derive(Debug, Clone)]
 pub struct SandboxBuilder {
     pub(super) kernel: PathBuf,
@@ -97,7 +97,7 @@ impl SandboxBuilder {
     }
 
     /// Limits applied to every command run in the sandbox; a command's own
-    /// [`limits`](Command::limits) win field by field.
+    /// [`limits`](crate::Command::limits) win field by field.
     pub fn default_limits(mut self, limits: Limits) -> Self {
         self.default_limits = limits;
         self
@@ -105,7 +105,7 @@ impl SandboxBuilder {
 
     /// The user every command runs as unless it names one (default: root,
     /// without the dangerous capabilities unless
-    /// [`privileged`](Command::privileged)).
+    /// [`privileged`](crate::Command::privileged)).
     pub fn default_user(mut self, user: impl Into<String>) -> Self {
         self.default_user = Some(user.into());
         self
@@ -191,7 +191,7 @@ impl SandboxBuilder {
     /// The hard ceiling on the sandbox's wall-clock life, paused time
     /// included (default [`DEFAULT_MAX_LIFETIME`], one hour): when it is
     /// reached the VM is killed, whatever it is doing, and the sandbox ends
-    /// with [`EndReason::LifetimeExceeded`]. `None` removes the ceiling.
+    /// with [`EndReason::LifetimeExceeded`](crate::EndReason::LifetimeExceeded). `None` removes the ceiling.
     pub fn max_lifetime(mut self, limit: Option<Duration>) -> Self {
         self.max_lifetime = limit;
         self
@@ -206,7 +206,7 @@ impl SandboxBuilder {
 
     /// Kills the VM once its agent has not answered a Health probe for this
     /// long while running (default [`DEFAULT_UNRESPONSIVE_AFTER`], 60 s),
-    /// so calls on a hung guest fail with [`EndReason::Unresponsive`]
+    /// so calls on a hung guest fail with [`EndReason::Unresponsive`](crate::EndReason::Unresponsive)
     /// instead of waiting forever. Paused time does not count. `None` turns
     /// the probe off.
     pub fn unresponsive_after(mut self, after: Option<Duration>) -> Self {
@@ -217,7 +217,7 @@ impl SandboxBuilder {
     /// How much of the host's disk the guest console's log may take
     /// (default [`DEFAULT_CONSOLE_LOG_BUDGET`], 16 MiB). A guest that writes
     /// more to its console keeps only the newest part; see
-    /// [`Sandbox::console_tail`].
+    /// [`Sandbox::console_tail`](crate::Sandbox::console_tail).
     pub fn console_log_budget(mut self, bytes: u64) -> Self {
         self.console_log_budget = bytes;
         self

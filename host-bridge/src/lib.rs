@@ -14,8 +14,10 @@
 //!   metadata and tree operations, watch, directories as tar streams.
 //! - `exec`: [`Command`], [`Execution`] (a running program's events and controls),
 //!   [`ProcessHandle`] (stdin and signals by pid or tag), [`Output`], [`ProcessInfo`].
-//! - `vmm`: the QEMU and vhost-device-vsock processes and QMP.
-//! - `transport`: the hybrid-vsock handshake and the gRPC channel.
+//! - `vmm`: the VMM seam (`Backend`): QEMU with vhost-device-vsock (and QMP), or
+//!   the agent as a plain process for tests of the lifecycle.
+//! - `transport`: how the host reaches the agent (`AgentTransport`: hybrid vsock
+//!   or a Unix socket), the hybrid-vsock handshake, and the gRPC channel.
 //! - `accel`: choosing KVM or TCG.
 //! - `artifacts` and `state_dir`: where kernels, images and per-VM state live;
 //!   each state directory records its owner process and VMM processes.

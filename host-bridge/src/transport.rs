@@ -3,8 +3,11 @@
 //! Firecracker, Cloud Hypervisor and vhost-device-vsock all expose a guest's
 //! vsock ports through one host Unix socket: connect, write `CONNECT <port>\n`,
 //! read `OK <host-port>\n`, and the stream is then the guest connection.
-//! [`connect_hybrid`] does that handshake strictly; [`channel`] wraps it into
-//! a tonic channel that performs the handshake again on every reconnect.
+//! [`connect_hybrid`] does that handshake strictly. [`AgentTransport`] names
+//! how one agent is reached (hybrid vsock, or a plain Unix socket for an
+//! agent run as a process) and builds the tonic channel on top, which
+//! connects again, handshake included, on every reconnect; [`channel`] is
+//! its hybrid-vsock shorthand.
 //!
 //! What the guest sends is untrusted, so the host caps it: a gRPC message
 //! at [`MAX_MESSAGE_BYTES`] (every client built with `CapMessages::capped`),
@@ -148,17 +151,51 @@ fn parse_answer(answer: &[u8]) -> Result<u32, HandshakeError> {
 /// A gRPC channel to guest `port`; each (re)connection does the handshake.
 /// Fails if the first connection fails.
 pub async fn channel(uds: PathBuf, port: u32) -> Result<Channel, tonic::transport::Error> {
-    Endpoint::from_static("http://airlock-agent")
-        .tcp_nodelay(true)
-        .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
-        .connect_with_connector(tower::service_fn(move |_| {
-            let uds = uds.clone();
-            async move {
-                let stream = connect_hybrid(&uds, port).await?;
-                Ok::<_, std::io::Error>(TokioIo::new(stream))
+    AgentTransport::HybridVsock { uds, port }.channel().await
+}
+
+/// How the host reaches an agent: the one place a gRPC channel is built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentTransport {
+    /// Guest vsock `port` through a hybrid-vsock Unix socket (QEMU with
+    /// vhost-device-vsock; Firecracker and Cloud Hypervisor speak the same).
+    HybridVsock { uds: PathBuf, port: u32 },
+    /// An agent serving directly on a Unix socket (`--listen unix:PATH`),
+    /// as the process backend runs it.
+    Unix(PathBuf),
+}
+
+impl AgentTransport {
+    /// One connection to the agent.
+    pub async fn connect(&self) -> Result<UnixStream, HandshakeError> {
+        match self {
+            AgentTransport::HybridVsock { uds, port } => connect_hybrid(uds, *port).await,
+            AgentTransport::Unix(path) => {
+                UnixStream::connect(path)
+                    .await
+                    .map_err(|source| HandshakeError::Connect {
+                        path: path.clone(),
+                        source,
+                    })
             }
-        }))
-        .await
+        }
+    }
+
+    /// A gRPC channel to the agent that connects again (handshake included)
+    /// whenever the connection breaks. Fails if the first connection fails.
+    pub async fn channel(self) -> Result<Channel, tonic::transport::Error> {
+        Endpoint::from_static("http://airlock-agent")
+            .tcp_nodelay(true)
+            .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
+            .connect_with_connector(tower::service_fn(move |_| {
+                let transport = self.clone();
+                async move {
+                    let stream = transport.connect().await?;
+                    Ok::<_, std::io::Error>(TokioIo::new(stream))
+                }
+            }))
+            .await
+    }
 }
 
 #[cfg(test)]

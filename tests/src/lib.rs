@@ -6,8 +6,10 @@
 //!
 //! This file boots sandboxes ([`builder`], [`boot`]), runs guest commands
 //! ([`sh`], [`run`], [`stdout_of`]), reads figures ([`status_kib`],
-//! [`sha256_hex`]) and finds host processes and binaries. [`shared_vm`] runs
-//! a file's checks as named tests on one booted VM.
+//! [`sha256_hex`]) and finds host processes and binaries. [`process_builder`]
+//! runs the agent as a host process instead of booting a VM, for tests of
+//! the lifecycle. [`shared_vm`] runs a file's checks as named tests on one
+//! booted VM.
 
 #![forbid(unsafe_code)]
 
@@ -95,6 +97,32 @@ pub fn airlock_bin() -> PathBuf {
         bin.display()
     );
     bin
+}
+
+/// The `airlock-agent` binary built next to the test executable, for the
+/// process backend.
+pub fn agent_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    // target/<profile>/deps/<test> -> target/<profile>/airlock-agent
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join("airlock-agent"))
+        .unwrap_or_default();
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it with `cargo build -p airlock-agent` first (scripts/test does)",
+        bin.display()
+    );
+    bin
+}
+
+/// A builder for a sandbox on the process backend: the agent binary as a
+/// host process, no VM (for tests of the lifecycle).
+pub fn process_builder() -> SandboxBuilder {
+    Sandbox::builder()
+        .process_backend(agent_bin())
+        .boot_timeout(Duration::from_secs(20))
 }
 
 /// `sh -c script`: a guest command to adjust further (`.user`, `.tag`, ...).

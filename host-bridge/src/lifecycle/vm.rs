@@ -6,7 +6,6 @@
 //! causes it (the owner, the watchdog, or the VM itself). The first reason
 //! recorded for the end is the one every handle reports.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -17,14 +16,14 @@ use airlock_proto::v1::{CheckRequest, SetClockRequest};
 use tokio::sync::{watch, OwnedSemaphorePermit};
 use tonic::transport::Channel;
 
-use super::meter::{self, SandboxUsage};
+use super::meter::SandboxUsage;
 use super::{EndReason, PausedCalls, SandboxState};
 use airlock_proto::Feature;
 
 use crate::error::{Error, Result};
 use crate::features::AgentFeatures;
-use crate::transport::CapMessages;
-use crate::vmm::Vmm;
+use crate::transport::{AgentTransport, CapMessages};
+use crate::vmm::{Backend, Quit};
 
 /// How much console output an unexpected end reports.
 const CONSOLE_TAIL_BYTES: usize = 4096;
@@ -55,10 +54,13 @@ struct Clock {
 /// The shared VM.
 #[derive(Debug)]
 pub(crate) struct VmShared {
-    vmm: Mutex<Vmm>,
-    qemu_pid: u32,
-    qmp_socket: PathBuf,
-    vsock_uds: PathBuf,
+    vmm: Mutex<Backend>,
+    /// The backend's main process, for logs.
+    pid: u32,
+    transport: AgentTransport,
+    quit: Quit,
+    /// Whether a resume pushes the host's time to the guest.
+    push_clock: bool,
     state: watch::Sender<SandboxState>,
     clock: Mutex<Clock>,
     /// Calls in flight, and when the count last dropped to zero.
@@ -81,7 +83,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl VmShared {
     pub fn new(
-        vmm: Vmm,
+        vmm: Backend,
         started: Instant,
         raw_channel: Channel,
         features: AgentFeatures,
@@ -89,9 +91,10 @@ impl VmShared {
     ) -> Arc<Self> {
         let (state, _) = watch::channel(SandboxState::Running);
         Arc::new(VmShared {
-            qemu_pid: vmm.qemu_pid(),
-            qmp_socket: vmm.qmp_socket().to_owned(),
-            vsock_uds: vmm.vsock_uds().to_owned(),
+            pid: vmm.pid(),
+            transport: vmm.transport(),
+            quit: vmm.quit(),
+            push_clock: vmm.has_own_clock(),
             vmm: Mutex::new(vmm),
             state,
             clock: Mutex::new(Clock {
@@ -220,7 +223,7 @@ impl VmShared {
         lock(&self.vmm).freeze(true)?;
         lock(&self.clock).paused_since = Some(Instant::now());
         self.state.send_replace(SandboxState::Paused);
-        tracing::info!(qemu_pid = self.qemu_pid, "sandbox paused");
+        tracing::info!(pid = self.pid, "sandbox paused");
         Ok(())
     }
 
@@ -242,9 +245,11 @@ impl VmShared {
         }
         *lock(&self.quiet_since) = Instant::now();
         // The clock goes first, so no call sees the stale time.
-        self.push_clock().await;
+        if self.push_clock {
+            self.push_clock().await;
+        }
         self.state.send_replace(SandboxState::Running);
-        tracing::info!(qemu_pid = self.qemu_pid, "sandbox resumed");
+        tracing::info!(pid = self.pid, "sandbox resumed");
         Ok(())
     }
 
@@ -282,8 +287,8 @@ impl VmShared {
         self.end(reason);
     }
 
-    /// Checks whether QEMU has exited by itself; if so, takes the vsock
-    /// device down too (which breaks every open call) and records why.
+    /// Checks whether the VMM (QEMU) has exited by itself; if so, takes the
+    /// vsock device down too (which breaks every open call) and records why.
     pub fn check_exit(&self) -> bool {
         let exited = {
             let mut vmm = lock(&self.vmm);
@@ -320,7 +325,7 @@ impl VmShared {
         self.stopping.store(true, Ordering::SeqCst);
     }
 
-    /// Waits up to `timeout` for QEMU to exit by itself.
+    /// Waits up to `timeout` for the VMM to exit by itself.
     pub async fn wait_exit(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
@@ -334,12 +339,14 @@ impl VmShared {
         }
     }
 
-    pub fn qmp_socket(&self) -> &std::path::Path {
-        &self.qmp_socket
+    /// Asks the VMM to end gracefully (QEMU: QMP `quit`).
+    pub async fn quit(&self) {
+        self.quit.send().await;
     }
 
-    pub fn vsock_uds(&self) -> &std::path::Path {
-        &self.vsock_uds
+    /// How the host reaches the agent.
+    pub fn transport(&self) -> &AgentTransport {
+        &self.transport
     }
 
     pub fn console_tail(&self, max_bytes: usize) -> String {
@@ -387,7 +394,8 @@ impl VmShared {
 
     /// Reads the guest's CPU time while the VM is there to read.
     pub fn sample_guest_cpu(&self) {
-        if let Some(cpu) = meter::vcpu_time(self.qemu_pid) {
+        let cpu = lock(&self.vmm).guest_cpu();
+        if let Some(cpu) = cpu {
             let mut clock = lock(&self.clock);
             if clock.ended_at.is_none() {
                 clock.last_guest_cpu = clock.last_guest_cpu.max(cpu);

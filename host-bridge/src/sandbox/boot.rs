@@ -13,7 +13,7 @@ use crate::lifecycle::channel::AgentChannel;
 use crate::lifecycle::vm::VmShared;
 use crate::lifecycle::watchdog;
 use crate::state_dir;
-use crate::vmm::{QemuConfig, VmPaths, Vmm};
+use crate::vmm::{Backend, BackendKind, ProcessVm, QemuConfig, QemuVm, VmPaths};
 use crate::workspace::Workspace;
 
 use super::builder::SandboxBuilder;
@@ -50,29 +50,37 @@ impl SandboxBuilder {
             crate::gc::collect_before_start(self.state_dir_base.clone()).await;
         }
         let dir = state_dir::create(&self.state_dir_base)?;
-        let paths = VmPaths::in_dir(dir.path());
-        let config = QemuConfig {
-            accel,
-            memory_mib: self.memory_mib,
-            vcpus: self.vcpus,
-            kernel: self.kernel.clone(),
-            initramfs: self.initramfs.clone(),
-            kernel_cmdline: self.kernel_cmdline(accel),
-            vhost_user_socket: paths.vhost_user_socket.clone(),
-            console_log: paths.console_log.clone(),
-            qmp_socket: paths.qmp_socket.clone(),
-            disks,
-            serial_ports: self.serial_ports.clone(),
+        let mut vmm = match &self.backend {
+            BackendKind::Qemu => {
+                let paths = VmPaths::in_dir(dir.path());
+                let config = QemuConfig {
+                    accel,
+                    memory_mib: self.memory_mib,
+                    vcpus: self.vcpus,
+                    kernel: self.kernel.clone(),
+                    initramfs: self.initramfs.clone(),
+                    kernel_cmdline: self.kernel_cmdline(accel),
+                    vhost_user_socket: paths.vhost_user_socket.clone(),
+                    console_log: paths.console_log.clone(),
+                    qmp_socket: paths.qmp_socket.clone(),
+                    disks,
+                    serial_ports: self.serial_ports.clone(),
+                };
+                tracing::info!(state_dir = %dir.path().display(), accel = accel.qemu_name(), "starting VM");
+                Backend::Qemu(QemuVm::start(&config, paths, self.vmm_user, self.agent_port).await?)
+            }
+            BackendKind::Process { agent } => {
+                tracing::info!(state_dir = %dir.path().display(), "starting the agent as a process");
+                Backend::Process(ProcessVm::start(agent, dir.path())?)
+            }
         };
-        tracing::info!(state_dir = %dir.path().display(), accel = accel.qemu_name(), "starting VM");
-        let mut vmm = Vmm::start(&config, paths, self.vmm_user).await?;
         let vmm_started = begin.elapsed();
 
         let deadline = Deadline {
             at: begin + self.boot_timeout,
             timeout: self.boot_timeout,
         };
-        let (channel, health) = connect_agent(&mut vmm, self.agent_port, deadline).await?;
+        let (channel, health) = connect_agent(&mut vmm, deadline).await?;
         let timings = BootTimings {
             vmm_started,
             kernel_to_init: Duration::from_micros(health.init_started_us),

@@ -10,7 +10,7 @@ use airlock_proto::contract::cmdline as keys;
 use crate::error::{Error, Result};
 use crate::exec::Limits;
 use crate::lifecycle::{IdlePolicy, PausedCalls};
-use crate::vmm::{Disk, SerialPort, VmmUser};
+use crate::vmm::{guest_disk_device, BackendKind, Disk, SerialPort, VmmUser};
 use crate::workspace::DEFAULT_WORKSPACE_BYTES;
 use crate::{artifacts, state_dir, Accel};
 
@@ -25,7 +25,7 @@ pub const DEFAULT_UNRESPONSIVE_AFTER: Duration = Duration::from_secs(60);
 /// The default disk budget of the guest console's log on the host.
 pub const DEFAULT_CONSOLE_LOG_BUDGET: u64 = 16 << 20;
 
-/// Configures and starts a [`Sandbox`].
+/// Configures and starts a [`Sandbox`](crate::Sandbox).
 #[derive(Debug, Clone)]
 pub struct SandboxBuilder {
     pub(super) kernel: PathBuf,
@@ -50,6 +50,7 @@ pub struct SandboxBuilder {
     pub(super) paused_calls: PausedCalls,
     pub(super) console_log_budget: u64,
     pub(super) unresponsive_after: Option<Duration>,
+    pub(super) backend: BackendKind,
 }
 
 impl Default for SandboxBuilder {
@@ -77,6 +78,7 @@ impl Default for SandboxBuilder {
             paused_calls: PausedCalls::default(),
             console_log_budget: DEFAULT_CONSOLE_LOG_BUDGET,
             unresponsive_after: Some(DEFAULT_UNRESPONSIVE_AFTER),
+            backend: BackendKind::Qemu,
         }
     }
 }
@@ -95,7 +97,7 @@ impl SandboxBuilder {
     }
 
     /// Limits applied to every command run in the sandbox; a command's own
-    /// [`limits`](Command::limits) win field by field.
+    /// [`limits`](crate::Command::limits) win field by field.
     pub fn default_limits(mut self, limits: Limits) -> Self {
         self.default_limits = limits;
         self
@@ -103,7 +105,7 @@ impl SandboxBuilder {
 
     /// The user every command runs as unless it names one (default: root,
     /// without the dangerous capabilities unless
-    /// [`privileged`](Command::privileged)).
+    /// [`privileged`](crate::Command::privileged)).
     pub fn default_user(mut self, user: impl Into<String>) -> Self {
         self.default_user = Some(user.into());
         self
@@ -189,7 +191,7 @@ impl SandboxBuilder {
     /// The hard ceiling on the sandbox's wall-clock life, paused time
     /// included (default [`DEFAULT_MAX_LIFETIME`], one hour): when it is
     /// reached the VM is killed, whatever it is doing, and the sandbox ends
-    /// with [`EndReason::LifetimeExceeded`]. `None` removes the ceiling.
+    /// with [`EndReason::LifetimeExceeded`](crate::EndReason::LifetimeExceeded). `None` removes the ceiling.
     pub fn max_lifetime(mut self, limit: Option<Duration>) -> Self {
         self.max_lifetime = limit;
         self
@@ -204,7 +206,7 @@ impl SandboxBuilder {
 
     /// Kills the VM once its agent has not answered a Health probe for this
     /// long while running (default [`DEFAULT_UNRESPONSIVE_AFTER`], 60 s),
-    /// so calls on a hung guest fail with [`EndReason::Unresponsive`]
+    /// so calls on a hung guest fail with [`EndReason::Unresponsive`](crate::EndReason::Unresponsive)
     /// instead of waiting forever. Paused time does not count. `None` turns
     /// the probe off.
     pub fn unresponsive_after(mut self, after: Option<Duration>) -> Self {
@@ -215,7 +217,7 @@ impl SandboxBuilder {
     /// How much of the host's disk the guest console's log may take
     /// (default [`DEFAULT_CONSOLE_LOG_BUDGET`], 16 MiB). A guest that writes
     /// more to its console keeps only the newest part; see
-    /// [`Sandbox::console_tail`].
+    /// [`Sandbox::console_tail`](crate::Sandbox::console_tail).
     pub fn console_log_budget(mut self, bytes: u64) -> Self {
         self.console_log_budget = bytes;
         self
@@ -243,6 +245,19 @@ impl SandboxBuilder {
         self
     }
 
+    /// Runs the agent binary `agent` as a plain host process on a Unix
+    /// socket instead of booting a VM: for tests of the lifecycle (lifetime
+    /// ceiling, idle policy, the unresponsive-agent watchdog, reconnects),
+    /// which then take milliseconds. Not a sandbox: the programs it runs
+    /// are host processes. No kernel, image, workspace or serial port.
+    #[doc(hidden)]
+    pub fn process_backend(mut self, agent: impl Into<PathBuf>) -> Self {
+        self.backend = BackendKind::Process {
+            agent: agent.into(),
+        };
+        self
+    }
+
     pub(super) fn validate(&self) -> Result<()> {
         if self.memory_mib < 64 {
             return Err(Error::Config(format!(
@@ -256,7 +271,25 @@ impl SandboxBuilder {
                 self.vcpus
             )));
         }
-        for (what, path) in [("kernel", &self.kernel), ("initramfs", &self.initramfs)] {
+        let artifacts = match &self.backend {
+            BackendKind::Qemu => vec![("kernel", &self.kernel), ("initramfs", &self.initramfs)],
+            BackendKind::Process { agent } => {
+                if self.image.is_some() || self.workspace.is_some() || !self.serial_ports.is_empty()
+                {
+                    return Err(Error::Config(
+                        "the process backend has no disks or serial ports".into(),
+                    ));
+                }
+                if !agent.is_file() {
+                    return Err(Error::Config(format!(
+                        "agent binary {} not found; build it with `cargo build -p airlock-agent`",
+                        agent.display()
+                    )));
+                }
+                Vec::new()
+            }
+        };
+        for (what, path) in artifacts {
             if !path.is_file() {
                 return Err(Error::MissingArtifact {
                     what,
@@ -319,10 +352,8 @@ impl SandboxBuilder {
                 cmdline.push_str(&format!(" tsc_early_khz={khz}"));
             }
         }
-        // Disks appear as vda, vdb, ... in the order of `disks()`.
-        let mut devices = (b'a'..=b'z').map(|letter| format!("/dev/vd{}", letter as char));
-        for disk in self.disks() {
-            if let Some(device) = devices.next() {
+        for (index, disk) in self.disks().into_iter().enumerate() {
+            if let Some(device) = guest_disk_device(index) {
                 let key = match disk.id {
                     ROOT_DISK => keys::ROOT,
                     _ => keys::WORKSPACE,

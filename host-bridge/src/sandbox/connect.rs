@@ -23,8 +23,8 @@ use tokio::net::{UnixListener, UnixStream};
 use tonic::transport::Channel;
 
 use crate::error::{Error, Result};
-use crate::transport::{self, CapMessages};
-use crate::vmm::Vmm;
+use crate::transport::CapMessages;
+use crate::vmm::{Backend, Readiness};
 
 /// How much console output goes into error messages.
 pub(super) const CONSOLE_TAIL_BYTES: usize = 4096;
@@ -46,23 +46,30 @@ pub(super) struct Deadline {
     pub timeout: Duration,
 }
 
-/// Waits for the agent's announcement, then connects and checks Health.
+/// Waits for the agent's announcement (if the backend has one), then
+/// connects and checks Health.
 pub(super) async fn connect_agent(
-    vmm: &mut Vmm,
-    port: u32,
+    vmm: &mut Backend,
     deadline: Deadline,
 ) -> Result<(Channel, CheckResponse)> {
-    let listener = vmm
-        .take_ready_listener()
+    let readiness = vmm
+        .take_readiness()
         .ok_or_else(|| Error::Protocol("the announcement socket was already used".into()))?;
-    let announced = wait_for_announcement(vmm, &listener, deadline).await?;
-    tracing::debug!("the agent announced itself");
-    dial(vmm, port, announced, deadline).await
+    match readiness {
+        Readiness::Announcement(listener) => {
+            let announced = wait_for_announcement(vmm, &listener, deadline).await?;
+            tracing::debug!("the agent announced itself");
+            dial(vmm, announced, DIAL_GRACE, deadline).await
+        }
+        // Nothing to wait for but the agent itself: the boot deadline
+        // bounds the dialling.
+        Readiness::Dial => dial(vmm, Instant::now(), deadline.timeout, deadline).await,
+    }
 }
 
 /// Phase 1: returns when the agent announced itself.
 async fn wait_for_announcement(
-    vmm: &mut Vmm,
+    vmm: &mut Backend,
     listener: &UnixListener,
     deadline: Deadline,
 ) -> Result<Instant> {
@@ -123,20 +130,23 @@ async fn read_announcement(stream: UnixStream) -> std::result::Result<(), String
     }
 }
 
-/// Phase 2: dials until the agent answers Health, for at most
-/// [`DIAL_GRACE`] after the announcement.
+/// Phase 2: dials until the agent answers Health, for at most `grace`
+/// ([`DIAL_GRACE`] after an announcement).
 async fn dial(
-    vmm: &mut Vmm,
-    port: u32,
+    vmm: &mut Backend,
     announced: Instant,
+    grace: Duration,
     deadline: Deadline,
 ) -> Result<(Channel, CheckResponse)> {
-    let give_up = (announced + DIAL_GRACE).min(deadline.at);
+    let give_up = (announced + grace).min(deadline.at);
+    let transport = vmm.transport();
     let mut backoff = Duration::from_millis(2);
     loop {
         check_processes(vmm)?;
         let attempt = async {
-            let channel = transport::channel(vmm.vsock_uds().to_owned(), port)
+            let channel = transport
+                .clone()
+                .channel()
                 .await
                 .map_err(|e| format!("connect: {}", crate::error_chain(&e)))?;
             let health = HealthClient::new(channel.clone())
@@ -167,8 +177,8 @@ async fn dial(
     }
 }
 
-/// Fails if QEMU or the vsock device has exited.
-fn check_processes(vmm: &mut Vmm) -> Result<()> {
+/// Fails if the VMM (QEMU) or the vsock device has exited.
+fn check_processes(vmm: &mut Backend) -> Result<()> {
     if let Some(status) = vmm.try_exit()? {
         return Err(Error::VmExited {
             status: status.to_string(),

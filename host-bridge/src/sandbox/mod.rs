@@ -40,7 +40,7 @@ use crate::fs::Files;
 use crate::lifecycle::channel::AgentChannel;
 use crate::lifecycle::vm::VmShared;
 use crate::lifecycle::{EndReason, SandboxState, SandboxUsage};
-use crate::transport::{self, CapMessages};
+use crate::transport::{self, AgentTransport, CapMessages};
 use crate::workspace::Workspace;
 use crate::Accel;
 
@@ -201,7 +201,12 @@ impl Sandbox {
     /// Opens a raw stream to a guest vsock `port` that a program in the
     /// guest listens on (the agent's own port is taken by gRPC).
     pub async fn connect_vsock(&self, port: u32) -> Result<tokio::net::UnixStream> {
-        transport::connect_hybrid(self.vm.vsock_uds(), port)
+        let AgentTransport::HybridVsock { uds, .. } = self.vm.transport() else {
+            return Err(Error::Config(format!(
+                "vsock port {port}: this backend has no guest vsock ports"
+            )));
+        };
+        transport::connect_hybrid(uds, port)
             .await
             .map_err(|e| Error::Protocol(format!("vsock port {port}: {}", crate::error_chain(&e))))
     }
@@ -286,15 +291,11 @@ impl Sandbox {
         if self.vm.wait_exit(grace).await {
             tracing::debug!("VM powered off");
         } else {
-            tracing::warn!(?grace, "VM did not power off in time; asking QEMU to quit");
-            match crate::Qmp::connect(self.vm.qmp_socket()).await {
-                Ok(mut qmp) => {
-                    if let Err(error) = qmp.execute("quit", None).await {
-                        tracing::debug!(%error, "qmp quit");
-                    }
-                }
-                Err(error) => tracing::debug!(%error, "qmp connect"),
-            }
+            tracing::warn!(
+                ?grace,
+                "VM did not power off in time; asking the VMM to quit"
+            );
+            self.vm.quit().await;
             self.vm.wait_exit(Duration::from_secs(1)).await;
         }
         self.vm.kill(EndReason::Stopped);

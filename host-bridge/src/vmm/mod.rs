@@ -1,51 +1,56 @@
-//! The VMM backend: QEMU `-M microvm` plus `vhost-device-vsock`, the
-//! vhost-user device that gives the guest a vsock without the kernel's
-//! `/dev/vhost-vsock`.
+//! The VMM seam: what the sandbox and its lifecycle need from whatever runs
+//! the agent, and the backends behind it.
 //!
-//! [`Vmm::start`] lays out the state directory, binds the socket on which
-//! the agent announces that it serves ([`Vmm::take_ready_listener`]),
-//! starts the vsock device, waits for its vhost-user socket, then starts
-//! QEMU. The host reaches the guest through the device's hybrid-vsock Unix
-//! socket ([`Vmm::vsock_uds`], see `transport`). Both processes are killed
-//! when the `Vmm` is dropped.
+//! [`Backend`] is a closed enum, not a public trait: each operation below
+//! is one `match`, and a new VMM is one more variant.
 //!
-//! - `binaries`: locating `qemu-system-x86_64` and `vhost-device-vsock`.
-//! - `qemu`: the QEMU command line.
-//! - `qmp`: a small QMP client for VMM-level control.
-//! - `user`: which (unprivileged) user the two processes run as.
+//! | operation | QEMU ([`QemuVm`]) | process ([`ProcessVm`]) |
+//! | --- | --- | --- |
+//! | start | vhost-device-vsock, then QEMU `-M microvm` | the agent binary with `--listen unix:` |
+//! | agent transport | hybrid vsock over the device's Unix socket | the agent's Unix socket |
+//! | readiness | the agent's announcement on host vsock port 1025 | the socket answers |
+//! | freeze / thaw | SIGSTOP / SIGCONT of QEMU | SIGSTOP / SIGCONT of the agent and its programs |
+//! | exit, kill | QEMU's exit; kill QEMU and the device | the agent's exit; kill it and its programs |
+//! | graceful quit | QMP `quit` | SIGTERM |
+//! | diagnostics | console tail, QEMU's stderr, the device's state | the agent's log |
+//! | guest CPU time | QEMU's vCPU threads (`CPU N/TCG`, `CPU N/KVM`) | the agent process |
+//! | disks | virtio-blk, `/dev/vda`, `/dev/vdb`, ... | none |
+//!
+//! The process backend exists so the lifecycle (ceilings, idle policy,
+//! watchdog, reconnects) is tested in milliseconds without a VM.
+//!
+//! - `qemu_vm`: [`QemuVm`]; `qemu`: its command line; `qmp`: a small QMP
+//!   client; `binaries`: locating `qemu-system-x86_64` and
+//!   `vhost-device-vsock`; `user`: which (unprivileged) user they run as.
+//! - `process`: [`ProcessVm`].
+//! - `child`, `cpu_time`, `log_file`: spawning and reaping processes,
+//!   reading their CPU time, bounding and tailing their logs.
 //!
 //! Each process is added to the state directory's owner record as soon as
 //! it runs, so `gc` can end it if the owner dies without doing so.
 
 mod binaries;
+mod child;
+mod cpu_time;
 mod log_file;
+mod process;
 mod qemu;
+mod qemu_vm;
 pub mod qmp;
 mod user;
 
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
-
-use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::time::Duration;
 
 use tokio::net::UnixListener;
 
-pub(crate) use qemu::{Disk, QemuConfig, SerialPort};
+use crate::transport::AgentTransport;
+
+pub(crate) use process::ProcessVm;
+pub(crate) use qemu::{guest_disk_device, Disk, QemuConfig, SerialPort};
+pub(crate) use qemu_vm::{QemuVm, VmPaths};
 pub use user::VmmUser;
-
-use crate::state_dir::{self, owner::ProcessId};
-use crate::Accel;
-use log_file::tail;
-use user::{Access, Credentials};
-
-/// The guest's vsock context id. Each VM has its own vsock device, so every
-/// guest can use the same one.
-const GUEST_CID: u32 = 3;
-/// How long vhost-device-vsock may take to create its socket.
-const DEVICE_READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Errors starting or controlling the VMM processes.
 #[derive(Debug, thiserror::Error)]
@@ -108,370 +113,162 @@ pub enum VmmError {
     },
 }
 
-/// The files a VM keeps in its private state directory.
-#[derive(Debug, Clone)]
-pub(crate) struct VmPaths {
-    /// The state directory itself, which holds the owner record.
-    pub dir: PathBuf,
-    pub vhost_user_socket: PathBuf,
-    pub vsock_uds: PathBuf,
-    /// Where the device delivers the guest's connection to host port
-    /// [`READY_PORT`](airlock_proto::READY_PORT).
-    pub ready_socket: PathBuf,
-    pub console_log: PathBuf,
-    pub qmp_socket: PathBuf,
-    pub qemu_log: PathBuf,
-    pub device_log: PathBuf,
+/// Which backend a sandbox runs on.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) enum BackendKind {
+    #[default]
+    Qemu,
+    /// The agent binary as a plain host process (tests of the lifecycle).
+    Process { agent: PathBuf },
 }
 
-impl VmPaths {
-    pub fn in_dir(dir: &Path) -> Self {
-        VmPaths {
-            dir: dir.to_owned(),
-            vhost_user_socket: dir.join("vhost-user-vsock.sock"),
-            vsock_uds: dir.join("vsock.sock"),
-            // vhost-device-vsock's naming for guest-initiated connections.
-            ready_socket: dir.join(format!("vsock.sock_{}", airlock_proto::READY_PORT)),
-            console_log: dir.join("console.log"),
-            qmp_socket: dir.join("qmp.sock"),
-            qemu_log: dir.join("qemu.log"),
-            device_log: dir.join("vhost-device-vsock.log"),
-        }
-    }
-}
-
-fn lock(child: &Mutex<Child>) -> MutexGuard<'_, Child> {
-    child.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// A running VM: the QEMU process and its vsock device process.
+/// How a backend tells that its agent serves.
 #[derive(Debug)]
-pub(crate) struct Vmm {
-    qemu: Arc<Mutex<Child>>,
-    device: Child,
-    paths: VmPaths,
-    qemu_exit: Option<ExitStatus>,
-    ready: Option<UnixListener>,
+pub(crate) enum Readiness {
+    /// Wait for the agent's announcement on this listener, then dial.
+    Announcement(UnixListener),
+    /// Dial until the agent answers.
+    Dial,
 }
 
-impl Vmm {
-    /// Starts the vsock device, then QEMU, as `user`, with files under `paths`.
-    pub async fn start(
-        config: &QemuConfig,
-        paths: VmPaths,
-        user: VmmUser,
-    ) -> Result<Self, VmmError> {
-        let qemu_program = binaries::QEMU.locate()?;
-        let device_program = binaries::VHOST_DEVICE_VSOCK.locate()?;
-        let needs = vmm_needs(config, &paths, [&qemu_program, &device_program]);
-        let credentials = user.resolve(&needs, config.accel == Accel::Kvm)?;
-        if let Some(Credentials { uid, gid }) = credentials {
-            state_dir::share_with_group(&paths.dir, gid).map_err(|source| VmmError::StateDir {
-                path: paths.dir.clone(),
-                source,
-            })?;
-            tracing::debug!(uid, gid, "the VMM runs unprivileged");
-        }
-        let ready = bind_ready_socket(&paths.ready_socket, credentials)?;
+/// How to ask a backend to end gracefully, without holding it.
+#[derive(Debug, Clone)]
+pub(crate) enum Quit {
+    /// QMP `quit` on this socket.
+    Qmp(PathBuf),
+    /// SIGTERM to this process.
+    Terminate(u32),
+}
 
-        let mut device_cmd = Command::new(&device_program);
-        device_cmd.arg("--vm").arg(format!(
-            "guest-cid={GUEST_CID},socket={},uds-path={}",
-            paths.vhost_user_socket.display(),
-            paths.vsock_uds.display()
-        ));
-        run_as(&mut device_cmd, credentials);
-        let mut device = spawn(&mut device_cmd, &device_program, &paths.device_log)?;
-        if let Err(error) = record(&paths.dir, &device) {
-            kill_and_reap(&mut device);
-            return Err(error);
-        }
-        if let Err(error) =
-            wait_for_socket(&paths.vhost_user_socket, &mut device, &paths.device_log).await
-        {
-            kill_and_reap(&mut device);
-            return Err(error);
-        }
-
-        let mut qemu_cmd = Command::new(&qemu_program);
-        qemu_cmd.args(config.args());
-        run_as(&mut qemu_cmd, credentials);
-        tracing::debug!(command = ?qemu_cmd, "starting qemu");
-        let mut qemu = match spawn(&mut qemu_cmd, &qemu_program, &paths.qemu_log) {
-            Ok(qemu) => qemu,
-            Err(error) => {
-                kill_and_reap(&mut device);
-                return Err(error);
+impl Quit {
+    pub async fn send(&self) {
+        match self {
+            Quit::Qmp(socket) => match qmp::Qmp::connect(socket).await {
+                Ok(mut qmp) => {
+                    if let Err(error) = qmp.execute("quit", None).await {
+                        tracing::debug!(%error, "qmp quit");
+                    }
+                }
+                Err(error) => tracing::debug!(%error, "qmp connect"),
+            },
+            Quit::Terminate(pid) => {
+                if let Err(error) = process::signal(*pid, nix::sys::signal::Signal::SIGTERM) {
+                    tracing::debug!(%error, pid, "sigterm");
+                }
             }
-        };
-        if let Err(error) = record(&paths.dir, &qemu) {
-            kill_and_reap(&mut qemu);
-            kill_and_reap(&mut device);
-            return Err(error);
         }
-        Ok(Vmm {
-            qemu: Arc::new(Mutex::new(qemu)),
-            device,
-            paths,
-            qemu_exit: None,
-            ready: Some(ready),
-        })
+    }
+}
+
+/// A running backend: the VMM (or process) that runs one sandbox's agent.
+#[derive(Debug)]
+pub(crate) enum Backend {
+    Qemu(QemuVm),
+    Process(ProcessVm),
+}
+
+impl Backend {
+    /// How the host reaches the agent.
+    pub fn transport(&self) -> AgentTransport {
+        match self {
+            Backend::Qemu(vm) => vm.transport(),
+            Backend::Process(vm) => vm.transport(),
+        }
     }
 
-    /// The listener on which the agent announces that it serves (see
-    /// [`READY_PORT`](airlock_proto::READY_PORT)); `None` once taken.
-    pub fn take_ready_listener(&mut self) -> Option<UnixListener> {
-        self.ready.take()
+    /// How to tell that the agent serves; `None` once the announcement
+    /// listener was taken.
+    pub fn take_readiness(&mut self) -> Option<Readiness> {
+        match self {
+            Backend::Qemu(vm) => vm.take_ready_listener().map(Readiness::Announcement),
+            Backend::Process(_) => Some(Readiness::Dial),
+        }
     }
 
-    /// Fails if the vsock device has exited: the guest is then out of reach.
+    /// The main process's id, for logs.
+    pub fn pid(&self) -> u32 {
+        match self {
+            Backend::Qemu(vm) => vm.qemu_pid(),
+            Backend::Process(vm) => vm.pid(),
+        }
+    }
+
+    /// Fails if a helper process the agent's channel depends on has exited.
     pub fn check_device(&mut self) -> Result<(), VmmError> {
-        match self.device.try_wait().map_err(VmmError::Wait)? {
-            None => Ok(()),
-            Some(status) => Err(VmmError::DeviceExited {
-                status: status.to_string(),
-                log: tail(&self.paths.device_log, 2048),
-            }),
+        match self {
+            Backend::Qemu(vm) => vm.check_device(),
+            Backend::Process(_) => Ok(()),
         }
     }
 
-    /// The vsock device's state for error messages: running or its exit
-    /// status, and the end of its log.
+    /// The state of the channel's helper for error messages.
     pub fn device_diagnostics(&mut self, max_bytes: usize) -> String {
-        let state = match self.device.try_wait() {
-            Ok(None) => format!(
-                "running (pid {}, threads: {})",
-                self.device.id(),
-                thread_names(self.device.id()).join(", ")
-            ),
-            Ok(Some(status)) => format!("exited ({status})"),
-            Err(error) => format!("unknown ({error})"),
-        };
-        let log = tail(&self.paths.device_log, max_bytes);
-        if log.trim().is_empty() {
-            format!("{state}, empty log")
-        } else {
-            format!("{state}, log tail:\n{}", log.trim_end())
+        match self {
+            Backend::Qemu(vm) => vm.device_diagnostics(max_bytes),
+            Backend::Process(_) => "none (the agent runs as a process)".into(),
         }
     }
 
-    /// QEMU's process id.
-    pub fn qemu_pid(&self) -> u32 {
-        lock(&self.qemu).id()
-    }
-
-    /// The hybrid-vsock Unix socket that reaches the guest.
-    pub fn vsock_uds(&self) -> &Path {
-        &self.paths.vsock_uds
-    }
-
-    pub fn qmp_socket(&self) -> &Path {
-        &self.paths.qmp_socket
-    }
-
-    /// QEMU's exit status if it has exited, without blocking.
+    /// The exit status of the VMM (or agent process) if it has exited,
+    /// without blocking.
     pub fn try_exit(&mut self) -> Result<Option<ExitStatus>, VmmError> {
-        if self.qemu_exit.is_none() {
-            self.qemu_exit = lock(&self.qemu).try_wait().map_err(VmmError::Wait)?;
-        }
-        Ok(self.qemu_exit)
-    }
-
-    /// Keeps the guest console's log within `budget` bytes of disk (see
-    /// `log_file::bound`).
-    pub fn bound_console_log(&self, budget: u64) {
-        match log_file::bound(&self.paths.console_log, budget) {
-            Ok(Some(before)) => tracing::warn!(
-                before,
-                budget,
-                "the guest floods its console; freed all but the newest part of the log"
-            ),
-            Ok(None) => {}
-            Err(error) => tracing::debug!(%error, "cannot bound the console log"),
+        match self {
+            Backend::Qemu(vm) => vm.try_exit(),
+            Backend::Process(vm) => vm.try_exit(),
         }
     }
 
-    /// Freezes (SIGSTOP) or thaws (SIGCONT) QEMU's whole process: the
-    /// vCPUs stop where they are and the devices with them, without the
-    /// vring stop/start a QMP `stop` puts the vhost-user vsock device
-    /// through (which vhost-device-vsock 0.3 does not always survive).
+    /// Freezes or thaws the guest.
     pub fn freeze(&mut self, frozen: bool) -> Result<(), VmmError> {
-        use nix::sys::signal::{kill, Signal};
-        if self.try_exit()?.is_some() {
-            return Err(VmmError::Exited);
+        match self {
+            Backend::Qemu(vm) => vm.freeze(frozen),
+            Backend::Process(vm) => vm.freeze(frozen),
         }
-        let pid = nix::unistd::Pid::from_raw(
-            i32::try_from(lock(&self.qemu).id()).map_err(|_| VmmError::Exited)?,
-        );
-        let signal = if frozen {
-            Signal::SIGSTOP
-        } else {
-            Signal::SIGCONT
-        };
-        // The child is not reaped (try_exit said so), so the pid is still ours.
-        kill(pid, signal).map_err(VmmError::Signal)
     }
 
-    /// The last `max_bytes` of the guest console plus QEMU's own stderr,
-    /// for error messages.
-    pub fn diagnostics(&self, max_bytes: usize) -> String {
-        let mut text = tail(&self.paths.console_log, max_bytes);
-        let qemu = tail(&self.paths.qemu_log, max_bytes / 4);
-        if !qemu.trim().is_empty() {
-            text.push_str("\n[qemu] ");
-            text.push_str(qemu.trim());
-        }
-        text
-    }
-
-    /// Kills both processes and reaps them. Idempotent.
+    /// Kills everything the backend runs and reaps it. Idempotent.
     pub fn kill(&mut self) {
-        if self.qemu_exit.is_none() {
-            let mut qemu = lock(&self.qemu);
-            kill_and_reap(&mut qemu);
-            self.qemu_exit = qemu.try_wait().ok().flatten();
-        }
-        kill_and_reap(&mut self.device);
-    }
-}
-
-impl Drop for Vmm {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// What the VMM user must be able to do for QEMU and the device to run.
-fn vmm_needs(config: &QemuConfig, paths: &VmPaths, programs: [&Path; 2]) -> Vec<(PathBuf, Access)> {
-    let mut needs: Vec<(PathBuf, Access)> = programs
-        .iter()
-        .map(|program| (program.to_path_buf(), Access::Execute))
-        .collect();
-    needs.push((config.kernel.clone(), Access::Read));
-    needs.push((config.initramfs.clone(), Access::Read));
-    for disk in &config.disks {
-        let access = if disk.read_only {
-            Access::Read
-        } else {
-            Access::ReadWrite
-        };
-        needs.push((disk.path.clone(), access));
-    }
-    for port in &config.serial_ports {
-        if let Some(parent) = port.socket.parent() {
-            needs.push((parent.to_owned(), Access::CreateIn));
+        match self {
+            Backend::Qemu(vm) => vm.kill(),
+            Backend::Process(vm) => vm.kill(),
         }
     }
-    // The state directory itself is shared with the VMM's group.
-    if let Some(base) = paths.dir.parent() {
-        needs.push((base.to_owned(), Access::Reach));
-    }
-    needs
-}
 
-/// The names of a process's threads: vhost-device-vsock moves its queues
-/// in a thread named `vring_worker`, whose absence means a wedged device.
-fn thread_names(pid: u32) -> Vec<String> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    let mut names: Vec<String> = tasks
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-        .map(|name| name.trim_end().to_owned())
-        .collect();
-    names.sort();
-    names
-}
-
-/// Binds the announcement socket where the device, running as the VMM
-/// user, can connect to it.
-fn bind_ready_socket(
-    path: &Path,
-    credentials: Option<Credentials>,
-) -> Result<UnixListener, VmmError> {
-    use std::os::unix::fs::PermissionsExt;
-    let fail = |source| VmmError::ReadySocket {
-        path: path.to_owned(),
-        source,
-    };
-    let listener = UnixListener::bind(path).map_err(fail)?;
-    if let Some(Credentials { gid, .. }) = credentials {
-        std::os::unix::fs::chown(path, None, Some(gid)).map_err(fail)?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(fail)?;
-    }
-    Ok(listener)
-}
-
-fn run_as(cmd: &mut Command, credentials: Option<Credentials>) {
-    if let Some(Credentials { uid, gid }) = credentials {
-        // As root, std also drops the supplementary groups.
-        cmd.uid(uid).gid(gid);
-    }
-}
-
-/// Adds a just-started VMM process to the owner record.
-fn record(dir: &Path, child: &Child) -> Result<(), VmmError> {
-    let fail = |source| VmmError::StateDir {
-        path: dir.to_owned(),
-        source,
-    };
-    // A process that already exited leaves nothing to collect; the caller
-    // reports its exit.
-    let Some(process) = ProcessId::of(child.id()) else {
-        return Ok(());
-    };
-    state_dir::record_vmm_process(dir, process).map_err(fail)
-}
-
-fn spawn(cmd: &mut Command, program: &Path, log: &Path) -> Result<Child, VmmError> {
-    let log_file = |path: &Path| {
-        File::create(path).map_err(|source| VmmError::LogFile {
-            path: path.to_owned(),
-            source,
-        })
-    };
-    let stdout = log_file(log)?;
-    let stderr = stdout.try_clone().map_err(|source| VmmError::LogFile {
-        path: log.to_owned(),
-        source,
-    })?;
-    cmd.stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        // Its own process group: a Ctrl-C at the user's terminal reaches the
-        // embedding program, which then tears the VM down in order.
-        .process_group(0)
-        .spawn()
-        .map_err(|source| VmmError::Spawn {
-            program: program.to_owned(),
-            source,
-        })
-}
-
-async fn wait_for_socket(socket: &Path, device: &mut Child, log: &Path) -> Result<(), VmmError> {
-    let deadline = Instant::now() + DEVICE_READY_TIMEOUT;
-    while !socket.exists() {
-        let exited = device.try_wait().map_err(VmmError::Wait)?.is_some();
-        if exited || Instant::now() >= deadline {
-            return Err(VmmError::DeviceNotReady {
-                socket: socket.to_owned(),
-                timeout: DEVICE_READY_TIMEOUT,
-                log: tail(log, 2048),
-            });
+    /// How to ask for a graceful end.
+    pub fn quit(&self) -> Quit {
+        match self {
+            Backend::Qemu(vm) => Quit::Qmp(vm.qmp_socket().to_owned()),
+            Backend::Process(vm) => Quit::Terminate(vm.pid()),
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    Ok(())
-}
 
-fn kill_and_reap(child: &mut Child) {
-    if let Ok(None) = child.try_wait() {
-        if let Err(error) = child.kill() {
-            tracing::warn!(%error, pid = child.id(), "cannot kill VMM process");
+    /// The end of the guest's output (console, logs), for error messages.
+    pub fn diagnostics(&self, max_bytes: usize) -> String {
+        match self {
+            Backend::Qemu(vm) => vm.diagnostics(max_bytes),
+            Backend::Process(vm) => vm.diagnostics(max_bytes),
         }
-        // SIGKILL cannot be caught: the wait is short.
-        if let Err(error) = child.wait() {
-            tracing::warn!(%error, pid = child.id(), "cannot reap VMM process");
+    }
+
+    /// Keeps the guest console's log within `budget` bytes of disk.
+    pub fn bound_console_log(&self, budget: u64) {
+        match self {
+            Backend::Qemu(vm) => vm.bound_console_log(budget),
+            Backend::Process(_) => {}
         }
+    }
+
+    /// CPU time the guest has used, or `None` when it is gone.
+    pub fn guest_cpu(&self) -> Option<Duration> {
+        match self {
+            Backend::Qemu(vm) => vm.vcpu_time(),
+            Backend::Process(vm) => vm.cpu_time(),
+        }
+    }
+
+    /// Whether the guest keeps its own clock, which then needs the host's
+    /// time after a pause (a process shares the host's).
+    pub fn has_own_clock(&self) -> bool {
+        matches!(self, Backend::Qemu(_))
     }
 }

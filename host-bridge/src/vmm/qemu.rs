@@ -55,6 +55,13 @@ pub(crate) struct Disk {
     pub read_only: bool,
 }
 
+/// The guest's device for the `index`th disk (from 0): `/dev/vda`,
+/// `/dev/vdb`, ... in the order of [`QemuConfig::disks`].
+pub(crate) fn guest_disk_device(index: usize) -> Option<String> {
+    let letter = u8::try_from(index).ok().and_then(|i| b'a'.checked_add(i))?;
+    (letter <= b'z').then(|| format!("/dev/vd{}", letter as char))
+}
+
 impl QemuConfig {
     /// The arguments after the program name.
     pub fn args(&self) -> Vec<OsString> {
@@ -162,6 +169,14 @@ fn path_option(prefix: &str, path: &std::path::Path) -> OsString {
 #[allow(clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn disks_are_named_vda_vdb_in_order() {
+        assert_eq!(guest_disk_device(0).as_deref(), Some("/dev/vda"));
+        assert_eq!(guest_disk_device(1).as_deref(), Some("/dev/vdb"));
+        assert_eq!(guest_disk_device(25).as_deref(), Some("/dev/vdz"));
+        assert_eq!(guest_disk_device(26), None);
+    }
 
     fn config(accel: Accel) -> QemuConfig {
         QemuConfig {

@@ -1,0 +1,364 @@
+//! The QEMU backend: QEMU `-M microvm` plus `vhost-device-vsock`, the
+//! vhost-user device that gives the guest a vsock without the kernel's
+//! `/dev/vhost-vsock`.
+//!
+//! [`QemuVm::start`] lays out the state directory, binds the socket on which
+//! the agent announces that it serves ([`QemuVm::take_ready_listener`]),
+//! starts the vsock device, waits for its vhost-user socket, then starts
+//! QEMU. The host reaches the guest through the device's hybrid-vsock Unix
+//! socket (see `transport`). Both processes are killed when the `QemuVm` is
+//! dropped.
+//!
+//! What only QEMU knows lives here too: which of its threads are vCPUs
+//! (guest CPU time), QMP `quit` for a graceful end, and the guest's names
+//! for the disks (`/dev/vda`, `/dev/vdb`, ...).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use std::os::unix::process::CommandExt;
+
+use tokio::net::UnixListener;
+
+use super::child::{kill_and_reap, lock, record, spawn};
+use super::log_file::{self, tail};
+use super::qemu::QemuConfig;
+use super::user::{Access, Credentials};
+use super::{binaries, cpu_time, VmmError, VmmUser};
+use crate::state_dir;
+use crate::transport::AgentTransport;
+use crate::Accel;
+
+/// The guest's vsock context id. Each VM has its own vsock device, so every
+/// guest can use the same one.
+const GUEST_CID: u32 = 3;
+/// How long vhost-device-vsock may take to create its socket.
+const DEVICE_READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The files a VM keeps in its private state directory.
+#[derive(Debug, Clone)]
+pub(crate) struct VmPaths {
+    /// The state directory itself, which holds the owner record.
+    pub dir: PathBuf,
+    pub vhost_user_socket: PathBuf,
+    pub vsock_uds: PathBuf,
+    /// Where the device delivers the guest's connection to host port
+    /// [`READY_PORT`](airlock_proto::READY_PORT).
+    pub ready_socket: PathBuf,
+    pub console_log: PathBuf,
+    pub qmp_socket: PathBuf,
+    pub qemu_log: PathBuf,
+    pub device_log: PathBuf,
+}
+
+impl VmPaths {
+    pub fn in_dir(dir: &Path) -> Self {
+        VmPaths {
+            dir: dir.to_owned(),
+            vhost_user_socket: dir.join("vhost-user-vsock.sock"),
+            vsock_uds: dir.join("vsock.sock"),
+            // vhost-device-vsock's naming for guest-initiated connections.
+            ready_socket: dir.join(format!("vsock.sock_{}", airlock_proto::READY_PORT)),
+            console_log: dir.join("console.log"),
+            qmp_socket: dir.join("qmp.sock"),
+            qemu_log: dir.join("qemu.log"),
+            device_log: dir.join("vhost-device-vsock.log"),
+        }
+    }
+}
+
+/// A running VM: the QEMU process and its vsock device process.
+#[derive(Debug)]
+pub(crate) struct QemuVm {
+    qemu: Arc<Mutex<Child>>,
+    device: Child,
+    paths: VmPaths,
+    qemu_exit: Option<ExitStatus>,
+    ready: Option<UnixListener>,
+    agent_port: u32,
+}
+
+impl QemuVm {
+    /// Starts the vsock device, then QEMU, as `user`, with files under
+    /// `paths`; the agent will serve on guest vsock `agent_port`.
+    pub async fn start(
+        config: &QemuConfig,
+        paths: VmPaths,
+        user: VmmUser,
+        agent_port: u32,
+    ) -> Result<Self, VmmError> {
+        let qemu_program = binaries::QEMU.locate()?;
+        let device_program = binaries::VHOST_DEVICE_VSOCK.locate()?;
+        let needs = vmm_needs(config, &paths, [&qemu_program, &device_program]);
+        let credentials = user.resolve(&needs, config.accel == Accel::Kvm)?;
+        if let Some(Credentials { uid, gid }) = credentials {
+            state_dir::share_with_group(&paths.dir, gid).map_err(|source| VmmError::StateDir {
+                path: paths.dir.clone(),
+                source,
+            })?;
+            tracing::debug!(uid, gid, "the VMM runs unprivileged");
+        }
+        let ready = bind_ready_socket(&paths.ready_socket, credentials)?;
+
+        let mut device_cmd = Command::new(&device_program);
+        device_cmd.arg("--vm").arg(format!(
+            "guest-cid={GUEST_CID},socket={},uds-path={}",
+            paths.vhost_user_socket.display(),
+            paths.vsock_uds.display()
+        ));
+        run_as(&mut device_cmd, credentials);
+        let mut device = spawn(&mut device_cmd, &device_program, &paths.device_log)?;
+        if let Err(error) = record(&paths.dir, &device) {
+            kill_and_reap(&mut device);
+            return Err(error);
+        }
+        if let Err(error) =
+            wait_for_socket(&paths.vhost_user_socket, &mut device, &paths.device_log).await
+        {
+            kill_and_reap(&mut device);
+            return Err(error);
+        }
+
+        let mut qemu_cmd = Command::new(&qemu_program);
+        qemu_cmd.args(config.args());
+        run_as(&mut qemu_cmd, credentials);
+        tracing::debug!(command = ?qemu_cmd, "starting qemu");
+        let mut qemu = match spawn(&mut qemu_cmd, &qemu_program, &paths.qemu_log) {
+            Ok(qemu) => qemu,
+            Err(error) => {
+                kill_and_reap(&mut device);
+                return Err(error);
+            }
+        };
+        if let Err(error) = record(&paths.dir, &qemu) {
+            kill_and_reap(&mut qemu);
+            kill_and_reap(&mut device);
+            return Err(error);
+        }
+        Ok(QemuVm {
+            qemu: Arc::new(Mutex::new(qemu)),
+            device,
+            paths,
+            qemu_exit: None,
+            ready: Some(ready),
+            agent_port,
+        })
+    }
+
+    /// The listener on which the agent announces that it serves (see
+    /// [`READY_PORT`](airlock_proto::READY_PORT)); `None` once taken.
+    pub fn take_ready_listener(&mut self) -> Option<UnixListener> {
+        self.ready.take()
+    }
+
+    /// Fails if the vsock device has exited: the guest is then out of reach.
+    pub fn check_device(&mut self) -> Result<(), VmmError> {
+        match self.device.try_wait().map_err(VmmError::Wait)? {
+            None => Ok(()),
+            Some(status) => Err(VmmError::DeviceExited {
+                status: status.to_string(),
+                log: tail(&self.paths.device_log, 2048),
+            }),
+        }
+    }
+
+    /// The vsock device's state for error messages: running or its exit
+    /// status, and the end of its log.
+    pub fn device_diagnostics(&mut self, max_bytes: usize) -> String {
+        let state = match self.device.try_wait() {
+            Ok(None) => format!(
+                "running (pid {}, threads: {})",
+                self.device.id(),
+                thread_names(self.device.id()).join(", ")
+            ),
+            Ok(Some(status)) => format!("exited ({status})"),
+            Err(error) => format!("unknown ({error})"),
+        };
+        let log = tail(&self.paths.device_log, max_bytes);
+        if log.trim().is_empty() {
+            format!("{state}, empty log")
+        } else {
+            format!("{state}, log tail:\n{}", log.trim_end())
+        }
+    }
+
+    /// QEMU's process id.
+    pub fn qemu_pid(&self) -> u32 {
+        lock(&self.qemu).id()
+    }
+
+    /// The agent's port through the hybrid-vsock Unix socket.
+    pub fn transport(&self) -> AgentTransport {
+        AgentTransport::HybridVsock {
+            uds: self.paths.vsock_uds.clone(),
+            port: self.agent_port,
+        }
+    }
+
+    /// CPU time (user + system) of QEMU's vCPU threads (named `CPU N/TCG`
+    /// or `CPU N/KVM`), or `None` once QEMU is gone.
+    pub fn vcpu_time(&self) -> Option<Duration> {
+        cpu_time::threads_time(self.qemu_pid(), |name| name.starts_with("CPU "))
+    }
+
+    pub fn qmp_socket(&self) -> &Path {
+        &self.paths.qmp_socket
+    }
+
+    /// QEMU's exit status if it has exited, without blocking.
+    pub fn try_exit(&mut self) -> Result<Option<ExitStatus>, VmmError> {
+        if self.qemu_exit.is_none() {
+            self.qemu_exit = lock(&self.qemu).try_wait().map_err(VmmError::Wait)?;
+        }
+        Ok(self.qemu_exit)
+    }
+
+    /// Keeps the guest console's log within `budget` bytes of disk (see
+    /// `log_file::bound`).
+    pub fn bound_console_log(&self, budget: u64) {
+        match log_file::bound(&self.paths.console_log, budget) {
+            Ok(Some(before)) => tracing::warn!(
+                before,
+                budget,
+                "the guest floods its console; freed all but the newest part of the log"
+            ),
+            Ok(None) => {}
+            Err(error) => tracing::debug!(%error, "cannot bound the console log"),
+        }
+    }
+
+    /// Freezes (SIGSTOP) or thaws (SIGCONT) QEMU's whole process: the
+    /// vCPUs stop where they are and the devices with them, without the
+    /// vring stop/start a QMP `stop` puts the vhost-user vsock device
+    /// through (which vhost-device-vsock 0.3 does not always survive).
+    pub fn freeze(&mut self, frozen: bool) -> Result<(), VmmError> {
+        use nix::sys::signal::{kill, Signal};
+        if self.try_exit()?.is_some() {
+            return Err(VmmError::Exited);
+        }
+        let pid = nix::unistd::Pid::from_raw(
+            i32::try_from(lock(&self.qemu).id()).map_err(|_| VmmError::Exited)?,
+        );
+        let signal = if frozen {
+            Signal::SIGSTOP
+        } else {
+            Signal::SIGCONT
+        };
+        // The child is not reaped (try_exit said so), so the pid is still ours.
+        kill(pid, signal).map_err(VmmError::Signal)
+    }
+
+    /// The last `max_bytes` of the guest console plus QEMU's own stderr,
+    /// for error messages.
+    pub fn diagnostics(&self, max_bytes: usize) -> String {
+        let mut text = tail(&self.paths.console_log, max_bytes);
+        let qemu = tail(&self.paths.qemu_log, max_bytes / 4);
+        if !qemu.trim().is_empty() {
+            text.push_str("\n[qemu] ");
+            text.push_str(qemu.trim());
+        }
+        text
+    }
+
+    /// Kills both processes and reaps them. Idempotent.
+    pub fn kill(&mut self) {
+        if self.qemu_exit.is_none() {
+            let mut qemu = lock(&self.qemu);
+            kill_and_reap(&mut qemu);
+            self.qemu_exit = qemu.try_wait().ok().flatten();
+        }
+        kill_and_reap(&mut self.device);
+    }
+}
+
+impl Drop for QemuVm {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// What the VMM user must be able to do for QEMU and the device to run.
+fn vmm_needs(config: &QemuConfig, paths: &VmPaths, programs: [&Path; 2]) -> Vec<(PathBuf, Access)> {
+    let mut needs: Vec<(PathBuf, Access)> = programs
+        .iter()
+        .map(|program| (program.to_path_buf(), Access::Execute))
+        .collect();
+    needs.push((config.kernel.clone(), Access::Read));
+    needs.push((config.initramfs.clone(), Access::Read));
+    for disk in &config.disks {
+        let access = if disk.read_only {
+            Access::Read
+        } else {
+            Access::ReadWrite
+        };
+        needs.push((disk.path.clone(), access));
+    }
+    for port in &config.serial_ports {
+        if let Some(parent) = port.socket.parent() {
+            needs.push((parent.to_owned(), Access::CreateIn));
+        }
+    }
+    // The state directory itself is shared with the VMM's group.
+    if let Some(base) = paths.dir.parent() {
+        needs.push((base.to_owned(), Access::Reach));
+    }
+    needs
+}
+
+/// The names of a process's threads: vhost-device-vsock moves its queues
+/// in a thread named `vring_worker`, whose absence means a wedged device.
+fn thread_names(pid: u32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim_end().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Binds the announcement socket where the device, running as the VMM
+/// user, can connect to it.
+fn bind_ready_socket(
+    path: &Path,
+    credentials: Option<Credentials>,
+) -> Result<UnixListener, VmmError> {
+    use std::os::unix::fs::PermissionsExt;
+    let fail = |source| VmmError::ReadySocket {
+        path: path.to_owned(),
+        source,
+    };
+    let listener = UnixListener::bind(path).map_err(fail)?;
+    if let Some(Credentials { gid, .. }) = credentials {
+        std::os::unix::fs::chown(path, None, Some(gid)).map_err(fail)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(fail)?;
+    }
+    Ok(listener)
+}
+
+fn run_as(cmd: &mut Command, credentials: Option<Credentials>) {
+    if let Some(Credentials { uid, gid }) = credentials {
+        // As root, std also drops the supplementary groups.
+        cmd.uid(uid).gid(gid);
+    }
+}
+
+async fn wait_for_socket(socket: &Path, device: &mut Child, log: &Path) -> Result<(), VmmError> {
+    let deadline = Instant::now() + DEVICE_READY_TIMEOUT;
+    while !socket.exists() {
+        let exited = device.try_wait().map_err(VmmError::Wait)?.is_some();
+        if exited || Instant::now() >= deadline {
+            return Err(VmmError::DeviceNotReady {
+                socket: socket.to_owned(),
+                timeout: DEVICE_READY_TIMEOUT,
+                log: tail(log, 2048),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Ok(())
+}

@@ -175,6 +175,36 @@ pub fn sha256_hex(data: &[u8]) -> String {
         .collect()
 }
 
+/// Relays Unix-socket connections from `front` to `back` until `cut`
+/// changes; then closes every connection it carries (and keeps accepting
+/// new ones). The reconnect tests put it in front of an agent's socket to
+/// break the host's connection at a moment they choose.
+pub fn relay(front: PathBuf, back: PathBuf, cut: tokio::sync::watch::Receiver<u32>) {
+    let listener = match tokio::net::UnixListener::bind(&front) {
+        Ok(listener) => listener,
+        Err(error) => panic!("cannot listen on {}: {error}", front.display()),
+    };
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut client, _)) = listener.accept().await else {
+                return;
+            };
+            let back = back.clone();
+            let mut cut = cut.clone();
+            let generation = *cut.borrow_and_update();
+            tokio::spawn(async move {
+                let Ok(mut agent) = tokio::net::UnixStream::connect(&back).await else {
+                    return;
+                };
+                tokio::select! {
+                    _ = tokio::io::copy_bidirectional(&mut client, &mut agent) => {}
+                    _ = cut.wait_for(|g| *g != generation) => {}
+                }
+            });
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

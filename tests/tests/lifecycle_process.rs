@@ -11,7 +11,6 @@
 // A test panics with its reason; that is what expect is for here.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use airlock::transport::AgentTransport;
@@ -20,7 +19,6 @@ use airlock_proto::v1::health_client::HealthClient;
 use airlock_proto::v1::process_client::ProcessClient;
 use airlock_proto::v1::{CheckRequest, StartRequest};
 use airlock_tests::{process_builder, stdout_of};
-use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 
 /// How long anything here may take to happen before the test fails.
@@ -189,38 +187,13 @@ async fn shutdown_stops_the_agent_gracefully() {
     assert!(airlock_tests::processes_mentioning(&state_dir).is_empty());
 }
 
-/// Relays connections from `front` to `back` until `cut` changes; then
-/// closes every connection it carries (and keeps accepting new ones).
-fn relay(front: PathBuf, back: PathBuf, cut: watch::Receiver<u32>) {
-    let listener = UnixListener::bind(&front).unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut client, _)) = listener.accept().await else {
-                return;
-            };
-            let back = back.clone();
-            let mut cut = cut.clone();
-            let generation = *cut.borrow_and_update();
-            tokio::spawn(async move {
-                let Ok(mut agent) = UnixStream::connect(&back).await else {
-                    return;
-                };
-                tokio::select! {
-                    _ = tokio::io::copy_bidirectional(&mut client, &mut agent) => {}
-                    _ = cut.wait_for(|g| *g != generation) => {}
-                }
-            });
-        }
-    });
-}
-
 #[tokio::test]
 async fn a_broken_connection_fails_open_calls_and_redials_for_new_ones() {
     let sandbox = start(process_builder()).await;
     let dir = tempfile::tempdir().unwrap();
     let front = dir.path().join("relay.sock");
     let (cut, cut_rx) = watch::channel(0u32);
-    relay(
+    airlock_tests::relay(
         front.clone(),
         sandbox.state_dir().join("agent.sock"),
         cut_rx,

@@ -359,7 +359,9 @@ async fn exec_in(socket: &Path, args: ExecArgs) -> u8 {
         },
         signal = session.signalled() => return Ending::Signalled(signal).report(None),
     };
-    let ran = session.drive(Program::Daemon(stream), timeout).await;
+    let ran = session
+        .drive(Program::Daemon(Box::new(stream)), timeout)
+        .await;
     ran.ending.report(timeout)
 }
 

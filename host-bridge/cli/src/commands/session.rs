@@ -33,7 +33,7 @@ pub enum Program {
     /// In a sandbox this process booted (`run`).
     Local(Box<Execution>),
     /// In a sandbox the daemon holds (`sandbox exec`).
-    Daemon(ExecStream),
+    Daemon(Box<ExecStream>),
 }
 
 impl Program {

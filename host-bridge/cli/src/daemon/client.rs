@@ -122,13 +122,13 @@ impl Connection {
             let exited = matches!(child.try_wait(), Ok(Some(_)));
             if exited || began.elapsed() >= START_TIMEOUT {
                 tokio::time::sleep(pause).await;
-                return Connection::answering(socket).await.map_err(|_| {
-                    DaemonError::NotStarted {
+                return Connection::answering(socket)
+                    .await
+                    .map_err(|_| DaemonError::NotStarted {
                         socket: socket.to_owned(),
                         log,
                         waited: began.elapsed(),
-                    }
-                });
+                    });
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(200));
@@ -143,6 +143,7 @@ impl Connection {
     }
 
     /// The generated client, for calls this type does not wrap.
+    #[cfg(test)]
     pub fn raw(&self) -> SandboxesClient<Channel> {
         self.client.clone()
     }
@@ -174,7 +175,12 @@ impl Connection {
     }
 
     /// Copies the host path `host` (absolute) into sandbox `id` at `guest`.
-    pub async fn copy_in(&mut self, id: &str, host: &Path, guest: &Path) -> Result<(), DaemonError> {
+    pub async fn copy_in(
+        &mut self,
+        id: &str,
+        host: &Path,
+        guest: &Path,
+    ) -> Result<(), DaemonError> {
         let request = pb::CopyInRequest {
             id: id.to_owned(),
             host_path: host.to_string_lossy().into_owned(),
@@ -368,4 +374,3 @@ fn spawn_daemon(
         .spawn()
         .map_err(failed)
 }
-

@@ -130,10 +130,7 @@ pub async fn serve(
         sandboxes: Arc::clone(&sandboxes),
         tasks: Arc::clone(&tasks),
     };
-    let listener = socket
-        .listener
-        .take()
-        .ok_or(DaemonError::Closed)?;
+    let listener = socket.listener.take().ok_or(DaemonError::Closed)?;
     // A failed accept (say, out of file descriptors) is retried, not fatal.
     let incoming = UnixListenerStream::new(listener).filter_map(|accepted| async move {
         match accepted {
@@ -183,7 +180,9 @@ pub async fn serve(
 
 /// The tracked tasks, even if a panicking task poisoned the lock.
 fn lock(tasks: &Mutex<JoinSet<()>>) -> std::sync::MutexGuard<'_, JoinSet<()>> {
-    tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    tasks
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The `Sandboxes` service.
@@ -235,7 +234,10 @@ fn shutting_down() -> Status {
 
 #[tonic::async_trait]
 impl pb::sandboxes_server::Sandboxes for Service {
-    async fn ping(&self, _: Request<pb::PingRequest>) -> Result<Response<pb::PingResponse>, Status> {
+    async fn ping(
+        &self,
+        _: Request<pb::PingRequest>,
+    ) -> Result<Response<pb::PingResponse>, Status> {
         Ok(Response::new(pb::PingResponse {
             pid: std::process::id(),
         }))
@@ -265,7 +267,12 @@ impl pb::sandboxes_server::Sandboxes for Service {
         _: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
         Ok(Response::new(pb::ListResponse {
-            sandboxes: self.sandboxes.list().iter().map(wire::sandbox_info).collect(),
+            sandboxes: self
+                .sandboxes
+                .list()
+                .iter()
+                .map(wire::sandbox_info)
+                .collect(),
         }))
     }
 
@@ -315,7 +322,10 @@ impl pb::sandboxes_server::Sandboxes for Service {
         self.run(async move {
             sandbox
                 .fs()
-                .copy_in(Path::new(&request.host_path), Path::new(&request.guest_path))
+                .copy_in(
+                    Path::new(&request.host_path),
+                    Path::new(&request.guest_path),
+                )
                 .await
                 .map_err(|e| wire::error_status(&e))?;
             Ok(pb::CopyInResponse {})
@@ -332,7 +342,10 @@ impl pb::sandboxes_server::Sandboxes for Service {
         self.run(async move {
             sandbox
                 .fs()
-                .copy_out(Path::new(&request.guest_path), Path::new(&request.host_path))
+                .copy_out(
+                    Path::new(&request.guest_path),
+                    Path::new(&request.host_path),
+                )
                 .await
                 .map_err(|e| wire::error_status(&e))?;
             Ok(pb::CopyOutResponse {})

@@ -374,3 +374,207 @@ fn spawn_daemon(
         .spawn()
         .map_err(failed)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::pin::Pin;
+
+    use airlock_proto::daemon::v1::sandboxes_server::{self, SandboxesServer};
+    use airlock_proto::v1::{Exited, Started};
+    use futures::Stream;
+    use tokio::net::UnixListener;
+    use tokio_stream::wrappers::UnixListenerStream;
+    use tonic::{Request, Response};
+
+    use super::*;
+
+    /// A daemon whose Exec checks its input and plays a fixed program:
+    /// started, "hi" on stdout, exit 3 (OOM-killed). Everything else is
+    /// unimplemented.
+    struct Fake;
+
+    type Events = Pin<Box<dyn Stream<Item = Result<ProcessEvent, Status>> + Send>>;
+
+    fn event(event: process_event::Event) -> Result<ProcessEvent, Status> {
+        Ok(ProcessEvent {
+            event: Some(event),
+            offset: 0,
+        })
+    }
+
+    #[tonic::async_trait]
+    impl sandboxes_server::Sandboxes for Fake {
+        async fn ping(
+            &self,
+            _: Request<pb::PingRequest>,
+        ) -> Result<Response<pb::PingResponse>, Status> {
+            Ok(Response::new(pb::PingResponse { pid: 1 }))
+        }
+        async fn create(
+            &self,
+            _: Request<pb::CreateRequest>,
+        ) -> Result<Response<pb::CreateResponse>, Status> {
+            Err(Status::unimplemented(""))
+        }
+        async fn list(
+            &self,
+            _: Request<pb::ListRequest>,
+        ) -> Result<Response<pb::ListResponse>, Status> {
+            Err(Status::unimplemented(""))
+        }
+        type ExecStream = Events;
+        async fn exec(
+            &self,
+            request: Request<Streaming<pb::ExecRequest>>,
+        ) -> Result<Response<Events>, Status> {
+            use pb::exec_request::Input;
+            let mut inputs = request.into_inner();
+            let Some(Input::Start(start)) = inputs.message().await?.and_then(|m| m.input) else {
+                return Err(Status::invalid_argument("no start"));
+            };
+            assert_eq!(start.argv, ["cat"]);
+            if start.id != "sb" {
+                return Err(wire::status(
+                    tonic::Code::NotFound,
+                    pb::ErrorReason::NoSuchSandbox,
+                    format!("no sandbox {}", start.id),
+                ));
+            }
+            let events = play(inputs);
+            Ok(Response::new(events))
+        }
+        async fn copy_in(
+            &self,
+            _: Request<pb::CopyInRequest>,
+        ) -> Result<Response<pb::CopyInResponse>, Status> {
+            Err(Status::unimplemented(""))
+        }
+        async fn copy_out(
+            &self,
+            _: Request<pb::CopyOutRequest>,
+        ) -> Result<Response<pb::CopyOutResponse>, Status> {
+            Err(Status::unimplemented(""))
+        }
+        async fn pause(
+            &self,
+            _: Request<pb::PauseRequest>,
+        ) -> Result<Response<pb::PauseResponse>, Status> {
+            Err(Status::unimplemented("no pause here"))
+        }
+        async fn resume(
+            &self,
+            _: Request<pb::ResumeRequest>,
+        ) -> Result<Response<pb::ResumeResponse>, Status> {
+            Err(Status::unimplemented(""))
+        }
+        async fn kill(
+            &self,
+            _: Request<pb::KillRequest>,
+        ) -> Result<Response<pb::KillResponse>, Status> {
+            Err(Status::unimplemented(""))
+        }
+    }
+
+    /// Started; then, once the client sent stdin "in", SIGINT and the end
+    /// of stdin, "hi" and the exit.
+    fn play(mut inputs: Streaming<pb::ExecRequest>) -> Events {
+        use pb::exec_request::Input;
+        let (tx, rx) = mpsc::channel(4);
+        tokio::spawn(async move {
+            let started = Started { pid: 7 };
+            tx.send(event(process_event::Event::Started(started)))
+                .await
+                .unwrap();
+            let mut got = Vec::new();
+            for _ in 0..3 {
+                got.push(inputs.message().await.unwrap().unwrap().input.unwrap());
+            }
+            assert_eq!(
+                got,
+                [
+                    Input::Stdin(Bytes::from_static(b"in")),
+                    Input::Signal(2),
+                    Input::CloseStdin(pb::CloseStdin {})
+                ]
+            );
+            let out = process_event::Event::Stdout(Bytes::from_static(b"hi"));
+            tx.send(event(out)).await.unwrap();
+            let mut exit = airlock::Exit::from_status(airlock::ExitStatus::Code(3));
+            exit.oom_killed = true;
+            let exited: Exited = wire::exited(&exit);
+            tx.send(event(process_event::Event::Exited(exited)))
+                .await
+                .unwrap();
+        });
+        Box::pin(ReceiverStream::new(rx))
+    }
+
+    async fn fake_daemon(path: &Path) {
+        let listener = UnixListener::bind(path).unwrap();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(SandboxesServer::new(Fake))
+                .serve_with_incoming(UnixListenerStream::new(listener)),
+        );
+    }
+
+    fn start(id: &str) -> pb::ExecStart {
+        pb::ExecStart {
+            id: id.into(),
+            argv: vec!["cat".into()],
+            options: Some(pb::ProgramOptions::default()),
+            stdin: true,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_exec_stream_yields_events_and_sends_input() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("daemon.sock");
+        fake_daemon(&path).await;
+        let mut connection = Connection::connect(&path).await.unwrap();
+        assert_eq!(connection.ping().await.unwrap(), 1);
+        let mut stream = connection.exec(start("sb")).await.unwrap();
+        let inputs = stream.inputs();
+        inputs.stdin(Bytes::from_static(b"in")).await.unwrap();
+        inputs.signal(2).await.unwrap();
+        inputs.close_stdin().await.unwrap();
+        let Event::Stdout(data) = stream.next_event().await.unwrap() else {
+            panic!("not stdout")
+        };
+        assert_eq!(&data[..], b"hi");
+        let Event::Exited(exit) = stream.next_event().await.unwrap() else {
+            panic!("not exited")
+        };
+        assert_eq!(exit.status, airlock::ExitStatus::Code(3));
+        assert!(exit.oom_killed);
+        let after = stream.next_event().await.unwrap_err();
+        assert!(matches!(after, DaemonError::Closed), "{after}");
+    }
+
+    #[tokio::test]
+    async fn refusals_are_the_daemons_message_or_the_calls_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("daemon.sock");
+        fake_daemon(&path).await;
+        let mut connection = Connection::connect(&path).await.unwrap();
+        let error = connection.exec(start("other")).await.unwrap_err();
+        assert_eq!(error.to_string(), "no sandbox other");
+        // No reason: not the daemon's refusal.
+        let error = connection.pause("sb").await.unwrap_err();
+        assert!(matches!(error, DaemonError::Call(_)), "{error}");
+        assert!(error.to_string().contains("no pause here"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn nobody_on_the_socket_is_a_connect_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("daemon.sock");
+        let error = Connection::connect(&path).await.unwrap_err();
+        let DaemonError::Connect { source, .. } = error else {
+            panic!("{error}")
+        };
+        assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+    }
+}

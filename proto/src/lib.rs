@@ -1,5 +1,6 @@
 //! The `airlock.agent.v1` protocol: the one contract between the host bridge
-//! (`airlock`) and the guest agent (`airlock-agent`).
+//! (`airlock`) and the guest agent (`airlock-agent`); and `airlock.daemon.v1`
+//! ([`daemon::v1`]), the API of the per-user daemon.
 //!
 //! The `.proto` files under `proto/airlock/agent/v1/` are the source of truth;
 //! `build.rs` compiles them with protox and tonic, so this crate exposes the
@@ -22,6 +23,25 @@
 #[cfg(feature = "grpc")]
 pub mod v1 {
     tonic::include_proto!("airlock.agent.v1");
+}
+
+/// The `airlock.daemon.v1` API of the per-user daemon (`airlock serve`),
+/// from `proto/airlock/daemon/v1/daemon.proto`: the `Sandboxes` service
+/// (`sandboxes_client`, `sandboxes_server`) and its messages. Program
+/// events are the agent's [`v1::ProcessEvent`].
+#[cfg(feature = "grpc")]
+pub mod daemon {
+    pub mod v1 {
+        tonic::include_proto!("airlock.daemon.v1");
+    }
+}
+
+/// `airlock.agent.v1` under its package path, which the daemon's generated
+/// code names (`super::super::agent::v1`); use [`v1`].
+#[cfg(feature = "grpc")]
+#[doc(hidden)]
+pub mod agent {
+    pub use crate::v1;
 }
 
 pub mod contract;

@@ -2,28 +2,24 @@
 //! `sandbox exec`: environment, working directory, user, timeout, resource
 //! limits and privilege.
 //!
-//! [`ProgramOptions`] is at once the clap arguments flattened into those
-//! commands and the serde struct an exec request carries to the daemon
-//! (`daemon::protocol::ExecRequest`), so the client and the daemon cannot
+//! [`ProgramOptions`] is the clap arguments flattened into those commands;
+//! `sandbox exec` carries it to the daemon as the `ProgramOptions` message
+//! (mapped in `daemon::wire`), so the client and the daemon cannot
 //! disagree on them: both turn it into an [`airlock::Command`] with
 //! [`ProgramOptions::apply`].
 
 use std::time::Duration;
 
 use airlock::{Command, Limits};
-use serde::{Deserialize, Serialize};
 
 use super::parse_size;
 
-/// Options of the program a command runs. On the wire (a `sandbox exec`
-/// request) the fields keep the names of the first protocol (`env`, `cwd`,
-/// `user`, `timeout_secs`); the later ones default when absent.
-#[derive(Debug, Clone, Default, PartialEq, clap::Args, Serialize, Deserialize)]
+/// Options of the program a command runs.
+#[derive(Debug, Clone, Default, PartialEq, clap::Args)]
 pub struct ProgramOptions {
     /// Kill the command's process tree after SECS seconds (enforced in the
     /// guest); the output so far is kept and airlock exits 124.
     #[arg(long, value_name = "SECS")]
-    #[serde(rename = "timeout_secs")]
     pub timeout: Option<f64>,
 
     /// Set an environment variable in the guest; KEY alone passes the
@@ -42,23 +38,19 @@ pub struct ProgramOptions {
     /// Memory limit for the command's process tree (e.g. 256M); past it
     /// the guest's OOM killer kills in the tree.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    #[serde(default, rename = "limit_memory_bytes")]
     pub limit_memory: Option<u64>,
 
     /// Most processes and threads the command's tree may have at once.
     #[arg(long, value_name = "N")]
-    #[serde(default)]
     pub limit_pids: Option<u32>,
 
     /// CPU limit for the command's tree, in CPUs (e.g. 0.5).
     #[arg(long, value_name = "CPUS", value_parser = parse_cpus)]
-    #[serde(default, rename = "limit_cpu_millis")]
     pub limit_cpus: Option<u32>,
 
     /// Run with every capability (as root: reboot, mount, load modules)
     /// and without no_new_privs.
     #[arg(long)]
-    #[serde(default)]
     pub privileged: bool,
 }
 
@@ -237,21 +229,6 @@ mod tests {
             parse(&[]).command(&[]).unwrap_err(),
             ProgramOptionsError::NoProgram
         );
-    }
-
-    #[test]
-    fn the_wire_keeps_the_first_protocols_names_and_defaults_the_rest() {
-        let options = parse(&["--timeout", "3", "--limit-memory", "1K", "--privileged"]);
-        let json = serde_json::to_value(&options).unwrap();
-        assert_eq!(json["timeout_secs"], 3.0);
-        assert_eq!(json["limit_memory_bytes"], 1024);
-        assert_eq!(json["privileged"], true);
-        // A request from before the limits.
-        let old = r#"{"env":[["A","1"]],"cwd":null,"user":"u","timeout_secs":null}"#;
-        let options: ProgramOptions = serde_json::from_str(old).unwrap();
-        assert_eq!(options.env, [("A".to_owned(), "1".to_owned())]);
-        assert_eq!(options.user.as_deref(), Some("u"));
-        assert!(options.limits().is_empty() && !options.privileged);
     }
 
     #[test]

@@ -3,6 +3,9 @@
 //! `airlock::daemon`). A client that finds no daemon on the socket starts
 //! one in the background (its log is `daemon.log` beside the socket).
 //!
+//! The daemon speaks gRPC (`airlock.daemon.v1.Sandboxes`, see
+//! `crate::daemon`); its refusals print as the daemon worded them.
+//!
 //! `exec` behaves like `airlock run`: it takes the same program options
 //! ([`ProgramOptions`], carried to the daemon as they are) and is driven by
 //! the same [`Session`]: output on the matching host stream, piped stdin
@@ -14,11 +17,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::daemon::protocol::{
-    CreateRequest, ExecRequest, IdleAction, Request, Response, SandboxEntry,
-};
-use crate::daemon::{self, Connection, DaemonError};
+use crate::daemon::{self, wire, Connection};
+use airlock_proto::daemon::v1 as pb;
 use clap::{Subcommand, ValueEnum};
+use serde::Serialize;
 
 use super::session::{fail, Ending, Program, Session};
 use super::vm_options::VmOptions;
@@ -91,15 +93,24 @@ pub struct CreateArgs {
     pub idle_timeout: Option<u64>,
 
     /// What --idle-timeout does.
-    #[arg(long, value_enum, default_value_t = IdleArg::Pause, requires = "idle_timeout")]
-    pub idle: IdleArg,
+    #[arg(long, value_enum, default_value_t = Idle::Pause, requires = "idle_timeout")]
+    pub idle: Idle,
 }
 
-/// `--idle pause|stop`.
+/// `--idle pause|stop`: the daemon's `IdlePolicy`, as clap parses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum IdleArg {
+pub enum Idle {
     Pause,
     Stop,
+}
+
+impl From<Idle> for pb::IdlePolicy {
+    fn from(idle: Idle) -> pb::IdlePolicy {
+        match idle {
+            Idle::Pause => pb::IdlePolicy::Pause,
+            Idle::Stop => pb::IdlePolicy::Stop,
+        }
+    }
 }
 
 /// `airlock sandbox exec` options.
@@ -125,9 +136,18 @@ pub async fn run(args: SandboxArgs) -> u8 {
         SandboxCommand::Ls { json } => list(&socket, json).await,
         SandboxCommand::Exec(exec) => return exec_in(&socket, exec).await,
         SandboxCommand::Cp { src, dst } => copy(&socket, &src, &dst).await,
-        SandboxCommand::Pause { id } => simple(&socket, Request::Pause { id }).await,
-        SandboxCommand::Resume { id } => simple(&socket, Request::Resume { id }).await,
-        SandboxCommand::Kill { id } => simple(&socket, Request::Kill { id }).await,
+        SandboxCommand::Pause { id } => match connect(&socket).await {
+            Ok(mut daemon) => daemon.pause(&id).await.map_err(message),
+            Err(message) => Err(message),
+        },
+        SandboxCommand::Resume { id } => match connect(&socket).await {
+            Ok(mut daemon) => daemon.resume(&id).await.map_err(message),
+            Err(message) => Err(message),
+        },
+        SandboxCommand::Kill { id } => match connect(&socket).await {
+            Ok(mut daemon) => daemon.kill(&id).await.map_err(message),
+            Err(message) => Err(message),
+        },
     };
     match outcome {
         Ok(()) => 0,
@@ -141,56 +161,72 @@ async fn connect(socket: &Path) -> Result<Connection, String> {
         .map_err(|e| format!("cannot find the airlock binary to start the daemon: {e}"))?;
     Connection::connect_or_start(socket, &program)
         .await
-        .map_err(|e| airlock::error_chain(&e))
+        .map_err(message)
 }
 
-/// One request, one answer.
-async fn call(socket: &Path, request: &Request) -> Result<Response, String> {
-    connect(socket)
-        .await?
-        .call(request)
-        .await
-        .map_err(|e| airlock::error_chain(&e))
-}
-
-async fn simple(socket: &Path, request: Request) -> Result<(), String> {
-    match call(socket, &request).await? {
-        Response::Ok => Ok(()),
-        other => Err(unexpected(&other)),
-    }
+/// What the user reads of a failed call.
+fn message(error: daemon::DaemonError) -> String {
+    airlock::error_chain(&error)
 }
 
 async fn create_sandbox(socket: &Path, args: CreateArgs) -> Result<(), String> {
     let image = args.vm.image_file()?.as_deref().map(absolute).transpose()?;
     let workspace = args.vm.workspace.as_deref().map(absolute).transpose()?;
-    let request = Request::Create(CreateRequest {
-        image,
-        workspace,
+    let request = pb::CreateRequest {
+        image: image.map(|path| path.to_string_lossy().into_owned()),
+        workspace: workspace.map(|path| path.to_string_lossy().into_owned()),
         memory_mib: args.vm.memory,
         vcpus: args.vm.vcpus,
         max_lifetime_secs: args.max_lifetime,
-        idle: args.idle_timeout.map(|secs| {
-            let action = match args.idle {
-                IdleArg::Pause => IdleAction::Pause,
-                IdleArg::Stop => IdleAction::Stop,
-            };
-            (secs, action)
+        idle: args.idle_timeout.map(|timeout_secs| pb::Idle {
+            timeout_secs,
+            policy: pb::IdlePolicy::from(args.idle).into(),
         }),
-    });
-    match call(socket, &request).await? {
-        Response::Created { id } => {
-            println!("{id}");
-            Ok(())
+    };
+    let id = connect(socket)
+        .await?
+        .create(request)
+        .await
+        .map_err(message)?;
+    println!("{id}");
+    Ok(())
+}
+
+/// One line of `airlock sandbox ls` (and one object of `--json`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct SandboxEntry {
+    id: String,
+    /// `running`, `paused` or `ended`.
+    state: &'static str,
+    /// Why it ended, once it has.
+    ended: Option<String>,
+    wall_ms: u64,
+    running_ms: u64,
+    guest_cpu_ms: u64,
+}
+
+impl From<pb::SandboxInfo> for SandboxEntry {
+    fn from(info: pb::SandboxInfo) -> SandboxEntry {
+        SandboxEntry {
+            state: wire::state_name(info.state()),
+            id: info.id,
+            ended: info.ended,
+            wall_ms: info.wall_ms,
+            running_ms: info.running_ms,
+            guest_cpu_ms: info.guest_cpu_ms,
         }
-        other => Err(unexpected(&other)),
     }
 }
 
 async fn list(socket: &Path, json: bool) -> Result<(), String> {
-    let sandboxes = match call(socket, &Request::List).await? {
-        Response::Sandboxes { sandboxes } => sandboxes,
-        other => return Err(unexpected(&other)),
-    };
+    let sandboxes: Vec<SandboxEntry> = connect(socket)
+        .await?
+        .list()
+        .await
+        .map_err(message)?
+        .into_iter()
+        .map(SandboxEntry::from)
+        .collect();
     if json {
         let text = serde_json::to_string_pretty(&sandboxes).map_err(|e| e.to_string())?;
         println!("{text}");
@@ -254,15 +290,30 @@ fn side(text: &str) -> Result<Side, String> {
     }
 }
 
-/// The request for `cp SRC DST`.
-fn copy_request(src: &str, dst: &str) -> Result<Request, String> {
+/// What `cp SRC DST` asks for; the host path is absolute.
+#[derive(Debug, PartialEq, Eq)]
+enum Copy {
+    In {
+        id: String,
+        host: PathBuf,
+        guest: PathBuf,
+    },
+    Out {
+        id: String,
+        guest: PathBuf,
+        host: PathBuf,
+    },
+}
+
+/// The copy for `cp SRC DST`.
+fn copy_request(src: &str, dst: &str) -> Result<Copy, String> {
     match (side(src)?, side(dst)?) {
-        (Side::Host(host), Side::Guest { id, path }) => Ok(Request::CopyIn {
+        (Side::Host(host), Side::Guest { id, path }) => Ok(Copy::In {
             id,
             host: absolute(&host)?,
             guest: path,
         }),
-        (Side::Guest { id, path }, Side::Host(host)) => Ok(Request::CopyOut {
+        (Side::Guest { id, path }, Side::Host(host)) => Ok(Copy::Out {
             id,
             guest: path,
             host: absolute(&host)?,
@@ -273,11 +324,15 @@ fn copy_request(src: &str, dst: &str) -> Result<Request, String> {
 
 async fn copy(socket: &Path, src: &str, dst: &str) -> Result<(), String> {
     let request = copy_request(src, dst)?;
-    match call(socket, &request).await {
-        Ok(Response::Ok) => Ok(()),
-        Ok(other) => Err(unexpected(&other)),
-        Err(message) => Err(format!("cannot copy {src} to {dst}: {message}")),
-    }
+    let copied = match connect(socket).await {
+        Ok(mut daemon) => match &request {
+            Copy::In { id, host, guest } => daemon.copy_in(id, host, guest).await,
+            Copy::Out { id, guest, host } => daemon.copy_out(id, guest, host).await,
+        }
+        .map_err(message),
+        Err(message) => Err(message),
+    };
+    copied.map_err(|message| format!("cannot copy {src} to {dst}: {message}"))
 }
 
 /// Runs a program in a sandbox; returns airlock's exit code.
@@ -290,19 +345,13 @@ async fn exec_in(socket: &Path, args: ExecArgs) -> u8 {
         Ok(timeout) => timeout,
         Err(error) => return fail(&error.to_string()),
     };
-    let request = ExecRequest {
+    let start = pb::ExecStart {
         id: args.id,
         argv: args.command,
-        options: args.program,
+        options: Some(pb::ProgramOptions::from(&args.program)),
         stdin: session.stdin_piped(),
     };
-    let started = async {
-        connect(socket)
-            .await?
-            .exec(&request)
-            .await
-            .map_err(|e| airlock::error_chain(&e))
-    };
+    let started = async { connect(socket).await?.exec(start).await.map_err(message) };
     let stream = tokio::select! {
         started = started => match started {
             Ok(stream) => stream,
@@ -310,7 +359,9 @@ async fn exec_in(socket: &Path, args: ExecArgs) -> u8 {
         },
         signal = session.signalled() => return Ending::Signalled(signal).report(None),
     };
-    let ran = session.drive(Program::Daemon(stream), timeout).await;
+    let ran = session
+        .drive(Program::Daemon(Box::new(stream)), timeout)
+        .await;
     ran.ending.report(timeout)
 }
 
@@ -318,10 +369,6 @@ async fn exec_in(socket: &Path, args: ExecArgs) -> u8 {
 /// its own).
 fn absolute(path: &Path) -> Result<PathBuf, String> {
     std::path::absolute(path).map_err(|e| format!("cannot resolve {}: {e}", path.display()))
-}
-
-fn unexpected(response: &Response) -> String {
-    DaemonError::Unexpected(format!("{response:?}")).to_string()
 }
 
 #[cfg(test)]
@@ -332,14 +379,14 @@ mod tests {
     #[test]
     fn cp_needs_exactly_one_guest_side() {
         let request = copy_request("data.txt", "sandbox-x1:/tmp/data").unwrap();
-        let Request::CopyIn { id, host, guest } = request else {
+        let Copy::In { id, host, guest } = request else {
             panic!("not copy in")
         };
         assert_eq!(id, "sandbox-x1");
         assert!(host.is_absolute() && host.ends_with("data.txt"));
         assert_eq!(guest, PathBuf::from("/tmp/data"));
         let request = copy_request("sb:/etc", "./out:dir").unwrap();
-        assert!(matches!(request, Request::CopyOut { .. }), "{request:?}");
+        assert!(matches!(request, Copy::Out { .. }), "{request:?}");
         assert!(copy_request("a", "b").is_err());
         assert!(copy_request("sb:/a", "sb:/b").is_err());
         assert!(copy_request("sb:rel", "b")
@@ -351,7 +398,7 @@ mod tests {
     fn the_table_has_a_line_per_sandbox() {
         let entry = SandboxEntry {
             id: "sandbox-abc".into(),
-            state: "paused".into(),
+            state: "paused",
             ended: None,
             wall_ms: 12_340,
             running_ms: 10_000,

@@ -19,12 +19,10 @@ use std::time::{Duration, Instant};
 
 use airlock::{Event, Execution, Exit, ProcessHandle, Signal};
 use tokio::signal::unix::{signal, Signal as SignalStream, SignalKind};
-use tokio::sync::mpsc;
 
 use super::program::{exit_code, host_stdin, print_event, EXIT_TIMEOUT};
 use super::EXIT_AIRLOCK_ERROR;
-use crate::daemon::protocol::Input;
-use crate::daemon::ExecStream;
+use crate::daemon::{ExecInputs, ExecStream};
 
 /// How long after `--timeout` the session waits for the kill to be
 /// reported before it gives up on the program.
@@ -35,7 +33,7 @@ pub enum Program {
     /// In a sandbox this process booted (`run`).
     Local(Box<Execution>),
     /// In a sandbox the daemon holds (`sandbox exec`).
-    Daemon(ExecStream),
+    Daemon(Box<ExecStream>),
 }
 
 impl Program {
@@ -68,12 +66,7 @@ impl Program {
             }
             Program::Daemon(stream) => {
                 let signal = Signal::INT.number();
-                if stream
-                    .inputs()
-                    .send(Input::Signal { signal })
-                    .await
-                    .is_err()
-                {
+                if stream.inputs().signal(signal).await.is_err() {
                     tracing::warn!("cannot forward SIGINT: the daemon connection is gone");
                 }
             }
@@ -264,17 +257,16 @@ async fn stdin_to_process(handle: ProcessHandle) {
     }
 }
 
-/// The host's stdin to the daemon's program as input frames, then its end.
-async fn stdin_to_daemon(inputs: mpsc::Sender<Input>) {
+/// The host's stdin to the daemon's program, then its end.
+async fn stdin_to_daemon(inputs: ExecInputs) {
     if let Some(mut chunks) = host_stdin() {
         while let Some(chunk) = chunks.recv().await {
-            let data = chunk.to_vec();
-            if inputs.send(Input::Stdin { data }).await.is_err() {
+            if inputs.stdin(chunk).await.is_err() {
                 return;
             }
         }
     }
-    let _ = inputs.send(Input::StdinEnd).await;
+    let _ = inputs.close_stdin().await;
 }
 
 #[cfg(test)]

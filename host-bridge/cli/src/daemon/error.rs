@@ -7,10 +7,6 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DaemonError {
-    /// Reading or writing the connection failed.
-    #[error("daemon connection failed")]
-    Io(#[source] std::io::Error),
-
     /// No daemon answered on the socket.
     #[error("cannot connect to the daemon at {}", socket.display())]
     Connect {
@@ -19,23 +15,29 @@ pub enum DaemonError {
         source: std::io::Error,
     },
 
-    /// A message could not be encoded.
-    #[error("cannot encode a frame")]
-    Encode(#[source] serde_json::Error),
+    /// The gRPC connection to the daemon could not be set up.
+    #[error("cannot talk to the daemon at {}", socket.display())]
+    Transport {
+        socket: PathBuf,
+        #[source]
+        source: tonic::transport::Error,
+    },
 
-    /// The peer sent something that is not a frame of the protocol.
-    #[error("malformed frame")]
-    Malformed(#[source] serde_json::Error),
+    /// A call failed without a reason from the daemon (say, the
+    /// connection broke).
+    #[error("the daemon call failed: {} ({:?})", .0.message(), .0.code())]
+    Call(Box<tonic::Status>),
 
-    /// A frame past the size cap.
-    #[error("a frame of {len} bytes exceeds the limit of {max} bytes")]
-    FrameTooLarge { len: usize, max: usize },
+    /// The gRPC server stopped with an error.
+    #[error("the daemon's server failed")]
+    Serve(#[source] tonic::transport::Error),
 
     /// The peer hung up before the exchange was over.
     #[error("the daemon closed the connection early; see its log")]
     Closed,
 
-    /// The daemon refused or failed the request; the message says why.
+    /// The daemon refused or failed the request (a status with a reason);
+    /// the message says why.
     #[error("{0}")]
     Remote(String),
 
@@ -43,7 +45,7 @@ pub enum DaemonError {
     #[error("the daemon sent an exit without a status")]
     ExitWithoutStatus,
 
-    /// The daemon answered with a frame that does not fit the request.
+    /// The daemon answered with a message that does not fit the call.
     #[error("unexpected answer from the daemon: {0}")]
     Unexpected(String),
 

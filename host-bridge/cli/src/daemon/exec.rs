@@ -1,58 +1,62 @@
-//! `exec` on the daemon's side: start the program, stream its events to
-//! the client as frames, and apply the client's input frames (stdin, its
-//! end, signals) as they come. A client that hangs up before the program
-//! ends takes the program's tree with it (SIGKILL).
+//! `Exec` on the daemon's side: stream a started program's events to the
+//! client, and apply the client's messages (stdin, its end, signals) as
+//! they come. A client that ends its side of the call, or goes away,
+//! before the program ends takes the program's tree with it (SIGKILL).
 
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use airlock_proto::daemon::v1 as pb;
+use airlock_proto::v1::{process_event, ProcessEvent, Started};
+use tokio::sync::mpsc;
+use tonic::{Status, Streaming};
 
-use super::protocol::{
-    read_frame, write_frame, ExecRequest, ExitReport, Input, Response, DATA_CHUNK,
-};
-use super::DaemonError;
-use crate::commands::ProgramOptionsError;
-use airlock::{error_chain, Command, Event, ProcessHandle, Sandboxes, Signal, Stdin};
+use super::wire;
+use crate::commands::{ProgramOptions, ProgramOptionsError};
+use airlock::{error_chain, Command, Execution, ProcessHandle, Signal, Stdin};
 
-/// Runs `request` and streams it to `writer` until it exits or the client
-/// goes.
+/// How many events may wait for the client.
+pub(super) const QUEUE: usize = 4;
+
+/// The guest command `start` asks for: its program options turned into a
+/// command as `airlock run` turns them, and its stdin piped when the
+/// client sends it.
+pub(super) fn command(start: &pb::ExecStart) -> Result<Command, ProgramOptionsError> {
+    let options = ProgramOptions::from(start.options.clone().unwrap_or_default());
+    let command = options.command(&start.argv)?;
+    Ok(match start.stdin {
+        true => command.stdin(Stdin::Piped),
+        false => command,
+    })
+}
+
+/// Streams `execution` to `events` until it exits or the client goes.
 pub(super) async fn run(
-    request: ExecRequest,
-    sandboxes: &Sandboxes,
-    reader: OwnedReadHalf,
-    mut writer: OwnedWriteHalf,
+    mut execution: Execution,
+    inputs: Streaming<pb::ExecRequest>,
+    events: mpsc::Sender<Result<ProcessEvent, Status>>,
 ) {
-    let command = match command(&request) {
-        Ok(command) => command,
-        Err(error) => return refuse(&mut writer, error.to_string()).await,
-    };
-    let started = async {
-        let sandbox = sandboxes.get(&request.id)?;
-        sandbox.exec(&command).await
-    };
-    let mut execution = match started.await {
-        Ok(execution) => execution,
-        Err(error) => return refuse(&mut writer, error_chain(&error)).await,
-    };
     let handle = execution.handle();
     let pid = execution.pid();
-    tracing::debug!(id = %request.id, pid, "exec started");
-    if write_frame(&mut writer, &Response::Started { pid })
-        .await
-        .is_err()
-    {
+    let started = ProcessEvent {
+        event: Some(process_event::Event::Started(Started { pid })),
+        offset: 0,
+    };
+    if events.send(Ok(started)).await.is_err() {
         kill(&handle).await;
         return;
     }
-    let mut inputs = tokio::spawn(apply_inputs(reader, handle.clone()));
+    let mut inputs = tokio::spawn(apply_inputs(inputs, handle.clone()));
     loop {
         tokio::select! {
             event = execution.next_event() => {
-                let (frames, last) = match event {
-                    Ok(Some(event)) => frames(event),
-                    Ok(None) => (vec![ended_without_status()], true),
-                    Err(error) => (vec![Response::Error { message: error_chain(&error) }], true),
+                let (messages, last) = match event {
+                    Ok(Some(event)) => {
+                        let last = matches!(event, airlock::Event::Exited(_));
+                        (wire::event_messages(event).into_iter().map(Ok).collect(), last)
+                    }
+                    Ok(None) => (vec![Err(ended_without_status())], true),
+                    Err(error) => (vec![Err(wire::error_status(&error))], true),
                 };
-                if let Err(error) = send_all(&mut writer, &frames).await {
-                    tracing::debug!(error = %error_chain(&error), "client gone; killing the program");
+                if !send_all(&events, messages).await {
+                    tracing::debug!(pid, "client gone; killing the program");
                     kill(&handle).await;
                     break;
                 }
@@ -65,81 +69,57 @@ pub(super) async fn run(
                 kill(&handle).await;
                 break;
             }
+            () = events.closed() => {
+                tracing::debug!(pid, "client gone; killing the program");
+                kill(&handle).await;
+                break;
+            }
         }
     }
     inputs.abort();
 }
 
-/// The guest command for `request`: its program options turned into a
-/// command as `airlock run` turns them, and its stdin piped when the
-/// client sends it.
-fn command(request: &ExecRequest) -> Result<Command, ProgramOptionsError> {
-    let command = request.options.command(&request.argv)?;
-    Ok(match request.stdin {
-        true => command.stdin(Stdin::Piped),
-        false => command,
-    })
+fn ended_without_status() -> Status {
+    wire::error_status(&airlock::Error::Protocol(
+        "the program's output ended without an exit status".into(),
+    ))
 }
 
-/// Answers a request that cannot start with why.
-async fn refuse(writer: &mut OwnedWriteHalf, message: String) {
-    if let Err(error) = write_frame(writer, &Response::Error { message }).await {
-        tracing::debug!(error = %error_chain(&error), "client gone before the refusal");
+/// Sends every message; `false` once the client is gone.
+async fn send_all(
+    events: &mpsc::Sender<Result<ProcessEvent, Status>>,
+    messages: Vec<Result<ProcessEvent, Status>>,
+) -> bool {
+    for message in messages {
+        if events.send(message).await.is_err() {
+            return false;
+        }
     }
+    true
 }
 
-/// An event as frames (output split into [`DATA_CHUNK`]s), and whether it
-/// was the last.
-fn frames(event: Event) -> (Vec<Response>, bool) {
-    let chunks = |data: &[u8], stdout: bool| -> Vec<Response> {
-        data.chunks(DATA_CHUNK)
-            .map(|chunk| match stdout {
-                true => Response::Stdout {
-                    data: chunk.to_vec(),
-                },
-                false => Response::Stderr {
-                    data: chunk.to_vec(),
-                },
-            })
-            .collect()
-    };
-    match event {
-        Event::Stdout(data) => (chunks(&data, true), false),
-        Event::Stderr(data) => (chunks(&data, false), false),
-        Event::Dropped(bytes) => (vec![Response::Dropped { bytes }], false),
-        Event::Exited(exit) => (vec![Response::Exited(ExitReport::new(&exit))], true),
-    }
-}
-
-fn ended_without_status() -> Response {
-    Response::Error {
-        message: "the program's output ended without an exit status".into(),
-    }
-}
-
-async fn send_all(writer: &mut OwnedWriteHalf, frames: &[Response]) -> Result<(), DaemonError> {
-    for frame in frames {
-        write_frame(writer, frame).await?;
-    }
-    Ok(())
-}
-
-/// Applies the client's input frames until it hangs up (or sends garbage).
-async fn apply_inputs(mut reader: OwnedReadHalf, handle: ProcessHandle) {
+/// Applies the client's messages until it ends its side of the call.
+async fn apply_inputs(mut inputs: Streaming<pb::ExecRequest>, handle: ProcessHandle) {
+    use pb::exec_request::Input;
     loop {
-        let input = match read_frame::<_, Input>(&mut reader).await {
-            Ok(Some(input)) => input,
+        let input = match inputs.message().await {
+            Ok(Some(pb::ExecRequest { input: Some(input) })) => input,
+            Ok(Some(pb::ExecRequest { input: None })) => continue,
             Ok(None) => return,
-            Err(error) => {
-                tracing::warn!(error = %error_chain(&error), "bad input frame; hanging up");
+            Err(status) => {
+                tracing::debug!(?status, "exec input ended");
                 return;
             }
         };
         // The program may have closed its stdin or exited: not fatal.
         let applied = match input {
-            Input::Stdin { data } => handle.write_stdin(data).await,
-            Input::StdinEnd => handle.close_stdin().await,
-            Input::Signal { signal } => handle.signal(Signal::from_raw(signal)).await,
+            Input::Stdin(data) => handle.write_stdin(data).await,
+            Input::CloseStdin(pb::CloseStdin {}) => handle.close_stdin().await,
+            Input::Signal(signal) => handle.signal(Signal::from_raw(signal)).await,
+            Input::Start(_) => {
+                tracing::warn!("a second start message; ignored");
+                Ok(())
+            }
         };
         if let Err(error) = applied {
             tracing::debug!(error = %error_chain(&error), "input not applied");
@@ -157,7 +137,6 @@ async fn kill(handle: &ProcessHandle) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::commands::ProgramOptions;
 
     #[test]
     fn the_request_becomes_the_command_run_would_build() {
@@ -171,26 +150,27 @@ mod tests {
             ..ProgramOptions::default()
         };
         let argv = vec!["sh".to_owned(), "-c".to_owned(), "true".to_owned()];
-        let request = ExecRequest {
+        let start = pb::ExecStart {
             id: "sb".into(),
             argv: argv.clone(),
-            options: options.clone(),
+            options: Some(pb::ProgramOptions::from(&options)),
             stdin: true,
         };
         let expected = options.command(&argv).unwrap().stdin(Stdin::Piped);
-        assert_eq!(command(&request).unwrap(), expected);
+        assert_eq!(command(&start).unwrap(), expected);
 
-        let refused = ExecRequest {
+        let refused = pb::ExecStart {
             argv: vec![],
-            ..request.clone()
+            ..start.clone()
         };
         assert_eq!(command(&refused), Err(ProgramOptionsError::NoProgram));
-        let refused = ExecRequest {
-            options: ProgramOptions {
-                timeout: Some(-1.0),
-                ..options
-            },
-            ..request
+        let bad = ProgramOptions {
+            timeout: Some(-1.0),
+            ..options
+        };
+        let refused = pb::ExecStart {
+            options: Some(pb::ProgramOptions::from(&bad)),
+            ..start
         };
         assert_eq!(command(&refused), Err(ProgramOptionsError::BadTimeout));
     }

@@ -1,34 +1,44 @@
-//! The daemon's side: a private Unix socket in front of a [`Sandboxes`]
-//! manager. Each connection carries one request (see `protocol`) and runs
-//! in its own task; an exec goes to `exec`.
+//! The daemon's side: the `airlock.daemon.v1.Sandboxes` gRPC service on a
+//! private Unix socket, in front of a [`Sandboxes`] manager. Every call's
+//! work runs in a task the daemon tracks, so shutting down ends them all
+//! (an exec's is in `exec`).
 
 use std::fs::{File, OpenOptions};
 use std::future::Future;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use airlock_proto::daemon::v1 as pb;
+use airlock_proto::daemon::v1::sandboxes_server::SandboxesServer;
+use airlock_proto::v1::ProcessEvent;
+use futures::StreamExt;
 use nix::fcntl::{Flock, FlockArg};
 use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::oneshot;
 use tokio::task::JoinSet;
+use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
+use tonic::{Code, Request, Response, Status, Streaming};
 
-use super::protocol::{
-    read_frame, write_frame, CreateRequest, IdleAction, Request, Response, SandboxEntry,
-};
+use super::wire::{self, MAX_MESSAGE_BYTES};
 use super::DaemonError;
-use airlock::{error_chain, IdlePolicy, Sandbox, SandboxBuilder, Sandboxes};
+use airlock::{Sandbox, SandboxBuilder, Sandboxes};
 
 /// How long the daemon waits before accepting again after `accept` failed
 /// (say, out of file descriptors).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// How long a stopping daemon waits for its connections to close.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The daemon's socket, bound and exclusively held: a lock file next to
 /// it (`<socket>.lock`) keeps a second daemon out for as long as this one
 /// lives. Dropping it removes the socket file.
 #[derive(Debug)]
 pub struct DaemonSocket {
-    listener: UnixListener,
+    /// Taken by [`serve`].
+    listener: Option<UnixListener>,
     path: PathBuf,
     _lock: Flock<File>,
 }
@@ -86,7 +96,7 @@ impl DaemonSocket {
         let listener = listener.map_err(failed)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(failed)?;
         Ok(DaemonSocket {
-            listener,
+            listener: Some(listener),
             path: path.to_owned(),
             _lock: lock,
         })
@@ -106,151 +116,301 @@ impl Drop for DaemonSocket {
     }
 }
 
-/// Serves requests on `socket` with a manager of at most `max` sandboxes
-/// until `shutdown` completes; then kills every sandbox, waits for the
-/// connections' tasks to end, and removes the socket.
+/// Serves `airlock.daemon.v1.Sandboxes` on `socket` with a manager of at
+/// most `max` sandboxes until `shutdown` completes; then kills every
+/// sandbox, ends every call's task, and removes the socket.
 pub async fn serve(
-    socket: DaemonSocket,
+    mut socket: DaemonSocket,
     max: usize,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
     let sandboxes = Arc::new(Sandboxes::new(max));
-    let mut connections = JoinSet::new();
-    tokio::pin!(shutdown);
-    tracing::info!(socket = %socket.path().display(), max, "serving");
-    loop {
-        tokio::select! {
-            () = &mut shutdown => break,
-            accepted = socket.listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    connections.spawn(handle(stream, Arc::clone(&sandboxes)));
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                }
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+    let tasks = Arc::new(Mutex::new(JoinSet::new()));
+    let service = Service {
+        sandboxes: Arc::clone(&sandboxes),
+        tasks: Arc::clone(&tasks),
+    };
+    let listener = socket.listener.take().ok_or(DaemonError::Closed)?;
+    // A failed accept (say, out of file descriptors) is retried, not fatal.
+    let incoming = UnixListenerStream::new(listener).filter_map(|accepted| async move {
+        match accepted {
+            Ok(stream) => Some(Ok::<_, std::io::Error>(stream)),
+            Err(error) => {
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                None
+            }
         }
-    }
+    });
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(
+                SandboxesServer::new(service)
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .serve_with_incoming_shutdown(incoming, async {
+                let _ = stopped.await;
+            }),
+    );
+    tracing::info!(socket = %socket.path().display(), max, "serving");
+    shutdown.await;
     let live = sandboxes.list().len();
     tracing::info!(sandboxes = live, "shutting down: killing every sandbox");
     sandboxes.kill_all();
-    // The tasks hold sandboxes too; they go (and their state directories
-    // with them) before the daemon exits.
-    connections.abort_all();
-    while connections.join_next().await.is_some() {}
-    drop(sandboxes);
-    drop(socket);
-    Ok(())
-}
-
-/// One connection: read the request, answer it.
-async fn handle(stream: UnixStream, sandboxes: Arc<Sandboxes>) {
-    let (mut reader, mut writer) = stream.into_split();
-    let request = match read_frame::<_, Request>(&mut reader).await {
-        Ok(Some(request)) => request,
-        Ok(None) => return,
-        Err(error) => {
-            tracing::warn!(error = %error_chain(&error), "bad request");
-            let message = error_chain(&error);
-            let _ = write_frame(&mut writer, &Response::Error { message }).await;
-            return;
+    // The calls' tasks hold sandboxes too; they go (and their state
+    // directories with them) before the daemon exits.
+    let mut running = std::mem::take(&mut *lock(&tasks));
+    running.abort_all();
+    while running.join_next().await.is_some() {}
+    let _ = stop.send(());
+    let served = match tokio::time::timeout(DRAIN_TIMEOUT, server).await {
+        Ok(Ok(served)) => served.map_err(DaemonError::Serve),
+        Ok(Err(_)) => Ok(()),
+        Err(_) => {
+            tracing::warn!("connections still open; stopping anyway");
+            Ok(())
         }
     };
-    tracing::debug!(?request, "request");
-    let response = match request {
-        Request::Exec(exec) => return super::exec::run(exec, &sandboxes, reader, writer).await,
-        other => answer(other, &sandboxes).await,
-    };
-    if let Err(error) = write_frame(&mut writer, &response).await {
-        tracing::debug!(error = %error_chain(&error), "client gone before the answer");
+    drop(sandboxes);
+    drop(socket);
+    served
+}
+
+/// The tracked tasks, even if a panicking task poisoned the lock.
+fn lock(tasks: &Mutex<JoinSet<()>>) -> std::sync::MutexGuard<'_, JoinSet<()>> {
+    tasks
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The `Sandboxes` service.
+#[derive(Debug)]
+struct Service {
+    sandboxes: Arc<Sandboxes>,
+    /// Every call's work, ended when the daemon stops.
+    tasks: Arc<Mutex<JoinSet<()>>>,
+}
+
+impl Service {
+    /// Runs `work` in a tracked task (see [`Service::spawn`]) and returns
+    /// its answer; `UNAVAILABLE` if the daemon stopped it.
+    async fn run<T, F>(&self, work: F) -> Result<Response<T>, Status>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, Status>> + Send + 'static,
+    {
+        let (answer, answered) = oneshot::channel();
+        self.spawn(async move {
+            let _ = answer.send(work.await);
+        });
+        match answered.await {
+            Ok(answer) => answer.map(Response::new),
+            Err(_) => Err(shutting_down()),
+        }
+    }
+
+    /// Spawns `task` where a stopping daemon ends it.
+    fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let mut tasks = lock(&self.tasks);
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(task);
+    }
+
+    /// The sandbox `id` names.
+    fn sandbox(&self, id: &str) -> Result<Arc<Sandbox>, Status> {
+        self.sandboxes.get(id).map_err(|e| wire::error_status(&e))
     }
 }
 
-/// The answer to every request but exec.
-async fn answer(request: Request, sandboxes: &Sandboxes) -> Response {
-    let done = match request {
-        Request::Ping => Ok(Response::Pong {
+fn shutting_down() -> Status {
+    wire::status(
+        Code::Unavailable,
+        pb::ErrorReason::ShuttingDown,
+        "the daemon is shutting down",
+    )
+}
+
+#[tonic::async_trait]
+impl pb::sandboxes_server::Sandboxes for Service {
+    async fn ping(
+        &self,
+        _: Request<pb::PingRequest>,
+    ) -> Result<Response<pb::PingResponse>, Status> {
+        Ok(Response::new(pb::PingResponse {
             pid: std::process::id(),
-        }),
-        Request::Create(create) => match sandboxes.start(builder(create)).await {
-            Ok(sandbox) => {
-                tracing::info!(id = sandbox.id(), "created");
-                Ok(Response::Created {
-                    id: sandbox.id().to_owned(),
-                })
-            }
-            Err(error) => Err(error),
-        },
-        Request::List => Ok(Response::Sandboxes {
-            sandboxes: sandboxes
+        }))
+    }
+
+    async fn create(
+        &self,
+        request: Request<pb::CreateRequest>,
+    ) -> Result<Response<pb::CreateResponse>, Status> {
+        let builder = builder(request.into_inner())?;
+        let sandboxes = Arc::clone(&self.sandboxes);
+        self.run(async move {
+            let sandbox = sandboxes
+                .start(builder)
+                .await
+                .map_err(|e| wire::error_status(&e))?;
+            tracing::info!(id = sandbox.id(), "created");
+            Ok(pb::CreateResponse {
+                id: sandbox.id().to_owned(),
+            })
+        })
+        .await
+    }
+
+    async fn list(
+        &self,
+        _: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListResponse>, Status> {
+        Ok(Response::new(pb::ListResponse {
+            sandboxes: self
+                .sandboxes
                 .list()
                 .iter()
-                .map(SandboxEntry::from_info)
+                .map(wire::sandbox_info)
                 .collect(),
-        }),
-        Request::CopyIn { id, host, guest } => match sandboxes.get(&id) {
-            Ok(sandbox) => sandbox
+        }))
+    }
+
+    type ExecStream = ReceiverStream<Result<ProcessEvent, Status>>;
+
+    async fn exec(
+        &self,
+        request: Request<Streaming<pb::ExecRequest>>,
+    ) -> Result<Response<Self::ExecStream>, Status> {
+        let mut inputs = request.into_inner();
+        let start = match inputs.message().await? {
+            Some(pb::ExecRequest {
+                input: Some(pb::exec_request::Input::Start(start)),
+            }) => start,
+            _ => {
+                return Err(wire::status(
+                    Code::InvalidArgument,
+                    pb::ErrorReason::InvalidArgument,
+                    "an exec begins with its start message",
+                ))
+            }
+        };
+        let command = super::exec::command(&start).map_err(|e| wire::options_status(&e))?;
+        let sandbox = self.sandbox(&start.id)?;
+        let id = start.id;
+        let execution = self
+            .run(async move {
+                sandbox
+                    .exec(&command)
+                    .await
+                    .map_err(|e| wire::error_status(&e))
+            })
+            .await?
+            .into_inner();
+        tracing::debug!(%id, pid = execution.pid(), "exec started");
+        let (events, stream) = tokio::sync::mpsc::channel(super::exec::QUEUE);
+        self.spawn(super::exec::run(execution, inputs, events));
+        Ok(Response::new(ReceiverStream::new(stream)))
+    }
+
+    async fn copy_in(
+        &self,
+        request: Request<pb::CopyInRequest>,
+    ) -> Result<Response<pb::CopyInResponse>, Status> {
+        let request = request.into_inner();
+        let sandbox = self.sandbox(&request.id)?;
+        self.run(async move {
+            sandbox
                 .fs()
-                .copy_in(&host, &guest)
+                .copy_in(
+                    Path::new(&request.host_path),
+                    Path::new(&request.guest_path),
+                )
                 .await
-                .map(|_| Response::Ok),
-            Err(error) => Err(error),
-        },
-        Request::CopyOut { id, guest, host } => match sandboxes.get(&id) {
-            Ok(sandbox) => sandbox
+                .map_err(|e| wire::error_status(&e))?;
+            Ok(pb::CopyInResponse {})
+        })
+        .await
+    }
+
+    async fn copy_out(
+        &self,
+        request: Request<pb::CopyOutRequest>,
+    ) -> Result<Response<pb::CopyOutResponse>, Status> {
+        let request = request.into_inner();
+        let sandbox = self.sandbox(&request.id)?;
+        self.run(async move {
+            sandbox
                 .fs()
-                .copy_out(&guest, &host)
+                .copy_out(
+                    Path::new(&request.guest_path),
+                    Path::new(&request.host_path),
+                )
                 .await
-                .map(|_| Response::Ok),
-            Err(error) => Err(error),
-        },
-        Request::Pause { id } => match sandboxes.get(&id) {
-            Ok(sandbox) => sandbox.pause().await.map(|()| Response::Ok),
-            Err(error) => Err(error),
-        },
-        Request::Resume { id } => match sandboxes.get(&id) {
-            Ok(sandbox) => sandbox.resume().await.map(|()| Response::Ok),
-            Err(error) => Err(error),
-        },
-        Request::Kill { id } => sandboxes.kill(&id).map(|()| {
-            tracing::info!(%id, "killed");
-            Response::Ok
-        }),
-        Request::Exec(_) => Ok(Response::Error {
-            message: "exec is served on its own".into(),
-        }),
-    };
-    done.unwrap_or_else(|error| Response::Error {
-        message: error_chain(&error),
-    })
+                .map_err(|e| wire::error_status(&e))?;
+            Ok(pb::CopyOutResponse {})
+        })
+        .await
+    }
+
+    async fn pause(
+        &self,
+        request: Request<pb::PauseRequest>,
+    ) -> Result<Response<pb::PauseResponse>, Status> {
+        let sandbox = self.sandbox(&request.into_inner().id)?;
+        self.run(async move {
+            sandbox.pause().await.map_err(|e| wire::error_status(&e))?;
+            Ok(pb::PauseResponse {})
+        })
+        .await
+    }
+
+    async fn resume(
+        &self,
+        request: Request<pb::ResumeRequest>,
+    ) -> Result<Response<pb::ResumeResponse>, Status> {
+        let sandbox = self.sandbox(&request.into_inner().id)?;
+        self.run(async move {
+            sandbox.resume().await.map_err(|e| wire::error_status(&e))?;
+            Ok(pb::ResumeResponse {})
+        })
+        .await
+    }
+
+    async fn kill(
+        &self,
+        request: Request<pb::KillRequest>,
+    ) -> Result<Response<pb::KillResponse>, Status> {
+        let id = request.into_inner().id;
+        self.sandboxes
+            .kill(&id)
+            .map_err(|e| wire::error_status(&e))?;
+        tracing::info!(%id, "killed");
+        Ok(Response::new(pb::KillResponse {}))
+    }
 }
 
 /// The sandbox a create request describes.
-fn builder(create: CreateRequest) -> SandboxBuilder {
+fn builder(create: pb::CreateRequest) -> Result<SandboxBuilder, Status> {
     let mut builder = Sandbox::builder()
         .memory_mib(create.memory_mib)
         .vcpus(create.vcpus);
     if let Some(image) = create.image {
-        builder = builder.image(image);
+        builder = builder.image(PathBuf::from(image));
     }
     if let Some(workspace) = create.workspace {
-        builder = builder.workspace(workspace);
+        builder = builder.workspace(PathBuf::from(workspace));
     }
     match create.max_lifetime_secs {
         Some(0) => builder = builder.max_lifetime(None),
         Some(secs) => builder = builder.max_lifetime(Some(Duration::from_secs(secs))),
         None => {}
     }
-    if let Some((secs, action)) = create.idle {
-        let policy = match action {
-            IdleAction::Pause => IdlePolicy::Pause,
-            IdleAction::Stop => IdlePolicy::Stop,
-        };
-        builder = builder.idle_timeout(Duration::from_secs(secs), policy);
+    if let Some(idle) = create.idle {
+        let policy = wire::idle_policy(idle.policy())?;
+        builder = builder.idle_timeout(Duration::from_secs(idle.timeout_secs), policy);
     }
-    builder
+    Ok(builder)
 }
 
 #[cfg(test)]
@@ -276,36 +436,78 @@ mod tests {
         let server = tokio::spawn(serve(socket, 2, async {
             let _ = stopped.await;
         }));
-        let pong = client::Connection::connect(&path)
-            .await
-            .unwrap()
-            .call(&Request::Ping)
-            .await
-            .unwrap();
-        assert_eq!(
-            pong,
-            Response::Pong {
-                pid: std::process::id()
-            }
-        );
-        let list = client::Connection::connect(&path)
-            .await
-            .unwrap()
-            .call(&Request::List)
-            .await
-            .unwrap();
-        assert_eq!(list, Response::Sandboxes { sandboxes: vec![] });
-        let missing = client::Connection::connect(&path)
-            .await
-            .unwrap()
-            .call(&Request::Pause { id: "nope".into() })
-            .await
-            .unwrap_err();
-        assert!(missing.to_string().contains("no sandbox nope"), "{missing}");
+        let mut connection = client::Connection::connect(&path).await.unwrap();
+        assert_eq!(connection.ping().await.unwrap(), std::process::id());
+        assert!(connection.list().await.unwrap().is_empty());
 
         stop.send(()).unwrap();
         server.await.unwrap().unwrap();
         assert!(!path.exists(), "the socket is removed");
+    }
+
+    #[tokio::test]
+    async fn unknown_sandboxes_are_not_found_with_a_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("daemon.sock");
+        let socket = DaemonSocket::bind(&path).await.unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(socket, 2, async {
+            let _ = stopped.await;
+        }));
+        let connection = client::Connection::connect(&path).await.unwrap();
+        let mut raw = connection.raw();
+        for status in [
+            raw.pause(pb::PauseRequest { id: "nope".into() })
+                .await
+                .unwrap_err(),
+            raw.resume(pb::ResumeRequest { id: "nope".into() })
+                .await
+                .unwrap_err(),
+            raw.kill(pb::KillRequest { id: "nope".into() })
+                .await
+                .unwrap_err(),
+            raw.copy_in(pb::CopyInRequest {
+                id: "nope".into(),
+                host_path: "/etc/hostname".into(),
+                guest_path: "/tmp/x".into(),
+            })
+            .await
+            .unwrap_err(),
+        ] {
+            assert_eq!(status.code(), Code::NotFound, "{status:?}");
+            assert_eq!(status.message(), "no sandbox nope");
+            assert_eq!(wire::reason(&status), Some(pb::ErrorReason::NoSuchSandbox));
+        }
+        // The client's view: the message the CLI prints.
+        let mut connection = client::Connection::connect(&path).await.unwrap();
+        let error = connection.pause("nope").await.unwrap_err();
+        assert_eq!(error.to_string(), "no sandbox nope");
+        let start = pb::ExecStart {
+            id: "nope".into(),
+            argv: vec!["true".into()],
+            options: Some(pb::ProgramOptions::default()),
+            stdin: false,
+        };
+        let error = connection.exec(start.clone()).await.unwrap_err();
+        assert_eq!(error.to_string(), "no sandbox nope");
+        let no_program = pb::ExecStart {
+            argv: vec![],
+            ..start
+        };
+        let error = connection.exec(no_program).await.unwrap_err();
+        assert_eq!(error.to_string(), "no program to run");
+        let idle = pb::CreateRequest {
+            idle: Some(pb::Idle {
+                timeout_secs: 1,
+                policy: pb::IdlePolicy::Unspecified.into(),
+            }),
+            ..pb::CreateRequest::default()
+        };
+        let status = raw.create(idle).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+
+        stop.send(()).unwrap();
+        server.await.unwrap().unwrap();
     }
 
     #[tokio::test]

@@ -12,7 +12,7 @@ use std::fmt;
 
 /// The revision of `airlock.agent.v1` that this crate describes: the
 /// revision of the newest [`Feature`].
-pub const PROTOCOL_REVISION: u32 = 5;
+pub const PROTOCOL_REVISION: u32 = 6;
 
 /// The vsock port the agent listens on unless the kernel command line says
 /// otherwise ([`cmdline::PORT`]).
@@ -33,6 +33,50 @@ pub const READY_PORT: u32 = 1025;
 /// What the agent writes on [`READY_PORT`]: one line, then end of stream.
 pub const READY_ANNOUNCEMENT: &[u8] = b"airlock-agent ready\n";
 
+/// The agent's virtio-serial channel (see [`crate::opening`] for how each
+/// connection on it begins).
+pub mod serial {
+    use std::time::Duration;
+
+    /// The name of the virtio-serial port the agent serves on: QEMU's
+    /// `virtserialport,name=...`, which the guest lists in
+    /// `/sys/class/virtio-ports/*/name`.
+    pub const AGENT_PORT_NAME: &str = "airlock.agent.0";
+    /// How often each side sends an HTTP/2 ping on an open connection.
+    pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+    /// How long a ping may go unanswered before its side drops the
+    /// connection (the host then opens a new one).
+    pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+}
+
+/// Which channel the agent serves on: the value of [`cmdline::CHANNEL`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel {
+    /// The virtio-serial port [`serial::AGENT_PORT_NAME`]; snapshots keep it.
+    Serial,
+    /// AF_VSOCK on [`cmdline::PORT`], announced on [`READY_PORT`].
+    Vsock,
+}
+
+impl Channel {
+    /// The value on the kernel command line.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Channel::Serial => "serial",
+            Channel::Vsock => "vsock",
+        }
+    }
+
+    /// Parses a command line value.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "serial" => Some(Channel::Serial),
+            "vsock" => Some(Channel::Vsock),
+            _ => None,
+        }
+    }
+}
+
 /// Kernel command line keys (`key=value`), which the kernel leaves in
 /// `/proc/cmdline` for the agent.
 pub mod cmdline {
@@ -41,6 +85,9 @@ pub mod cmdline {
     pub const PORT: &str = "airlock.port";
     /// The guest's hostname.
     pub const HOSTNAME: &str = "airlock.hostname";
+    /// The channel the agent serves on: `serial` or `vsock` (the default,
+    /// for hosts that do not say).
+    pub const CHANNEL: &str = "airlock.channel";
     /// The agent's tracing env-filter.
     pub const LOG: &str = "airlock.log";
     /// The root image's disk (ext4), which the agent switches into.
@@ -91,11 +138,13 @@ pub enum Feature {
     Pty,
     /// `System.SetClock`.
     SetClock,
+    /// `System.Personalize` and `CheckResponse.sandbox_id`.
+    Personalize,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Feature; 7] = [
+    pub const ALL: [Feature; 8] = [
         Feature::ExtendedStart,
         Feature::Attach,
         Feature::List,
@@ -103,6 +152,7 @@ impl Feature {
         Feature::Limits,
         Feature::Pty,
         Feature::SetClock,
+        Feature::Personalize,
     ];
 
     /// The protocol revision that added this feature.
@@ -112,6 +162,7 @@ impl Feature {
             Feature::Files => 3,
             Feature::Limits => 4,
             Feature::Pty | Feature::SetClock => 5,
+            Feature::Personalize => 6,
         }
     }
 
@@ -131,6 +182,7 @@ impl fmt::Display for Feature {
             Feature::Limits => "limits, privileges and usage",
             Feature::Pty => "terminals",
             Feature::SetClock => "setting the guest clock",
+            Feature::Personalize => "personalizing a guest (entropy, hostname, id)",
         })
     }
 }
@@ -160,5 +212,13 @@ mod tests {
     fn ports_do_not_collide() {
         assert_ne!(DEFAULT_AGENT_PORT, READY_PORT);
         assert!(READY_ANNOUNCEMENT.ends_with(b"\n"));
+    }
+
+    #[test]
+    fn channels_round_trip() {
+        for channel in [Channel::Serial, Channel::Vsock] {
+            assert_eq!(Channel::parse(channel.as_str()), Some(channel));
+        }
+        assert_eq!(Channel::parse("tcp"), None);
     }
 }

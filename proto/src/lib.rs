@@ -45,6 +45,7 @@ pub mod agent {
 }
 
 pub mod contract;
+pub mod opening;
 
 pub use contract::{
     Feature, DEFAULT_AGENT_PORT, PROTOCOL_REVISION, READY_ANNOUNCEMENT, READY_PORT,

@@ -55,6 +55,7 @@ mod lifecycle;
 mod manager;
 mod sandbox;
 pub mod state_dir;
+pub mod template;
 pub mod transport;
 mod vmm;
 mod workspace;
@@ -77,7 +78,7 @@ pub use fs::Files;
 pub use lifecycle::{EndReason, IdlePolicy, PausedCalls, SandboxState, SandboxUsage};
 pub use manager::{SandboxInfo, Sandboxes};
 pub use sandbox::{
-    BootTimings, Sandbox, SandboxBuilder, DEFAULT_CONSOLE_LOG_BUDGET, DEFAULT_MAX_LIFETIME,
+    BootTimings, GuestChannel, Origin, Sandbox, SandboxBuilder, DEFAULT_CONSOLE_LOG_BUDGET, DEFAULT_MAX_LIFETIME,
     DEFAULT_UNRESPONSIVE_AFTER,
 };
 /// gRPC status codes, as returned by [`Error::agent_code`].

@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod shared_vm;
+pub mod soak;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -42,8 +42,8 @@ async fn gc_ends_the_sandboxes_of_a_killed_owner_and_keeps_live_ones() {
     let orphans = airlock_tests::processes_mentioning(&orphan_dir);
     assert_eq!(
         orphans.len(),
-        2,
-        "qemu and vhost-device-vsock outlive a killed owner: {orphans:?}"
+        1,
+        "qemu outlives a killed owner: {orphans:?}"
     );
 
     let dry = gc(base.path(), &["--dry-run"]);

@@ -18,7 +18,11 @@ use tokio::sync::watch;
 
 #[tokio::test]
 async fn a_broken_connection_fails_open_calls_and_redials_for_new_ones() {
-    let sandbox = airlock_tests::boot().await;
+    let sandbox = airlock_tests::builder()
+        .guest_channel(airlock::GuestChannel::Vsock)
+        .start()
+        .await
+        .expect("a sandbox on the vsock channel");
     let dir = tempfile::tempdir().unwrap();
     let front = dir.path().join("relay.sock");
     let (cut, cut_rx) = watch::channel(0u32);

@@ -1,11 +1,18 @@
 //! Starting a configured sandbox: lock the workspace, create the state
-//! directory, start the VMM, reach the agent (see `connect`), and hand the
-//! running VM to `lifecycle`'s watchdog.
+//! directory, start the VMM (a cold boot, or a clone of a template: see
+//! `clone`), reach the agent (see `connect`), make the guest its own
+//! machine (`System.Personalize`), and hand the running VM to
+//! `lifecycle`'s watchdog.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use airlock_proto::v1::system_client::SystemClient;
+use airlock_proto::v1::{CheckResponse, PersonalizeRequest};
+use airlock_proto::Feature;
+use tempfile::TempDir;
 use tokio::sync::OwnedSemaphorePermit;
+use tonic::transport::Channel;
 
 use crate::error::{Error, Result};
 use crate::features::AgentFeatures;
@@ -13,12 +20,43 @@ use crate::lifecycle::channel::AgentChannel;
 use crate::lifecycle::vm::VmShared;
 use crate::lifecycle::watchdog;
 use crate::state_dir;
-use crate::vmm::{Backend, BackendKind, ProcessVm, QemuConfig, QemuVm, VmPaths};
+use crate::transport::CapMessages;
+use crate::vmm::{
+    AgentPort, Backend, BackendKind, Disk, GuestMemory, ProcessVm, QemuConfig, QemuVm, VmPaths,
+};
 use crate::workspace::Workspace;
+use crate::Accel;
 
-use super::builder::SandboxBuilder;
+use super::builder::{GuestChannel, SandboxBuilder};
 use super::connect::{connect_agent, Deadline};
 use super::Sandbox;
+
+/// How many random bytes a guest gets from the host at start.
+const ENTROPY_BYTES: usize = 64;
+/// How long `Personalize` may take.
+const PERSONALIZE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How a sandbox came to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Origin {
+    /// Booted from the kernel.
+    Cold,
+    /// Restored from the template `key`; `built` when this start made it.
+    Clone { key: String, built: bool },
+    /// A template was asked for, but this start booted cold instead.
+    ColdFallback { reason: String },
+}
+
+/// A VMM that runs and an agent that answered.
+pub(super) struct Launched {
+    /// When the VMM processes were running.
+    pub vmm_started: Instant,
+    pub dir: TempDir,
+    pub vmm: Backend,
+    pub channel: Channel,
+    pub health: CheckResponse,
+}
 
 impl SandboxBuilder {
     /// Boots the VM and waits until the agent answers.
@@ -49,40 +87,48 @@ impl SandboxBuilder {
         if self.collect_orphans {
             crate::gc::collect_before_start(self.state_dir_base.clone()).await;
         }
-        let dir = state_dir::create(&self.state_dir_base)?;
-        let mut vmm = match &self.backend {
-            BackendKind::Qemu => {
-                let paths = VmPaths::in_dir(dir.path());
-                let config = QemuConfig {
-                    accel,
-                    memory_mib: self.memory_mib,
-                    vcpus: self.vcpus,
-                    kernel: self.kernel.clone(),
-                    initramfs: self.initramfs.clone(),
-                    kernel_cmdline: self.kernel_cmdline(accel),
-                    vhost_user_socket: paths.vhost_user_socket.clone(),
-                    console_log: paths.console_log.clone(),
-                    qmp_socket: paths.qmp_socket.clone(),
-                    disks,
-                    serial_ports: self.serial_ports.clone(),
-                };
-                tracing::info!(state_dir = %dir.path().display(), accel = accel.qemu_name(), "starting VM");
-                Backend::Qemu(QemuVm::start(&config, paths, self.vmm_user, self.agent_port).await?)
-            }
-            BackendKind::Process { agent } => {
-                tracing::info!(state_dir = %dir.path().display(), "starting the agent as a process");
-                Backend::Process(ProcessVm::start(agent, dir.path())?)
-            }
-        };
-        let vmm_started = begin.elapsed();
-
         let deadline = Deadline {
             at: begin + self.boot_timeout,
             timeout: self.boot_timeout,
         };
-        let (channel, health) = connect_agent(&mut vmm, deadline).await?;
-        let timings = BootTimings {
+        let (launched, origin) = match self.template_refusal() {
+            Some(reason) => {
+                if self.from_template {
+                    tracing::info!(reason, "this configuration boots cold");
+                }
+                (
+                    self.launch_cold(accel, disks, deadline).await?,
+                    Origin::Cold,
+                )
+            }
+            None => match self.launch_clone(accel, &disks, deadline).await {
+                Ok((launched, key, built)) => (launched, Origin::Clone { key, built }),
+                Err(error) => {
+                    let reason = crate::error_chain(&error);
+                    tracing::warn!(%reason, "cannot start from a template; booting cold");
+                    let launched = self.launch_cold(accel, disks, deadline).await?;
+                    (launched, Origin::ColdFallback { reason })
+                }
+            },
+        };
+        let Launched {
             vmm_started,
+            dir,
+            vmm,
+            channel,
+            health,
+        } = launched;
+        let id = dir
+            .path()
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let features = AgentFeatures::new(health.protocol_revision);
+        if matches!(vmm, Backend::Qemu(_)) && features.has(Feature::Personalize) {
+            personalize(&channel, &id).await?;
+        }
+        let timings = BootTimings {
+            vmm_started: vmm_started.saturating_duration_since(begin),
             kernel_to_init: Duration::from_micros(health.init_started_us),
             init_to_serving: Duration::from_micros(
                 health
@@ -91,13 +137,7 @@ impl SandboxBuilder {
             ),
             ready: begin.elapsed(),
         };
-        tracing::info!(?timings, agent_version = %health.agent_version, "sandbox ready");
-        let id = dir
-            .path()
-            .file_name()
-            .map(|name| name.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let features = AgentFeatures::new(health.protocol_revision);
+        tracing::info!(?timings, ?origin, agent_version = %health.agent_version, "sandbox ready");
         let vm = VmShared::new(vmm, begin, channel.clone(), features, slot);
         let watchdog = watchdog::spawn(
             &vm,
@@ -114,6 +154,7 @@ impl SandboxBuilder {
             watchdog,
             id,
             timings,
+            origin,
             accel,
             agent_version: health.agent_version,
             features,
@@ -123,6 +164,131 @@ impl SandboxBuilder {
             _workspace: workspace,
         })
     }
+
+    /// Why this start does not use a template, if it does not.
+    fn template_refusal(&self) -> Option<&'static str> {
+        if !self.from_template {
+            Some("templates are off")
+        } else if !matches!(self.backend, BackendKind::Qemu) {
+            Some("the process backend has no VM to snapshot")
+        } else if self.channel != GuestChannel::Serial {
+            Some("QEMU cannot snapshot a VM with the vsock device")
+        } else if self.workspace.is_some() {
+            Some("a workspace is mounted at boot, so its sandbox boots cold")
+        } else {
+            None
+        }
+    }
+
+    /// Boots a VM from its kernel.
+    async fn launch_cold(
+        &self,
+        accel: Accel,
+        disks: Vec<Disk>,
+        deadline: Deadline,
+    ) -> Result<Launched> {
+        let memory = match self.channel {
+            GuestChannel::Serial => GuestMemory::Private,
+            GuestChannel::Vsock => GuestMemory::SharedMemfd,
+        };
+        let (dir, mut vmm) = self.launch(accel, disks, memory, false).await?;
+        let vmm_started = Instant::now();
+        let (channel, health) = connect_agent(&mut vmm, deadline).await?;
+        Ok(Launched {
+            vmm_started,
+            dir,
+            vmm,
+            channel,
+            health,
+        })
+    }
+
+    /// Creates a state directory and starts the backend in it, with the
+    /// guest's memory backed by `memory`; `incoming` starts QEMU waiting
+    /// for a saved state.
+    pub(super) async fn launch(
+        &self,
+        accel: Accel,
+        disks: Vec<Disk>,
+        memory: GuestMemory,
+        incoming: bool,
+    ) -> Result<(TempDir, Backend)> {
+        let dir = state_dir::create(&self.state_dir_base)?;
+        let vmm = match &self.backend {
+            BackendKind::Qemu => {
+                let paths = VmPaths::in_dir(dir.path());
+                let config = self.qemu_config(accel, &paths, disks, memory, incoming);
+                tracing::info!(state_dir = %dir.path().display(), accel = accel.qemu_name(), incoming, "starting VM");
+                Backend::Qemu(QemuVm::start(&config, paths, self.vmm_user, self.agent_port).await?)
+            }
+            BackendKind::Process { agent } => {
+                tracing::info!(state_dir = %dir.path().display(), "starting the agent as a process");
+                Backend::Process(ProcessVm::start(agent, dir.path())?)
+            }
+        };
+        Ok((dir, vmm))
+    }
+
+    /// The QEMU command line's inputs for a VM in `paths`.
+    pub(super) fn qemu_config(
+        &self,
+        accel: Accel,
+        paths: &VmPaths,
+        disks: Vec<Disk>,
+        memory: GuestMemory,
+        incoming: bool,
+    ) -> QemuConfig {
+        QemuConfig {
+            accel,
+            memory_mib: self.memory_mib,
+            vcpus: self.vcpus,
+            kernel: self.kernel.clone(),
+            initramfs: self.initramfs.clone(),
+            kernel_cmdline: self.kernel_cmdline(accel),
+            agent_port: match self.channel {
+                GuestChannel::Serial => AgentPort::Serial(paths.agent_socket.clone()),
+                GuestChannel::Vsock => AgentPort::Vsock(paths.vhost_user_socket.clone()),
+            },
+            memory,
+            incoming,
+            console_log: paths.console_log.clone(),
+            qmp_socket: paths.qmp_socket.clone(),
+            disks,
+            serial_ports: self.serial_ports.clone(),
+        }
+    }
+}
+
+/// Gives the guest fresh entropy, the host's clock, its hostname and id.
+async fn personalize(channel: &Channel, id: &str) -> Result<()> {
+    let mut entropy = vec![0u8; ENTROPY_BYTES];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut random| std::io::Read::read_exact(&mut random, &mut entropy))
+        .map_err(|e| Error::Protocol(format!("no entropy from the host's /dev/urandom: {e}")))?;
+    let unix_nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let request = PersonalizeRequest {
+        entropy: entropy.into(),
+        unix_nanos,
+        hostname: id.to_owned(),
+        sandbox_id: id.to_owned(),
+    };
+    let mut client = SystemClient::new(channel.clone()).capped();
+    let call = client.personalize(request);
+    let answer = tokio::time::timeout(PERSONALIZE_TIMEOUT, call)
+        .await
+        .map_err(|_| {
+            Error::Protocol(format!(
+                "System.Personalize did not answer within {PERSONALIZE_TIMEOUT:?}"
+            ))
+        })?
+        .map_err(|status| Error::agent("System.Personalize", status))?
+        .into_inner();
+    if !answer.reseeded {
+        tracing::warn!("the guest kernel did not reseed its random generator; entropy was mixed in");
+    }
+    Ok(())
 }
 
 /// Where a sandbox's start-up time went.
@@ -130,7 +296,8 @@ impl SandboxBuilder {
 pub struct BootTimings {
     /// Host: from `start()` until the VMM processes were running.
     pub vmm_started: Duration,
-    /// Guest: kernel boot until the agent (PID 1) started.
+    /// Guest: kernel boot until the agent (PID 1) started (a clone reports
+    /// its template's).
     pub kernel_to_init: Duration,
     /// Guest: agent start (mounts, modules) until it served gRPC.
     pub init_to_serving: Duration,

@@ -51,6 +51,32 @@ pub struct SandboxBuilder {
     pub(super) console_log_budget: u64,
     pub(super) unresponsive_after: Option<Duration>,
     pub(super) backend: BackendKind,
+    pub(super) channel: GuestChannel,
+    pub(super) from_template: bool,
+    pub(super) template_dir: PathBuf,
+}
+
+/// The virtio channel the agent serves on (QEMU).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum GuestChannel {
+    /// A virtio-serial port: QEMU can snapshot it, so templates work. The
+    /// default.
+    #[default]
+    Serial,
+    /// vsock through vhost-device-vsock, the channel of VMMs that only
+    /// have vsock (Firecracker, Cloud Hypervisor). QEMU cannot snapshot a
+    /// VM with it, so these sandboxes always boot cold.
+    Vsock,
+}
+
+impl GuestChannel {
+    pub(super) fn contract(self) -> airlock_proto::contract::Channel {
+        match self {
+            GuestChannel::Serial => airlock_proto::contract::Channel::Serial,
+            GuestChannel::Vsock => airlock_proto::contract::Channel::Vsock,
+        }
+    }
 }
 
 impl Default for SandboxBuilder {
@@ -79,6 +105,9 @@ impl Default for SandboxBuilder {
             console_log_budget: DEFAULT_CONSOLE_LOG_BUDGET,
             unresponsive_after: Some(DEFAULT_UNRESPONSIVE_AFTER),
             backend: BackendKind::Qemu,
+            channel: GuestChannel::default(),
+            from_template: false,
+            template_dir: crate::template::default_dir(),
         }
     }
 }
@@ -245,6 +274,32 @@ impl SandboxBuilder {
         self
     }
 
+    /// The channel the agent serves on (default [`GuestChannel::Serial`]).
+    pub fn guest_channel(mut self, channel: GuestChannel) -> Self {
+        self.channel = channel;
+        self
+    }
+
+    /// Starts from a template of this configuration (off by default): the
+    /// first start boots the guest, saves it as a template and clones it;
+    /// later starts only clone it, in a fraction of a cold boot, sharing
+    /// the template's memory copy on write. Each clone gets its own
+    /// entropy, clock, hostname and id before anything runs in it. A
+    /// configuration no template can serve (a workspace, the vsock
+    /// channel) boots cold, and so does any start whose template is
+    /// missing its files, corrupt or fails to restore, with a warning; see
+    /// [`Sandbox::origin`](crate::Sandbox::origin).
+    pub fn from_template(mut self, on: bool) -> Self {
+        self.from_template = on;
+        self
+    }
+
+    /// Where templates are kept (default [`template::default_dir`](crate::template::default_dir)).
+    pub fn template_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.template_dir = dir.into();
+        self
+    }
+
     /// Runs the agent binary `agent` as a plain host process on a Unix
     /// socket instead of booting a VM: for tests of the lifecycle (lifetime
     /// ceiling, idle policy, the unresponsive-agent watchdog, reconnects),
@@ -343,9 +398,11 @@ impl SandboxBuilder {
         // (ACPI, keyboard controller, BIOS) can leave a microvm halted with
         // interrupts off instead, which looks like a hung guest.
         let mut cmdline = format!(
-            "console=ttyS0 quiet panic=-1 reboot=t {}={}",
+            "console=ttyS0 quiet panic=-1 reboot=t {}={} {}={}",
             keys::PORT,
-            self.agent_port
+            self.agent_port,
+            keys::CHANNEL,
+            self.channel.contract().as_str()
         );
         if accel == Accel::Tcg {
             if let Some(khz) = crate::accel::host_tsc_khz() {

@@ -23,7 +23,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tonic::transport::Channel;
 
 use crate::error::{Error, Result};
-use crate::transport::CapMessages;
+use crate::transport::{AgentStream, CapMessages};
 use crate::vmm::{Backend, Readiness};
 
 /// How much console output goes into error messages.
@@ -60,6 +60,11 @@ pub(super) async fn connect_agent(
             let announced = wait_for_announcement(vmm, &listener, deadline).await?;
             tracing::debug!("the agent announced itself");
             dial(vmm, announced, DIAL_GRACE, deadline).await
+        }
+        Readiness::Opening => {
+            let opened = open_serial(vmm, deadline).await?;
+            tracing::debug!("the agent answered the opening");
+            dial_opened(vmm, opened, deadline).await
         }
         // Nothing to wait for but the agent itself: the boot deadline
         // bounds the dialling.
@@ -107,6 +112,78 @@ async fn wait_for_announcement(
                 tracing::warn!(%error, "ignoring a malformed announcement");
                 last_error = error;
             }
+        }
+    }
+}
+
+/// Phase 1 on the serial channel: opens a connection, which succeeds once
+/// the agent serves; watches the VMM meanwhile.
+async fn open_serial(vmm: &mut Backend, deadline: Deadline) -> Result<AgentStream> {
+    let transport = vmm.transport();
+    let mut last_error = String::from("the agent has not answered the opening");
+    loop {
+        check_processes(vmm)?;
+        let left = deadline.at.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::BootTimeout {
+                timeout: deadline.timeout,
+                last_error: format!(
+                    "{last_error}; an agent older than this host serves only vsock: \
+                     rebuild the initramfs with scripts/setup"
+                ),
+                console_tail: vmm.diagnostics(CONSOLE_TAIL_BYTES),
+            });
+        }
+        let open = transport.connect_within(left);
+        tokio::pin!(open);
+        let result = loop {
+            match tokio::time::timeout(WATCH_INTERVAL, &mut open).await {
+                Ok(result) => break result,
+                Err(_) => check_processes(vmm)?,
+            }
+        };
+        match result {
+            Ok(stream) => return Ok(stream),
+            Err(error) => {
+                last_error = crate::error_chain(&error);
+                tracing::debug!(%last_error, "opening the serial channel");
+                tokio::time::sleep(WATCH_INTERVAL).await;
+            }
+        }
+    }
+}
+
+/// Phase 2 on the serial channel: Health on the opened connection; if that
+/// fails, dial afresh for [`DIAL_GRACE`].
+async fn dial_opened(
+    vmm: &mut Backend,
+    opened: AgentStream,
+    deadline: Deadline,
+) -> Result<(Channel, CheckResponse)> {
+    let answered = Instant::now();
+    let attempt = async {
+        let channel = vmm
+            .transport()
+            .channel_from(Some(opened))
+            .await
+            .map_err(|e| format!("connect: {}", crate::error_chain(&e)))?;
+        let health = HealthClient::new(channel.clone())
+            .capped()
+            .check(CheckRequest {})
+            .await
+            .map_err(|status| format!("health: {status}"))?
+            .into_inner();
+        Ok::<_, String>((channel, health))
+    };
+    match tokio::time::timeout(PROBE_TIMEOUT, attempt).await {
+        Ok(Ok(ready)) => Ok(ready),
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "the first connection failed; dialling again");
+            dial(vmm, answered, DIAL_GRACE, deadline).await
+        }
+        Err(_) => {
+            tracing::debug!("no health answer on the first connection; dialling again");
+            dial(vmm, answered, DIAL_GRACE, deadline).await
         }
     }
 }

@@ -46,11 +46,12 @@ use crate::Accel;
 
 mod boot;
 mod builder;
+mod clone;
 mod connect;
 
-pub use boot::BootTimings;
+pub use boot::{BootTimings, Origin};
 pub use builder::{
-    SandboxBuilder, DEFAULT_CONSOLE_LOG_BUDGET, DEFAULT_MAX_LIFETIME, DEFAULT_UNRESPONSIVE_AFTER,
+    GuestChannel, SandboxBuilder, DEFAULT_CONSOLE_LOG_BUDGET, DEFAULT_MAX_LIFETIME, DEFAULT_UNRESPONSIVE_AFTER,
 };
 
 /// A running microVM with the Airlock agent as PID 1.
@@ -64,6 +65,7 @@ pub struct Sandbox {
     watchdog: JoinHandle<()>,
     id: String,
     timings: BootTimings,
+    origin: Origin,
     accel: Accel,
     agent_version: String,
     features: AgentFeatures,
@@ -181,6 +183,12 @@ impl Sandbox {
     /// Where the start-up time went.
     pub fn boot_timings(&self) -> BootTimings {
         self.timings
+    }
+
+    /// How this sandbox came to run: a cold boot or a clone of a template
+    /// (and whether a template that was asked for could not be used).
+    pub fn origin(&self) -> &Origin {
+        &self.origin
     }
 
     /// The accelerator the VM runs with.

@@ -6,9 +6,10 @@
 //!
 //! | operation | QEMU ([`QemuVm`]) | process ([`ProcessVm`]) |
 //! | --- | --- | --- |
-//! | start | vhost-device-vsock, then QEMU `-M microvm` | the agent binary with `--listen unix:` |
-//! | agent transport | hybrid vsock over the device's Unix socket | the agent's Unix socket |
-//! | readiness | the agent's announcement on host vsock port 1025 | the socket answers |
+//! | start | QEMU `-M microvm` (after vhost-device-vsock, on vsock) | the agent binary with `--listen unix:` |
+//! | agent transport | virtio-serial through QEMU's socket, or hybrid vsock over the device's | the agent's Unix socket |
+//! | templates | save and restore over QMP (`snapshot`), serial channel only | none |
+//! | readiness | serial: the opening is answered; vsock: the agent's announcement on host port 1025 | the socket answers |
 //! | freeze / thaw | SIGSTOP / SIGCONT of QEMU | SIGSTOP / SIGCONT of the agent and its programs |
 //! | exit, kill | QEMU's exit; kill QEMU and the device | the agent's exit; kill it and its programs |
 //! | graceful quit | QMP `quit` | SIGTERM |
@@ -36,6 +37,7 @@ mod log_file;
 mod process;
 mod qemu;
 mod qemu_vm;
+pub(crate) mod snapshot;
 pub mod qmp;
 mod user;
 
@@ -48,7 +50,8 @@ use tokio::net::UnixListener;
 use crate::transport::AgentTransport;
 
 pub(crate) use process::ProcessVm;
-pub(crate) use qemu::{guest_disk_device, Disk, QemuConfig, SerialPort};
+pub(crate) use qemu::{guest_disk_device, AgentPort, Disk, GuestMemory, QemuConfig, SerialPort};
+pub(crate) use snapshot::SnapshotError;
 pub(crate) use qemu_vm::{QemuVm, VmPaths};
 pub use user::VmmUser;
 
@@ -113,6 +116,11 @@ pub enum VmmError {
     },
 }
 
+/// The QEMU binary this host runs.
+pub(crate) fn locate_qemu() -> Result<PathBuf, VmmError> {
+    binaries::QEMU.locate()
+}
+
 /// Which backend a sandbox runs on.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) enum BackendKind {
@@ -127,6 +135,9 @@ pub(crate) enum BackendKind {
 pub(crate) enum Readiness {
     /// Wait for the agent's announcement on this listener, then dial.
     Announcement(UnixListener),
+    /// Open a connection on the serial channel: the opening itself waits
+    /// for the agent.
+    Opening,
     /// Dial until the agent answers.
     Dial,
 }
@@ -180,6 +191,7 @@ impl Backend {
     /// listener was taken.
     pub fn take_readiness(&mut self) -> Option<Readiness> {
         match self {
+            Backend::Qemu(vm) if vm.is_serial() => Some(Readiness::Opening),
             Backend::Qemu(vm) => vm.take_ready_listener().map(Readiness::Announcement),
             Backend::Process(_) => Some(Readiness::Dial),
         }

@@ -1,8 +1,12 @@
 //! The QEMU `-M microvm` command line.
 //!
 //! Pure argument building, so it is unit-tested without starting anything.
-//! The guest's memory is a shared memfd: vhost-user devices (our vsock)
-//! need to map it from another process. Disks are virtio-blk on virtio-mmio
+//! The agent's channel is a virtio-serial port ([`AgentPort::Serial`]) or
+//! the vhost-user vsock device ([`AgentPort::Vsock`]), whose backend process
+//! maps the guest's memory: that needs a shared memfd. A template's memory
+//! is a shared file, and a clone maps the same file privately (copy on
+//! write) and waits for its state on `-incoming defer`
+//! ([`GuestMemory`]). Disks are virtio-blk on virtio-mmio
 //! (`virtio-blk-device`), one per [`Disk`], in order: the guest names them
 //! `/dev/vda`, `/dev/vdb`, ... in the order they appear here.
 
@@ -26,14 +30,41 @@ pub(crate) struct QemuConfig {
     pub kernel: PathBuf,
     pub initramfs: PathBuf,
     pub kernel_cmdline: String,
-    /// The vhost-user socket served by vhost-device-vsock.
-    pub vhost_user_socket: PathBuf,
+    /// The agent's channel.
+    pub agent_port: AgentPort,
+    /// What backs the guest's memory.
+    pub memory: GuestMemory,
+    /// Start paused, waiting for a migration stream (`-incoming defer`).
+    pub incoming: bool,
     pub console_log: PathBuf,
     pub qmp_socket: PathBuf,
     /// Block devices, in guest order.
     pub disks: Vec<Disk>,
     /// virtio-serial ports, each backed by a Unix socket QEMU listens on.
     pub serial_ports: Vec<SerialPort>,
+}
+
+/// The device the agent serves on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AgentPort {
+    /// A virtio-serial port named
+    /// [`AGENT_PORT_NAME`](airlock_proto::contract::serial::AGENT_PORT_NAME),
+    /// with QEMU listening on this Unix socket for the host's side.
+    Serial(PathBuf),
+    /// vhost-user vsock, served by vhost-device-vsock on this socket.
+    Vsock(PathBuf),
+}
+
+/// What backs the guest's RAM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GuestMemory {
+    /// Anonymous memory, private to QEMU.
+    Private,
+    /// A memfd that another process (a vhost-user backend) can map.
+    SharedMemfd,
+    /// A file: written through by a template (`shared`), mapped copy on
+    /// write by a clone.
+    File { path: PathBuf, shared: bool },
 }
 
 /// A named virtio-serial port: the guest sees `/dev/vportNpM` (and, with
@@ -87,10 +118,23 @@ impl QemuConfig {
             "-m",
             &format!("{mem}M"),
         ]);
-        push(&[
-            "-object",
-            &format!("memory-backend-memfd,id=mem,size={mem}M,share=on"),
-        ]);
+        let memory: OsString = match &self.memory {
+            GuestMemory::Private => format!("memory-backend-ram,id=mem,size={mem}M").into(),
+            GuestMemory::SharedMemfd => {
+                format!("memory-backend-memfd,id=mem,size={mem}M,share=on").into()
+            }
+            GuestMemory::File { path, shared } => {
+                let mut option = OsString::from(format!(
+                    "memory-backend-file,id=mem,size={mem}M,share={},mem-path=",
+                    if *shared { "on" } else { "off" }
+                ));
+                option.push(escape_commas(path));
+                option
+            }
+        };
+        args.push("-object".into());
+        args.push(memory);
+        let mut push = |parts: &[&str]| args.extend(parts.iter().map(OsString::from));
         // QEMU's seccomp filter: no obsolete system calls, no setuid and
         // friends, no fork/exec, no scheduler or resource changes.
         push(&["-sandbox", SECCOMP_SANDBOX]);
@@ -110,13 +154,12 @@ impl QemuConfig {
         args.push(self.initramfs.clone().into());
         args.push("-append".into());
         args.push(self.kernel_cmdline.clone().into());
-        args.push("-chardev".into());
-        args.push(path_option(
-            "socket,id=vsock0,path=",
-            &self.vhost_user_socket,
-        ));
-        args.push("-device".into());
-        args.push("vhost-user-vsock-device,chardev=vsock0".into());
+        if let AgentPort::Vsock(socket) = &self.agent_port {
+            args.push("-chardev".into());
+            args.push(path_option("socket,id=vsock0,path=", socket));
+            args.push("-device".into());
+            args.push("vhost-user-vsock-device,chardev=vsock0".into());
+        }
         for disk in &self.disks {
             // Commas in a -drive value are escaped by doubling them.
             let file = disk.path.as_os_str().to_string_lossy().replace(',', ",,");
@@ -130,13 +173,21 @@ impl QemuConfig {
             args.push("-device".into());
             args.push(format!("virtio-blk-device,drive={0},serial={0}", disk.id).into());
         }
-        if !self.serial_ports.is_empty() {
+        let agent_serial = match &self.agent_port {
+            AgentPort::Serial(socket) => Some(SerialPort {
+                name: airlock_proto::contract::serial::AGENT_PORT_NAME.to_owned(),
+                socket: socket.clone(),
+            }),
+            AgentPort::Vsock(_) => None,
+        };
+        let ports: Vec<&SerialPort> = agent_serial.iter().chain(&self.serial_ports).collect();
+        if !ports.is_empty() {
             push_args(&mut args, &["-device", "virtio-serial-device,id=vserial0"]);
         }
-        for (index, port) in self.serial_ports.iter().enumerate() {
+        for (index, port) in ports.into_iter().enumerate() {
             args.push("-chardev".into());
             let mut chardev = OsString::from(format!("socket,id=vport{index},path="));
-            chardev.push(port.socket.as_os_str());
+            chardev.push(escape_commas(&port.socket));
             chardev.push(",server=on,wait=off");
             args.push(chardev);
             args.push("-device".into());
@@ -151,8 +202,16 @@ impl QemuConfig {
         let mut qmp = path_option("unix:", &self.qmp_socket);
         qmp.push(",server=on,wait=off");
         args.push(qmp);
+        if self.incoming {
+            push_args(&mut args, &["-incoming", "defer"]);
+        }
         args
     }
+}
+
+/// A path inside a QEMU option value, where a comma is written twice.
+fn escape_commas(path: &std::path::Path) -> OsString {
+    path.as_os_str().to_string_lossy().replace(',', ",,").into()
 }
 
 fn push_args(args: &mut Vec<OsString>, parts: &[&str]) {
@@ -186,7 +245,9 @@ mod tests {
             kernel: "/k/vmlinuz".into(),
             initramfs: "/k/initramfs.cpio.gz".into(),
             kernel_cmdline: "console=ttyS0 airlock.port=1024".into(),
-            vhost_user_socket: "/s/vhost-user.sock".into(),
+            agent_port: AgentPort::Vsock("/s/vhost-user.sock".into()),
+            memory: GuestMemory::SharedMemfd,
+            incoming: false,
             console_log: "/s/console.log".into(),
             qmp_socket: "/s/qmp.sock".into(),
             disks: Vec::new(),
@@ -229,6 +290,56 @@ mod tests {
         assert!(line.contains("-smp 2"), "{line}");
         assert!(line.contains("-cpu max"), "{line}");
         assert!(line.contains("-name airlock,debug-threads=on"), "{line}");
+        assert!(!line.contains("-incoming"), "{line}");
+        assert!(!line.contains("virtio-serial"), "{line}");
+    }
+
+    #[test]
+    fn the_serial_agent_port_comes_first_and_needs_no_vsock_device() {
+        let mut config = config(Accel::Tcg);
+        config.agent_port = AgentPort::Serial("/s/agent.sock".into());
+        config.memory = GuestMemory::Private;
+        config.serial_ports = vec![SerialPort {
+            name: "mine".into(),
+            socket: "/s/mine.sock".into(),
+        }];
+        let line = joined(&config);
+        assert!(!line.contains("vhost-user"), "{line}");
+        assert!(
+            line.contains("memory-backend-ram,id=mem,size=512M"),
+            "{line}"
+        );
+        assert!(
+            line.contains("-chardev socket,id=vport0,path=/s/agent.sock,server=on,wait=off"),
+            "{line}"
+        );
+        assert!(
+            line.contains("chardev=vport0,name=airlock.agent.0"),
+            "{line}"
+        );
+        assert!(line.contains("chardev=vport1,name=mine"), "{line}");
+    }
+
+    #[test]
+    fn templates_share_a_file_and_clones_map_it_privately_and_wait_for_state() {
+        let mut config = config(Accel::Tcg);
+        config.memory = GuestMemory::File {
+            path: "/t/a,b/memory".into(),
+            shared: true,
+        };
+        let line = joined(&config);
+        assert!(
+            line.contains("memory-backend-file,id=mem,size=512M,share=on,mem-path=/t/a,,b/memory"),
+            "{line}"
+        );
+        config.memory = GuestMemory::File {
+            path: "/t/memory".into(),
+            shared: false,
+        };
+        config.incoming = true;
+        let line = joined(&config);
+        assert!(line.contains("share=off,mem-path=/t/memory"), "{line}");
+        assert!(line.ends_with("-incoming defer"), "{line}");
     }
 
     #[test]

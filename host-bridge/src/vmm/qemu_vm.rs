@@ -1,13 +1,16 @@
-//! The QEMU backend: QEMU `-M microvm` plus `vhost-device-vsock`, the
+//! The QEMU backend: QEMU `-M microvm`, with the agent on a virtio-serial
+//! port (the default) or on vsock through `vhost-device-vsock`, the
 //! vhost-user device that gives the guest a vsock without the kernel's
 //! `/dev/vhost-vsock`.
 //!
-//! [`QemuVm::start`] lays out the state directory, binds the socket on which
-//! the agent announces that it serves ([`QemuVm::take_ready_listener`]),
-//! starts the vsock device, waits for its vhost-user socket, then starts
-//! QEMU. The host reaches the guest through the device's hybrid-vsock Unix
-//! socket (see `transport`). Both processes are killed when the `QemuVm` is
-//! dropped.
+//! [`QemuVm::start`] lays out the state directory and starts QEMU. On the
+//! serial channel that is all: QEMU listens on the port's Unix socket and
+//! the host opens a connection there (see `transport::serial`). On vsock it
+//! first binds the socket on which the agent announces that it serves
+//! ([`QemuVm::take_ready_listener`]), starts the vsock device and waits for
+//! its vhost-user socket; the host then reaches the guest through the
+//! device's hybrid-vsock Unix socket. Every process is killed when the
+//! `QemuVm` is dropped.
 //!
 //! What only QEMU knows lives here too: which of its threads are vCPUs
 //! (guest CPU time), QMP `quit` for a graceful end, and the guest's names
@@ -24,7 +27,7 @@ use tokio::net::UnixListener;
 
 use super::child::{kill_and_reap, lock, record, spawn};
 use super::log_file::{self, tail};
-use super::qemu::QemuConfig;
+use super::qemu::{AgentPort, GuestMemory, QemuConfig};
 use super::user::{Access, Credentials};
 use super::{binaries, cpu_time, VmmError, VmmUser};
 use crate::state_dir;
@@ -42,6 +45,8 @@ const DEVICE_READY_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) struct VmPaths {
     /// The state directory itself, which holds the owner record.
     pub dir: PathBuf,
+    /// QEMU's socket for the agent's virtio-serial port.
+    pub agent_socket: PathBuf,
     pub vhost_user_socket: PathBuf,
     pub vsock_uds: PathBuf,
     /// Where the device delivers the guest's connection to host port
@@ -57,6 +62,7 @@ impl VmPaths {
     pub fn in_dir(dir: &Path) -> Self {
         VmPaths {
             dir: dir.to_owned(),
+            agent_socket: dir.join("agent.sock"),
             vhost_user_socket: dir.join("vhost-user-vsock.sock"),
             vsock_uds: dir.join("vsock.sock"),
             // vhost-device-vsock's naming for guest-initiated connections.
@@ -69,20 +75,24 @@ impl VmPaths {
     }
 }
 
-/// A running VM: the QEMU process and its vsock device process.
+/// A running VM: the QEMU process, and its vsock device process when the
+/// agent's channel is vsock.
 #[derive(Debug)]
 pub(crate) struct QemuVm {
     qemu: Arc<Mutex<Child>>,
-    device: Child,
+    device: Option<Child>,
     paths: VmPaths,
     qemu_exit: Option<ExitStatus>,
     ready: Option<UnixListener>,
+    /// Whether the agent serves on the virtio-serial port.
+    serial: bool,
     agent_port: u32,
 }
 
 impl QemuVm {
-    /// Starts the vsock device, then QEMU, as `user`, with files under
-    /// `paths`; the agent will serve on guest vsock `agent_port`.
+    /// Starts QEMU (after the vsock device, on that channel) as `user`,
+    /// with files under `paths`; on vsock the agent serves on guest port
+    /// `agent_port`.
     pub async fn start(
         config: &QemuConfig,
         paths: VmPaths,
@@ -90,36 +100,36 @@ impl QemuVm {
         agent_port: u32,
     ) -> Result<Self, VmmError> {
         let qemu_program = binaries::QEMU.locate()?;
-        let device_program = binaries::VHOST_DEVICE_VSOCK.locate()?;
-        let needs = vmm_needs(config, &paths, [&qemu_program, &device_program]);
+        let device_program = match config.agent_port {
+            AgentPort::Vsock(_) => Some(binaries::VHOST_DEVICE_VSOCK.locate()?),
+            AgentPort::Serial(_) => None,
+        };
+        let programs: Vec<&Path> = std::iter::once(qemu_program.as_path())
+            .chain(device_program.as_deref())
+            .collect();
+        let needs = vmm_needs(config, &paths, &programs);
         let credentials = user.resolve(&needs, config.accel == Accel::Kvm)?;
         if let Some(Credentials { uid, gid }) = credentials {
             state_dir::share_with_group(&paths.dir, gid).map_err(|source| VmmError::StateDir {
                 path: paths.dir.clone(),
                 source,
             })?;
+            if let GuestMemory::File { path, .. } = &config.memory {
+                share_memory_file(path, gid).map_err(|source| VmmError::StateDir {
+                    path: path.clone(),
+                    source,
+                })?;
+            }
             tracing::debug!(uid, gid, "the VMM runs unprivileged");
         }
-        let ready = bind_ready_socket(&paths.ready_socket, credentials)?;
-
-        let mut device_cmd = Command::new(&device_program);
-        device_cmd.arg("--vm").arg(format!(
-            "guest-cid={GUEST_CID},socket={},uds-path={}",
-            paths.vhost_user_socket.display(),
-            paths.vsock_uds.display()
-        ));
-        run_as(&mut device_cmd, credentials);
-        let mut device = spawn(&mut device_cmd, &device_program, &paths.device_log)?;
-        if let Err(error) = record(&paths.dir, &device) {
-            kill_and_reap(&mut device);
-            return Err(error);
-        }
-        if let Err(error) =
-            wait_for_socket(&paths.vhost_user_socket, &mut device, &paths.device_log).await
-        {
-            kill_and_reap(&mut device);
-            return Err(error);
-        }
+        let (ready, mut device) = match &device_program {
+            Some(program) => {
+                let ready = bind_ready_socket(&paths.ready_socket, credentials)?;
+                let device = start_device(program, &paths, credentials).await?;
+                (Some(ready), Some(device))
+            }
+            None => (None, None),
+        };
 
         let mut qemu_cmd = Command::new(&qemu_program);
         qemu_cmd.args(config.args());
@@ -128,21 +138,22 @@ impl QemuVm {
         let mut qemu = match spawn(&mut qemu_cmd, &qemu_program, &paths.qemu_log) {
             Ok(qemu) => qemu,
             Err(error) => {
-                kill_and_reap(&mut device);
+                device.iter_mut().for_each(kill_and_reap);
                 return Err(error);
             }
         };
         if let Err(error) = record(&paths.dir, &qemu) {
             kill_and_reap(&mut qemu);
-            kill_and_reap(&mut device);
+            device.iter_mut().for_each(kill_and_reap);
             return Err(error);
         }
         Ok(QemuVm {
             qemu: Arc::new(Mutex::new(qemu)),
             device,
+            serial: matches!(config.agent_port, AgentPort::Serial(_)),
             paths,
             qemu_exit: None,
-            ready: Some(ready),
+            ready,
             agent_port,
         })
     }
@@ -155,7 +166,10 @@ impl QemuVm {
 
     /// Fails if the vsock device has exited: the guest is then out of reach.
     pub fn check_device(&mut self) -> Result<(), VmmError> {
-        match self.device.try_wait().map_err(VmmError::Wait)? {
+        let Some(device) = &mut self.device else {
+            return Ok(());
+        };
+        match device.try_wait().map_err(VmmError::Wait)? {
             None => Ok(()),
             Some(status) => Err(VmmError::DeviceExited {
                 status: status.to_string(),
@@ -167,11 +181,17 @@ impl QemuVm {
     /// The vsock device's state for error messages: running or its exit
     /// status, and the end of its log.
     pub fn device_diagnostics(&mut self, max_bytes: usize) -> String {
-        let state = match self.device.try_wait() {
+        let Some(device) = &mut self.device else {
+            return format!(
+                "virtio-serial port (QEMU's socket {})",
+                self.paths.agent_socket.display()
+            );
+        };
+        let state = match device.try_wait() {
             Ok(None) => format!(
                 "running (pid {}, threads: {})",
-                self.device.id(),
-                thread_names(self.device.id()).join(", ")
+                device.id(),
+                thread_names(device.id()).join(", ")
             ),
             Ok(Some(status)) => format!("exited ({status})"),
             Err(error) => format!("unknown ({error})"),
@@ -189,13 +209,22 @@ impl QemuVm {
         lock(&self.qemu).id()
     }
 
-    /// The agent's port through the hybrid-vsock Unix socket.
+    /// How the host reaches the agent.
     pub fn transport(&self) -> AgentTransport {
+        if self.serial {
+            return AgentTransport::Serial(self.paths.agent_socket.clone());
+        }
         AgentTransport::HybridVsock {
             uds: self.paths.vsock_uds.clone(),
             port: self.agent_port,
         }
     }
+
+    /// Whether the agent serves on the virtio-serial port.
+    pub fn is_serial(&self) -> bool {
+        self.serial
+    }
+
 
     /// CPU time (user + system) of QEMU's vCPU threads (named `CPU N/TCG`
     /// or `CPU N/KVM`), or `None` once QEMU is gone.
@@ -269,7 +298,7 @@ impl QemuVm {
             kill_and_reap(&mut qemu);
             self.qemu_exit = qemu.try_wait().ok().flatten();
         }
-        kill_and_reap(&mut self.device);
+        self.device.iter_mut().for_each(kill_and_reap);
     }
 }
 
@@ -280,7 +309,7 @@ impl Drop for QemuVm {
 }
 
 /// What the VMM user must be able to do for QEMU and the device to run.
-fn vmm_needs(config: &QemuConfig, paths: &VmPaths, programs: [&Path; 2]) -> Vec<(PathBuf, Access)> {
+fn vmm_needs(config: &QemuConfig, paths: &VmPaths, programs: &[&Path]) -> Vec<(PathBuf, Access)> {
     let mut needs: Vec<(PathBuf, Access)> = programs
         .iter()
         .map(|program| (program.to_path_buf(), Access::Execute))
@@ -294,6 +323,13 @@ fn vmm_needs(config: &QemuConfig, paths: &VmPaths, programs: [&Path; 2]) -> Vec<
             Access::ReadWrite
         };
         needs.push((disk.path.clone(), access));
+    }
+    // A template's memory file is shared with the VMM's group once the
+    // user is known (`share_memory_file`); its directory must be reachable.
+    if let GuestMemory::File { path, .. } = &config.memory {
+        if let Some(parent) = path.parent() {
+            needs.push((parent.to_owned(), Access::Reach));
+        }
     }
     for port in &config.serial_ports {
         if let Some(parent) = port.socket.parent() {
@@ -338,6 +374,42 @@ fn bind_ready_socket(
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(fail)?;
     }
     Ok(listener)
+}
+
+/// Lets the VMM's group read and write a memory file. A clone maps it
+/// privately, so no write reaches the file; QEMU 7.2 still opens it
+/// read-write.
+fn share_memory_file(path: &Path, gid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::os::unix::fs::chown(path, None, Some(gid))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+}
+
+/// Starts vhost-device-vsock and waits for its vhost-user socket.
+async fn start_device(
+    program: &Path,
+    paths: &VmPaths,
+    credentials: Option<Credentials>,
+) -> Result<Child, VmmError> {
+    let mut device_cmd = Command::new(program);
+    device_cmd.arg("--vm").arg(format!(
+        "guest-cid={GUEST_CID},socket={},uds-path={}",
+        paths.vhost_user_socket.display(),
+        paths.vsock_uds.display()
+    ));
+    run_as(&mut device_cmd, credentials);
+    let mut device = spawn(&mut device_cmd, program, &paths.device_log)?;
+    if let Err(error) = record(&paths.dir, &device) {
+        kill_and_reap(&mut device);
+        return Err(error);
+    }
+    if let Err(error) =
+        wait_for_socket(&paths.vhost_user_socket, &mut device, &paths.device_log).await
+    {
+        kill_and_reap(&mut device);
+        return Err(error);
+    }
+    Ok(device)
 }
 
 fn run_as(cmd: &mut Command, credentials: Option<Credentials>) {

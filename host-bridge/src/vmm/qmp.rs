@@ -2,11 +2,12 @@
 //! private Unix socket. Used for the VMM-level controls the agent cannot
 //! provide (stopping a guest that no longer answers).
 
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Interest};
 use tokio::net::UnixStream;
 
 /// Longest QMP line accepted: QEMU's answers to our commands are small.
@@ -64,6 +65,44 @@ impl Qmp {
         let mut line = serde_json::to_vec(&request)?;
         line.push(b'\n');
         self.stream.get_mut().write_all(&line).await?;
+        self.read_return(command).await
+    }
+
+    /// Hands QEMU an open file under `name` (QMP `getfd`, the descriptor
+    /// passed with SCM_RIGHTS), for `fd:NAME` migration URIs: QEMU's seccomp
+    /// filter forbids the `exec:` ones.
+    pub async fn send_fd(&mut self, name: &str, fd: BorrowedFd<'_>) -> Result<(), QmpError> {
+        use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+        let request = json!({ "execute": "getfd", "arguments": { "fdname": name } });
+        let mut line = serde_json::to_vec(&request)?;
+        line.push(b'\n');
+        let stream = self.stream.get_ref();
+        let fds = [fd.as_raw_fd()];
+        let mut written = None;
+        while written.is_none() {
+            stream.writable().await?;
+            let attempt = stream.try_io(Interest::WRITABLE, || {
+                let iov = [std::io::IoSlice::new(&line)];
+                let cmsg = [ControlMessage::ScmRights(&fds)];
+                sendmsg::<()>(stream.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None)
+                    .map_err(std::io::Error::from)
+            });
+            match attempt {
+                Ok(n) => written = Some(n),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if let Some(n) = written.filter(|n| *n < line.len()) {
+            // The descriptor went with the first bytes; the rest of the
+            // line follows as plain bytes.
+            self.stream.get_mut().write_all(&line[n..]).await?;
+        }
+        self.read_return("getfd").await.map(drop)
+    }
+
+    /// Reads until the answer to `command`; events are skipped.
+    async fn read_return(&mut self, command: &str) -> Result<Value, QmpError> {
         loop {
             let message = self.read_message().await?;
             if let Some(value) = message.get("return") {

@@ -1,6 +1,8 @@
 //! `airlock gc`: ends the sandboxes whose owner process died (see
 //! `airlock::gc`), under `$AIRLOCK_STATE_DIR` or the default state
-//! directory base.
+//! directory base; then removes the templates that nothing can use any more
+//! (an input file changed or is gone, or the template is corrupt) and what
+//! template builds that never finished left behind.
 
 use std::time::Duration;
 
@@ -31,6 +33,7 @@ pub async fn run(args: GcArgs) -> u8 {
     let collect_base = base.clone();
     let result =
         tokio::task::spawn_blocking(move || airlock::gc::collect(&collect_base, &options)).await;
+    let templates = collect_templates(args.dry_run);
     match result {
         Ok(Ok(report)) => {
             let text = describe(&report, args.dry_run);
@@ -39,7 +42,7 @@ pub async fn run(args: GcArgs) -> u8 {
             } else {
                 print!("{text}");
             }
-            if report.failed.is_empty() {
+            if report.failed.is_empty() && templates {
                 0
             } else {
                 EXIT_AIRLOCK_ERROR
@@ -52,6 +55,41 @@ pub async fn run(args: GcArgs) -> u8 {
         Err(error) => {
             eprintln!("airlock: gc in {} did not finish: {error}", base.display());
             EXIT_AIRLOCK_ERROR
+        }
+    }
+}
+
+/// Removes unusable templates and unfinished builds (with `dry_run`, only
+/// names the unusable templates); prints what went. `false` on an error.
+fn collect_templates(dry_run: bool) -> bool {
+    let store = airlock::template::TemplateStore::new(airlock::template::default_dir());
+    if dry_run {
+        return match store.list() {
+            Ok(entries) => {
+                for entry in entries.iter().filter(|entry| !entry.current) {
+                    println!("would remove template {}", entry.key);
+                }
+                true
+            }
+            Err(error) => {
+                eprintln!("airlock: {}", airlock::error_chain(&error));
+                false
+            }
+        };
+    }
+    match store.collect() {
+        Ok(gc) => {
+            for key in &gc.templates {
+                println!("removed template {key} (its inputs changed, or it was corrupt)");
+            }
+            for dir in &gc.leftovers {
+                println!("removed {} (an unfinished template)", dir.display());
+            }
+            true
+        }
+        Err(error) => {
+            eprintln!("airlock: {}", airlock::error_chain(&error));
+            false
         }
     }
 }

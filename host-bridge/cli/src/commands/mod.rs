@@ -28,6 +28,7 @@ mod sandbox;
 mod serve;
 mod session;
 mod shell;
+mod template;
 mod terminal;
 mod transfer;
 mod vm_options;
@@ -62,8 +63,12 @@ pub enum Commands {
     /// Manage root filesystem images (built by `airlock-rootfs image build`).
     #[command(subcommand)]
     Image(ImageCommand),
+    /// List or remove the templates that starts clone.
+    #[command(subcommand)]
+    Template(template::TemplateCommand),
     /// Kill and remove the sandboxes whose owner process died (under
-    /// AIRLOCK_STATE_DIR, else $XDG_RUNTIME_DIR/airlock or /tmp/airlock).
+    /// AIRLOCK_STATE_DIR, else $XDG_RUNTIME_DIR/airlock or /tmp/airlock),
+    /// and the templates nothing can use any more.
     Gc(gc::GcArgs),
     /// Sandboxes that outlive one command, kept by the daemon (started on
     /// demand): create, ls, exec, cp, pause, resume, kill.
@@ -151,6 +156,7 @@ pub async fn main(args: Args) -> u8 {
         Commands::Run(run) => run::run(*run, args.verbose).await,
         Commands::Shell(shell) => shell::run(*shell, args.verbose).await,
         Commands::Image(command) => image::run(command),
+        Commands::Template(command) => template::run(command),
         Commands::Gc(gc_args) => gc::run(gc_args).await,
         Commands::Sandbox(sandbox_args) => sandbox::run(sandbox_args).await,
         Commands::Serve(serve_args) => serve::run(serve_args).await,

@@ -177,6 +177,7 @@ async fn create_sandbox(socket: &Path, args: CreateArgs) -> Result<(), String> {
         workspace: workspace.map(|path| path.to_string_lossy().into_owned()),
         memory_mib: args.vm.memory,
         vcpus: args.vm.vcpus,
+        cold: args.vm.cold,
         max_lifetime_secs: args.max_lifetime,
         idle: args.idle_timeout.map(|timeout_secs| pb::Idle {
             timeout_secs,

@@ -36,6 +36,12 @@ pub struct VmOptions {
     /// the next run; created on first use. One sandbox at a time.
     #[arg(long, value_name = "PATH")]
     pub workspace: Option<PathBuf>,
+
+    /// Boot from the kernel instead of cloning this configuration's
+    /// template (made by the first start, reused by every later one; see
+    /// `airlock template ls`).
+    #[arg(long)]
+    pub cold: bool,
 }
 
 impl VmOptions {
@@ -79,7 +85,10 @@ impl BootOptions {
     /// message that says what to do instead.
     pub fn builder(&self) -> Result<SandboxBuilder, String> {
         let vm = &self.vm;
-        let mut builder = Sandbox::builder().memory_mib(vm.memory).vcpus(vm.vcpus);
+        let mut builder = Sandbox::builder()
+            .memory_mib(vm.memory)
+            .vcpus(vm.vcpus)
+            .from_template(!vm.cold);
         if let Some(accel) = self.accel {
             builder = builder.accel(accel);
         }

@@ -394,7 +394,8 @@ impl pb::sandboxes_server::Sandboxes for Service {
 fn builder(create: pb::CreateRequest) -> Result<SandboxBuilder, Status> {
     let mut builder = Sandbox::builder()
         .memory_mib(create.memory_mib)
-        .vcpus(create.vcpus);
+        .vcpus(create.vcpus)
+        .from_template(!create.cold);
     if let Some(image) = create.image {
         builder = builder.image(PathBuf::from(image));
     }

@@ -1,0 +1,205 @@
+//! Starting a sandbox from a template (see [`crate::template`]): find the
+//! template of this configuration, or make it (once, under its key's lock),
+//! then start a clone of it.
+//!
+//! Making a template boots the guest with its RAM in a shared file, waits
+//! for the agent, disconnects, and saves the device state (`vmm::snapshot`);
+//! that VM is then ended, unused. A clone starts QEMU with the same command
+//! line except that it maps the file copy on write and waits for the state
+//! (`-incoming defer`), loads it and runs: its agent is serving already.
+//!
+//! Every failure here is reported to `boot`, which boots cold instead: a
+//! template only ever makes a start faster.
+
+use std::time::{Duration, Instant};
+
+use tonic::transport::Channel;
+
+use crate::error::Error;
+use crate::template::{FileId, Template, TemplateError, TemplateInputs, TemplateStore, TEMPLATE_FORMAT};
+use crate::vmm::{self, Backend, Disk, GuestMemory, SnapshotError, VmmError};
+use crate::Accel;
+
+use super::boot::Launched;
+use super::builder::SandboxBuilder;
+use super::connect::{connect_agent, Deadline};
+
+/// How long a clone's agent may take to answer before the start falls
+/// back to a cold boot.
+const CLONE_READY_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long the template VM gets, after the host disconnected, to see the
+/// connection end before it is stopped (a clone copes either way; this
+/// saves it the repeat of the opening).
+const DISCONNECT_SETTLE: Duration = Duration::from_millis(100);
+
+/// Why a start could not use a template.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum CloneError {
+    #[error("template inputs: cannot read {path}")]
+    Inputs {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    #[error("saving or loading the VM state")]
+    Snapshot(#[from] SnapshotError),
+    #[error(transparent)]
+    Vmm(#[from] VmmError),
+    #[error("making the template")]
+    Build(#[source] Box<Error>),
+    #[error("starting the clone")]
+    Start(#[source] Box<Error>),
+}
+
+impl SandboxBuilder {
+    /// Starts a clone of this configuration's template, making the template
+    /// first if there is none. Returns the key and whether it was made now.
+    pub(super) async fn launch_clone(
+        &self,
+        accel: Accel,
+        disks: &[Disk],
+        deadline: Deadline,
+    ) -> Result<(Launched, String, bool), CloneError> {
+        let inputs = self.template_inputs(accel)?;
+        let key = inputs.key();
+        let store = TemplateStore::new(&self.template_dir);
+        let (template, built) = match find(&store, &key)? {
+            Some(template) => (template, false),
+            None => {
+                let lock = store
+                    .lock(&key, deadline.at.saturating_duration_since(Instant::now()))
+                    .await?;
+                // Another start may have made it while this one waited.
+                match find(&store, &key)? {
+                    Some(template) => (template, false),
+                    None => {
+                        let building = store.begin(&key, self.memory_bytes(), &lock)?;
+                        let agent_version = self
+                            .save_template(accel, disks, &building, deadline)
+                            .await?;
+                        tracing::info!(key, "template made");
+                        (building.commit(inputs, agent_version)?, true)
+                    }
+                }
+            }
+        };
+        let launched = self.start_clone(accel, disks, &template).await?;
+        Ok((launched, key, built))
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        u64::from(self.memory_mib) << 20
+    }
+
+    /// Everything this configuration's template depends on.
+    fn template_inputs(&self, accel: Accel) -> Result<TemplateInputs, CloneError> {
+        let file = |path: &std::path::Path| {
+            FileId::of(path).map_err(|source| CloneError::Inputs {
+                path: path.to_owned(),
+                source,
+            })
+        };
+        let qemu = vmm::locate_qemu()?;
+        Ok(TemplateInputs {
+            format: TEMPLATE_FORMAT,
+            airlock_version: env!("CARGO_PKG_VERSION").to_owned(),
+            qemu: file(&qemu)?,
+            kernel: file(&self.kernel)?,
+            initramfs: file(&self.initramfs)?,
+            image: self.image.as_deref().map(file).transpose()?,
+            memory_mib: self.memory_mib,
+            vcpus: self.vcpus,
+            accel: accel.qemu_name().to_owned(),
+            kernel_cmdline: self.kernel_cmdline(accel),
+            serial_ports: self.serial_ports.iter().map(|p| p.name.clone()).collect(),
+        })
+    }
+
+    /// Boots the template VM, waits for its agent, disconnects and saves
+    /// its state into `building`. Returns the agent's version.
+    async fn save_template(
+        &self,
+        accel: Accel,
+        disks: &[Disk],
+        building: &crate::template::Building,
+        deadline: Deadline,
+    ) -> Result<String, CloneError> {
+        let memory = GuestMemory::File {
+            path: building.memory_path(),
+            shared: true,
+        };
+        let (_dir, mut vmm) = self
+            .launch(accel, disks.to_vec(), memory, false)
+            .await
+            .map_err(|e| CloneError::Build(Box::new(e)))?;
+        let (channel, health) = connect_agent(&mut vmm, deadline)
+            .await
+            .map_err(|e| CloneError::Build(Box::new(e)))?;
+        disconnect(channel).await;
+        let state = building.create_state()?;
+        let Backend::Qemu(vm) = &mut vmm else {
+            return Err(CloneError::Vmm(VmmError::Exited));
+        };
+        vmm::snapshot::save_template(vm.qmp_socket(), &state).await?;
+        vmm.kill();
+        Ok(health.agent_version)
+    }
+
+    /// Starts a clone of `template` and waits for its agent.
+    async fn start_clone(
+        &self,
+        accel: Accel,
+        disks: &[Disk],
+        template: &Template,
+    ) -> Result<Launched, CloneError> {
+        let memory = GuestMemory::File {
+            path: template.memory_path(),
+            shared: false,
+        };
+        let state = template.open_state()?;
+        let (dir, mut vmm) = self
+            .launch(accel, disks.to_vec(), memory, true)
+            .await
+            .map_err(|e| CloneError::Start(Box::new(e)))?;
+        let vmm_started = Instant::now();
+        if let Backend::Qemu(vm) = &vmm {
+            if let Err(error) = vmm::snapshot::restore(vm.qmp_socket(), &state).await {
+                tracing::debug!(console = %vmm.diagnostics(2048), "the clone did not restore");
+                return Err(error.into());
+            }
+        }
+        let deadline = Deadline {
+            at: Instant::now() + CLONE_READY_TIMEOUT,
+            timeout: CLONE_READY_TIMEOUT,
+        };
+        let (channel, health) = connect_agent(&mut vmm, deadline)
+            .await
+            .map_err(|e| CloneError::Start(Box::new(e)))?;
+        Ok(Launched {
+            vmm_started,
+            dir,
+            vmm,
+            channel,
+            health,
+        })
+    }
+}
+
+/// The template for `key`, if there is one. A corrupt one is removed (the
+/// next start makes it again) and is this start's error: it boots cold.
+fn find(store: &TemplateStore, key: &str) -> Result<Option<Template>, CloneError> {
+    store.find(key).map_err(|error| {
+        if let Err(error) = store.remove(key) {
+            tracing::warn!(%error, "cannot remove the corrupt template");
+        }
+        error.into()
+    })
+}
+
+/// Drops the host's connection and gives the guest a moment to see it go.
+async fn disconnect(channel: Channel) {
+    drop(channel);
+    tokio::time::sleep(DISCONNECT_SETTLE).await;
+}

@@ -1,7 +1,7 @@
 //! Exec benchmark: cold starts (busybox initramfs and the default Debian
 //! image), exec latency and throughput, stdout throughput and footprint,
 //! each beside a floor measured in the same VM and run where one exists
-//! (the raw vsock echo, the guest's own fork+exec+wait, the guest writing
+//! (the raw serial echo, the guest's own fork+exec+wait, the guest writing
 //! to `/dev/null`); then the QEMU guest agent as a peer in a VM of its own
 //! image ([`peer`]), ours and theirs side by side.
 //!
@@ -24,7 +24,9 @@ use airlock::{BootTimings, Command, Event, Sandbox, SandboxBuilder};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use common::{echo_round_trips, echo_throughput, ms, percentile, start_echo, MIB};
+use common::{
+    echo_round_trips, echo_throughput, ms, percentile, start_echo, with_echo_port, MIB,
+};
 
 /// Sequential `true` execs for the latency figure.
 const LATENCY_RUNS: usize = 200;
@@ -88,8 +90,20 @@ async fn main() {
     );
 
     let busybox_probes = [("first exec output after ready", echo_ready())];
-    let (busybox_starts, sandbox) =
-        cold_starts(starts, airlock_tests::builder, &busybox_probes).await;
+    // Each start gets the echo port (the floor), on a socket of its own.
+    let echo_dir = tempfile::tempdir().expect("temp dir");
+    let echo_socket = |n: usize| echo_dir.path().join(format!("echo-{n}.sock"));
+    let started = std::sync::atomic::AtomicUsize::new(0);
+    let (busybox_starts, sandbox) = cold_starts(
+        starts,
+        || {
+            let n = started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            with_echo_port(airlock_tests::builder(), &echo_socket(n))
+        },
+        &busybox_probes,
+    )
+    .await;
+    let last_socket = echo_socket(started.load(std::sync::atomic::Ordering::Relaxed) - 1);
     let start_json = start_section(
         &mut table,
         &format!(
@@ -100,8 +114,8 @@ async fn main() {
     );
     table.append(&debian_table);
 
-    // Floors in the same VM: raw vsock echo and the guest's own fork+exec.
-    let (_echo, mut stream) = start_echo(&sandbox).await;
+    // Floors in the same VM: raw serial echo and the guest's own fork+exec.
+    let (_echo, mut stream) = start_echo(&sandbox, &last_socket).await;
     let (echo_median, echo_p99) = echo_round_trips(&mut stream, 500).await;
     let guest_spawn = guest_micros(
         &sandbox,
@@ -129,11 +143,11 @@ async fn main() {
     ));
     table.header("measure", "figure", "vs floor");
     table.row(
-        "raw vsock echo round trip (median)",
+        "raw serial echo round trip (median)",
         &fmt_ms(echo_median),
         "",
     );
-    table.row("raw vsock echo round trip (p99)", &fmt_ms(echo_p99), "");
+    table.row("raw serial echo round trip (p99)", &fmt_ms(echo_p99), "");
     table.row(
         &format!("guest fork+exec+wait /bin/true (mean of {GUEST_LOOP_RUNS})"),
         &fmt_ms(guest_spawn),
@@ -189,7 +203,7 @@ async fn main() {
     ));
     table.header("measure", "MB/s", "vs floor");
     table.row(
-        "raw vsock echo throughput",
+        "raw serial echo throughput",
         &format!("{echo_mbps:.1}"),
         "ceiling",
     );
@@ -429,7 +443,7 @@ async fn stdout_throughput(sandbox: &Sandbox) -> f64 {
     STDOUT_BYTES as f64 / elapsed.as_secs_f64() / 1e6
 }
 
-/// VmRSS of each host process (QEMU, vhost-device-vsock) whose command line
+/// VmRSS of each host process (QEMU, and vhost-device-vsock on vsock) whose command line
 /// names the sandbox's state directory.
 fn host_rss(sandbox: &Sandbox) -> Vec<(String, u64)> {
     airlock_tests::processes_mentioning(sandbox.state_dir())

@@ -1,5 +1,5 @@
 //! Transfer benchmark: file upload and download through the agent's Files
-//! service, beside the raw vsock echo throughput and round trip measured in
+//! service, beside the raw serial echo throughput and round trip measured in
 //! the same VM, in the same run. Prints figures and ratios; asserts only
 //! that the bytes arrived intact.
 //!
@@ -12,7 +12,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{echo_round_trips, echo_throughput, ms, pseudo_random, start_echo, MIB};
+use common::{
+    echo_round_trips, echo_throughput, ms, pseudo_random, start_echo, with_echo_port, MIB,
+};
 
 #[tokio::main]
 async fn main() {
@@ -22,7 +24,9 @@ async fn main() {
         .unwrap_or(64);
     // /tmp in the initramfs is a tmpfs of a quarter of guest memory.
     let memory = u32::try_from((size_mib * 4 + 256).max(512)).expect("memory size");
-    let sandbox = airlock_tests::builder()
+    let echo_dir = tempfile::tempdir().expect("temp dir");
+    let echo_socket = echo_dir.path().join("echo.sock");
+    let sandbox = with_echo_port(airlock_tests::builder(), &echo_socket)
         .memory_mib(memory)
         .start()
         .await
@@ -30,7 +34,7 @@ async fn main() {
     let fs = sandbox.fs();
 
     // The floor: a trivial echo listener in the guest.
-    let (_echo, mut stream) = start_echo(&sandbox).await;
+    let (_echo, mut stream) = start_echo(&sandbox, &echo_socket).await;
     let rtt = echo_round_trips(&mut stream, 500).await;
     let echo_mbps = echo_throughput(&mut stream, size_mib).await;
 
@@ -66,19 +70,19 @@ async fn main() {
     println!("{:<34} {:>12} {:>10}", "measure", "figure", "vs floor");
     println!(
         "{:<34} {:>9.3} ms {:>10}",
-        "raw vsock echo round trip (median)",
+        "raw serial echo round trip (median)",
         ms(rtt.0),
         "floor"
     );
     println!(
         "{:<34} {:>9.3} ms {:>10}",
-        "raw vsock echo round trip (p99)",
+        "raw serial echo round trip (p99)",
         ms(rtt.1),
         ""
     );
     println!(
         "{:<34} {:>7.1} MB/s {:>10}",
-        "raw vsock echo throughput", echo_mbps, "ceiling"
+        "raw serial echo throughput", echo_mbps, "ceiling"
     );
     println!(
         "{:<34} {:>7.1} MB/s {:>9.2}x",

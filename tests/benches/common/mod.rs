@@ -1,16 +1,20 @@
-//! The raw vsock floor shared by the benchmarks: upload the static guest
-//! echo listener (`tests/vsock-echo`), start it, and measure round trips and
-//! throughput over `Sandbox::connect_vsock`. Also the pseudo-random file
-//! contents and the percentile and millisecond helpers both benchmarks use.
+//! The raw channel floor shared by the benchmarks: a virtio-serial port of
+//! its own beside the agent's ([`ECHO_PORT_NAME`], added to the builder with
+//! [`with_echo_port`]), the static guest echo program (`tests/vsock-echo`)
+//! on it, and round trips and throughput measured through QEMU's socket
+//! for the port: the same path as the agent's channel, minus the agent.
+//! Also the pseudo-random file contents and the percentile and millisecond
+//! helpers the benchmarks use.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use airlock::{Command, Execution, Sandbox};
+use airlock::{Command, Execution, Sandbox, SandboxBuilder};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
-pub const ECHO_PORT: u32 = 5000;
+/// The virtio-serial port the echo program serves.
+pub const ECHO_PORT_NAME: &str = "airlock.echo";
 pub const MIB: usize = 1 << 20;
 
 /// The musl release target directory (`CARGO_TARGET_DIR` or the workspace's).
@@ -32,30 +36,38 @@ pub fn echo_binary() -> PathBuf {
     bin
 }
 
-/// Uploads the echo listener to `/tmp`, starts it on [`ECHO_PORT`] and
-/// connects to it. Keep the returned execution alive while measuring.
-pub async fn start_echo(sandbox: &Sandbox) -> (Execution, UnixStream) {
+/// `builder` with the echo's serial port, QEMU listening on `socket`.
+pub fn with_echo_port(builder: SandboxBuilder, socket: &Path) -> SandboxBuilder {
+    builder.serial_port(ECHO_PORT_NAME, socket)
+}
+
+/// Uploads the echo program to `/tmp`, starts it on the echo port whose
+/// host socket is `socket`, and connects to it. Keep the returned
+/// execution alive while measuring.
+pub async fn start_echo(sandbox: &Sandbox, socket: &Path) -> (Execution, UnixStream) {
     sandbox
         .fs()
         .write_file("/tmp/airlock-vsock-echo", echo_binary())
         .await
-        .expect("upload echo listener");
+        .expect("upload echo program");
+    let mut stream = UnixStream::connect(socket)
+        .await
+        .expect("connect to the echo port's socket");
     let echo = sandbox
         .exec(
             Command::new("/tmp/airlock-vsock-echo")
-                .arg(ECHO_PORT.to_string())
+                .arg(format!("serial:{ECHO_PORT_NAME}"))
                 .tag("echo"),
         )
         .await
-        .expect("start echo listener");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match sandbox.connect_vsock(ECHO_PORT).await {
-            Ok(stream) => return (echo, stream),
-            Err(error) if Instant::now() > deadline => panic!("echo listener: {error}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
+        .expect("start echo program");
+    let mut byte = [0u8; 1];
+    stream.write_all(b"!").await.expect("echo probe");
+    tokio::time::timeout(Duration::from_secs(30), stream.read_exact(&mut byte))
+        .await
+        .expect("the echo program answers")
+        .expect("echo probe read");
+    (echo, stream)
 }
 
 /// Median and p99 of `n` sequential 64-byte round trips.
@@ -74,9 +86,7 @@ pub async fn echo_round_trips(stream: &mut UnixStream, n: usize) -> (Duration, D
 }
 
 /// MB/s echoing `mib` MiB as 64 KiB writes, each read back before the
-/// next. (With 1 MiB writes in flight both ways, vhost-device-vsock 0.3
-/// closed the connection here; 64 KiB matches its default per-connection
-/// buffer.)
+/// next.
 pub async fn echo_throughput(stream: &mut UnixStream, mib: usize) -> f64 {
     const CHUNK: usize = 64 * 1024;
     let chunk = vec![0xa5u8; CHUNK];

@@ -70,3 +70,46 @@ async fn a_broken_connection_fails_open_calls_and_redials_for_new_ones() {
     // The sandbox's own channel was never affected.
     sandbox.health().await.expect("the sandbox's own channel");
 }
+
+/// On the serial channel (one connection through QEMU's socket, no relay
+/// possible), a guest that stops answering is found by the host's HTTP/2
+/// keepalive within seconds: open calls fail, and once the guest runs
+/// again the next call opens a new connection, which the agent serves.
+#[tokio::test]
+async fn a_stuck_serial_connection_is_dropped_in_seconds_and_the_next_call_reconnects() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+
+    let sandbox = airlock_tests::boot().await;
+    let mut execution = sandbox
+        .exec(airlock::Command::new("sleep").arg("60"))
+        .await
+        .expect("start sleep");
+    let qemu = airlock_tests::processes_mentioning(sandbox.state_dir());
+    assert_eq!(qemu.len(), 1, "{qemu:?}");
+    let qemu = Pid::from_raw(i32::try_from(qemu[0]).unwrap());
+
+    // Freeze QEMU behind the library's back: a guest that hangs.
+    kill(qemu, Signal::SIGSTOP).unwrap();
+    let frozen = Instant::now();
+    let broke = tokio::time::timeout(Duration::from_secs(40), execution.next_event()).await;
+    let waited = frozen.elapsed();
+    kill(qemu, Signal::SIGCONT).unwrap();
+    let result = broke.expect("the open call ends once the keepalive gives up");
+    assert!(result.is_err(), "{result:?}");
+    let keepalive = airlock_proto::contract::serial::KEEPALIVE_INTERVAL
+        + airlock_proto::contract::serial::KEEPALIVE_TIMEOUT;
+    assert!(
+        waited <= keepalive + Duration::from_secs(5),
+        "the stuck connection was dropped after {waited:?}"
+    );
+
+    // A new connection: the agent serves it, and the program it ran before
+    // is still there to be listed.
+    sandbox.health().await.expect("a new call after the break");
+    let listed = sandbox.list().await.expect("list");
+    assert!(
+        listed.iter().any(|p| p.argv.first().map(String::as_str) == Some("sleep")),
+        "{listed:?}"
+    );
+}

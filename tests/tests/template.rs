@@ -252,9 +252,16 @@ async fn another_qemu_gets_its_own_template() {
     let templates = tempfile::tempdir().unwrap();
     let states = tempfile::tempdir().unwrap();
     let bin = tempfile::tempdir().unwrap();
+    // Another QEMU: here a wrapper that runs the installed one (a copy of
+    // Debian's binary would not find its accelerator modules).
     let qemu = bin.path().join("qemu-system-x86_64");
     let installed = which("qemu-system-x86_64");
-    std::fs::copy(&installed, &qemu).unwrap();
+    std::fs::write(
+        &qemu,
+        format!("#!/bin/sh\nexec {} \"$@\"\n", installed.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&qemu, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let run = |qemu: &Path| {
         let out = std::process::Command::new(airlock_tests::airlock_bin())
             .args(["run", "--no-image", "--memory", "256", "--", "echo", "hi"])

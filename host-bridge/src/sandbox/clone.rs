@@ -112,6 +112,7 @@ impl SandboxBuilder {
             memory_mib: self.memory_mib,
             vcpus: self.vcpus,
             accel: accel.qemu_name().to_owned(),
+            cpu: vmm::cpu_model(accel).to_owned(),
             kernel_cmdline: self.kernel_cmdline(accel),
             serial_ports: self.serial_ports.iter().map(|p| p.name.clone()).collect(),
         })

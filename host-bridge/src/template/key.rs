@@ -57,6 +57,8 @@ pub struct TemplateInputs {
     pub memory_mib: u32,
     pub vcpus: u32,
     pub accel: String,
+    /// QEMU's `-cpu` model.
+    pub cpu: String,
     pub kernel_cmdline: String,
     /// The names of the embedder's virtio-serial ports, in order.
     pub serial_ports: Vec<String>,
@@ -103,6 +105,7 @@ mod tests {
             memory_mib: 512,
             vcpus: 1,
             accel: "tcg".into(),
+            cpu: "max".into(),
             kernel_cmdline: "console=ttyS0".into(),
             serial_ports: Vec::new(),
         }
@@ -116,6 +119,9 @@ mod tests {
         assert_eq!(base.key().len(), 32);
         let mut other = base.clone();
         other.memory_mib = 256;
+        assert_ne!(other.key(), base.key());
+        let mut other = base.clone();
+        other.cpu = "host".into();
         assert_ne!(other.key(), base.key());
         let mut other = base.clone();
         other.serial_ports.push("p".into());

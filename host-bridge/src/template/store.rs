@@ -467,6 +467,7 @@ mod tests {
             memory_mib: 64,
             vcpus: 1,
             accel: "tcg".into(),
+            cpu: "max".into(),
             kernel_cmdline: String::new(),
             serial_ports: Vec::new(),
         }

@@ -50,7 +50,7 @@ use tokio::net::UnixListener;
 use crate::transport::AgentTransport;
 
 pub(crate) use process::ProcessVm;
-pub(crate) use qemu::{guest_disk_device, AgentPort, Disk, GuestMemory, QemuConfig, SerialPort};
+pub(crate) use qemu::{cpu_model, guest_disk_device, AgentPort, Disk, GuestMemory, QemuConfig, SerialPort};
 pub(crate) use snapshot::SnapshotError;
 pub(crate) use qemu_vm::{QemuVm, VmPaths};
 pub use user::VmmUser;

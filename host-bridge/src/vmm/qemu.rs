@@ -93,14 +93,20 @@ pub(crate) fn guest_disk_device(index: usize) -> Option<String> {
     (letter <= b'z').then(|| format!("/dev/vd{}", letter as char))
 }
 
+/// The `-cpu` model for `accel`: the host's CPU under KVM, everything TCG
+/// emulates otherwise. A template is only valid for the model it ran on.
+pub(crate) fn cpu_model(accel: Accel) -> &'static str {
+    match accel {
+        Accel::Kvm => "host",
+        Accel::Tcg | Accel::Auto => "max",
+    }
+}
+
 impl QemuConfig {
     /// The arguments after the program name.
     pub fn args(&self) -> Vec<OsString> {
         let mem = self.memory_mib;
-        let cpu = match self.accel {
-            Accel::Kvm => "host",
-            Accel::Tcg | Accel::Auto => "max",
-        };
+        let cpu = cpu_model(self.accel);
         let mut args: Vec<OsString> = Vec::new();
         let mut push = |parts: &[&str]| args.extend(parts.iter().map(OsString::from));
         push(&[

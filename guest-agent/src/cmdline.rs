@@ -186,10 +186,15 @@ fn parse_device(key: &'static str, value: &str) -> Result<PathBuf, CmdlineError>
 }
 
 fn parse_hostname(value: &str) -> Result<String, CmdlineError> {
-    if value.is_empty() || value.len() > HOSTNAME_MAX || value.contains('/') {
+    if !is_valid_hostname(value) {
         return Err(CmdlineError::BadHostname(value.to_owned()));
     }
     Ok(value.to_owned())
+}
+
+/// Whether Linux takes `value` as a hostname: 1-64 bytes, no `/`.
+pub fn is_valid_hostname(value: &str) -> bool {
+    !value.is_empty() && value.len() <= HOSTNAME_MAX && !value.contains('/')
 }
 
 #[cfg(test)]

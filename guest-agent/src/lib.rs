@@ -29,8 +29,10 @@ pub mod announce;
 pub mod boot;
 pub mod clock;
 pub mod cmdline;
+pub mod entropy;
 pub mod error;
 pub mod init;
+pub mod personalize;
 pub mod reaper;
 pub mod server;
 pub mod services;
@@ -45,6 +47,7 @@ pub use error::AgentError;
 pub use server::Listen;
 
 use init::poweroff;
+use personalize::SandboxId;
 use server::Listener;
 use services::{HealthService, ProcessService, Services, ShutdownMode, SystemService};
 
@@ -105,12 +108,14 @@ async fn serve(pid1: bool, init_started_us: u64, listen: Listen) -> Result<(), A
     };
     let serving_since_us = clock::boottime_us();
     let process = ProcessService::new(reaper);
+    let sandbox_id = SandboxId::default();
     let router = services::router(Services {
         files: services::FilesService::new(),
         health: HealthService::new(init_started_us, serving_since_us)
-            .with_programs_cgroup(process.cgroup_parent()),
+            .with_programs_cgroup(process.cgroup_parent())
+            .with_sandbox_id(sandbox_id.clone()),
         process,
-        system: SystemService::new(mode),
+        system: SystemService::new(mode).with_sandbox_id(sandbox_id),
     });
     tracing::info!(%listen, "serving");
     announce::spawn(&listen);

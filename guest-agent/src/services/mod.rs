@@ -17,7 +17,7 @@ use tonic::transport::Server;
 pub use files::FilesService;
 pub use health::HealthService;
 pub use process::ProcessService;
-pub use system::{ShutdownMode, SystemService};
+pub use system::{ShutdownMode, SystemError, SystemService};
 
 /// Everything the agent serves.
 #[derive(Debug)]

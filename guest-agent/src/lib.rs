@@ -99,7 +99,7 @@ fn start(boot: Boot, listen: Option<Listen>) -> Result<(), AgentError> {
 
 async fn serve(pid1: bool, init_started_us: u64, listen: Listen) -> Result<(), AgentError> {
     let reaper = reaper::Reaper::start()?;
-    let listener = Listener::bind(&listen)?;
+    let listener = Listener::bind(&listen).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let mode = if pid1 {
         ShutdownMode::PowerOff

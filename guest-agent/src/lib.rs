@@ -40,12 +40,14 @@ pub mod services;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use airlock_proto::contract::{serial, Channel};
 use tokio::sync::watch;
 
 pub use boot::Boot;
 pub use error::AgentError;
 pub use server::Listen;
 
+use cmdline::Cmdline;
 use init::poweroff;
 use personalize::SandboxId;
 use server::Listener;
@@ -54,8 +56,9 @@ use services::{HealthService, ProcessService, Services, ShutdownMode, SystemServ
 /// How long a stopping (non-PID 1) agent waits for open calls to finish.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
-/// Runs the agent until shutdown. `listen` overrides the default (vsock on
-/// the command line's `airlock.port`). Returns only when not PID 1.
+/// Runs the agent until shutdown. `listen` overrides the default, which
+/// the command line's `airlock.channel` picks ([`default_listen`]).
+/// Returns only when not PID 1.
 pub fn run(boot: Boot, listen: Option<Listen>) -> ExitCode {
     let pid1 = boot.pid1;
     let result = start(boot, listen);
@@ -87,7 +90,7 @@ fn start(boot: Boot, listen: Option<Listen>) -> Result<(), AgentError> {
     } else {
         init::adopt_orphans();
     }
-    let listen = listen.unwrap_or(Listen::Vsock(cmdline.port));
+    let listen = listen.unwrap_or_else(|| default_listen(&cmdline));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -95,6 +98,16 @@ fn start(boot: Boot, listen: Option<Listen>) -> Result<(), AgentError> {
     let served = runtime.block_on(serve(boot.pid1, boot.init_started_us, listen));
     runtime.shutdown_timeout(STOP_GRACE);
     served
+}
+
+/// Where to serve when `--listen` does not say: the virtio-serial port
+/// [`serial::AGENT_PORT_NAME`] for `airlock.channel=serial`, else vsock on
+/// `airlock.port`.
+pub fn default_listen(cmdline: &Cmdline) -> Listen {
+    match cmdline.channel {
+        Channel::Serial => Listen::Serial(serial::AGENT_PORT_NAME.to_owned()),
+        Channel::Vsock => Listen::Vsock(cmdline.port),
+    }
 }
 
 async fn serve(pid1: bool, init_started_us: u64, listen: Listen) -> Result<(), AgentError> {
@@ -134,5 +147,24 @@ async fn serve(pid1: bool, init_started_us: u64, listen: Listen) -> Result<(), A
 async fn stopped(mut stop: watch::Receiver<bool>) {
     if stop.wait_for(|stop| *stop).await.is_err() {
         std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_channel_picks_the_default_listen_address() {
+        let serial = Cmdline::parse("airlock.channel=serial airlock.port=7").unwrap();
+        assert_eq!(
+            default_listen(&serial),
+            Listen::Serial("airlock.agent.0".to_owned())
+        );
+        let vsock = Cmdline::parse("airlock.channel=vsock airlock.port=7").unwrap();
+        assert_eq!(default_listen(&vsock), Listen::Vsock(7));
+        let unsaid = Cmdline::parse("airlock.port=7").unwrap();
+        assert_eq!(default_listen(&unsaid), Listen::Vsock(7));
     }
 }

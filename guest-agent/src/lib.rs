@@ -1,5 +1,5 @@
 //! `airlock-agent`: the guest side of Airlock. It runs as PID 1 inside a
-//! microVM and serves `airlock.agent.v1` over vsock.
+//! microVM and serves `airlock.agent.v1` over a virtio-serial port or vsock.
 //!
 //! Data flow, in start-up order:
 //!
@@ -11,19 +11,29 @@
 //!    the command line names one, hostname) or else becomes a child
 //!    subreaper, and starts the tokio runtime.
 //! 3. [`reaper`] takes ownership of `waitpid(-1)` before anything spawns.
-//! 4. [`server`] binds the [`Listen`] address (vsock, or a Unix socket for
-//!    tests) and serves the [`services`]: `Health`, `Process` (spawns via the
-//!    reaper, streams output through a bounded channel) and `System`
-//!    (shutdown). Once bound, [`announce`] tells the host (over vsock) that
-//!    the agent serves, so the host never dials a guest that is not ready.
+//! 4. [`server`] binds the [`Listen`] address, which `--listen` or else the
+//!    command line's `airlock.channel` picks ([`default_listen`]): the
+//!    virtio-serial port `airlock.agent.0` ([`server::serial`]: one host
+//!    connection at a time, each begun with the opening of
+//!    `airlock_proto::opening`, for as long as the agent runs), vsock, or a
+//!    Unix socket for tests. It serves the [`services`] with HTTP/2
+//!    keepalives: `Files`, `Health`, `Process` (spawns via the reaper,
+//!    streams output through a bounded channel) and `System` (shutdown, the
+//!    clock, and [`personalize`]: entropy through [`entropy`], clock,
+//!    hostname, and the sandbox id that `Health` reports). Once a vsock
+//!    listener is bound, [`announce`] tells the host that the agent serves,
+//!    so the host never dials a guest that is not ready.
 //! 5. Every error that reaches a client becomes a `tonic::Status` in
 //!    [`error`]. As PID 1 the agent never exits: errors, panics and
 //!    `Shutdown` all end in a synced power-off ([`init::poweroff`]).
 //!
 //! System calls go through `nix` (processes, signals, users, rlimits,
-//! no_new_privs, mounts, modules, inotify, clocks); `rustix` only where nix
-//! has no safe wrapper: terminals (the pty, `TIOCSCTTY`) and the capability
-//! bounding set, whose capabilities `caps` names.
+//! no_new_privs, mounts, modules, inotify, clocks, the serial port, the
+//! `RNDRESEEDCRNG` ioctl); `rustix` only where nix has no safe wrapper:
+//! terminals (the pty, `TIOCSCTTY`) and the capability bounding set, whose
+//! capabilities `caps` names. `unsafe` lives in two modules only:
+//! `services::process::child_setup` (`pre_exec`) and [`entropy`] (the
+//! ioctl).
 
 pub mod announce;
 pub mod boot;

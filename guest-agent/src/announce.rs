@@ -1,11 +1,11 @@
 //! Telling the host that the agent serves.
 //!
 //! Once the gRPC listener is bound, the agent connects out to the host on
-//! [`READY_PORT`](airlock_proto::READY_PORT) and writes
-//! [`READY_ANNOUNCEMENT`](airlock_proto::READY_ANNOUNCEMENT). The host waits
-//! for this before it dials the agent, so it never knocks while the guest's
-//! vsock queues are still being set up. Only a vsock listener announces: a
-//! Unix socket (tests) has no host to tell.
+//! [`READY_PORT`] and writes [`READY_ANNOUNCEMENT`]. The host waits for
+//! this before it dials the agent, so it never knocks while the guest's
+//! vsock queues are still being set up. Only a vsock listener announces: on
+//! a virtio-serial port the host's hello is the knock (see
+//! `server::serial`), and a Unix socket (tests) has no host to tell.
 //!
 //! The announcement is best effort from the agent's side: it retries for a
 //! while (the host binds its socket before the VM starts, so a refusal is

@@ -7,6 +7,7 @@
 //!
 //! | key                 | meaning                              | default   |
 //! |---------------------|--------------------------------------|-----------|
+//! | `airlock.channel=`  | `serial` or `vsock`: where the agent serves | `vsock` |
 //! | `airlock.port=N`    | vsock port the gRPC server listens on | 1024      |
 //! | `airlock.hostname=` | the guest's hostname                 | `airlock` |
 //! | `airlock.log=`      | tracing env-filter for agent logs    | `info`    |
@@ -20,6 +21,7 @@
 use std::path::{Path, PathBuf};
 
 use airlock_proto::contract::cmdline as keys;
+use airlock_proto::contract::Channel;
 
 /// The hostname used when the command line names none.
 pub const DEFAULT_HOSTNAME: &str = "airlock";
@@ -33,6 +35,9 @@ const HOSTNAME_MAX: usize = 64;
 /// A command line the agent cannot honour.
 #[derive(Debug, thiserror::Error)]
 pub enum CmdlineError {
+    /// `airlock.channel` is neither `serial` nor `vsock`.
+    #[error("airlock.channel={0:?} is not a channel; pass airlock.channel=serial or vsock")]
+    BadChannel(String),
     /// `airlock.port` is not a number in `1..=u32::MAX`.
     #[error("airlock.port={0:?} is not a vsock port number; pass e.g. airlock.port=1024")]
     BadPort(String),
@@ -64,6 +69,8 @@ pub enum CmdlineError {
 /// The agent's settings from the kernel command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cmdline {
+    /// The channel to serve on.
+    pub channel: Channel,
     /// The vsock port to listen on.
     pub port: u32,
     /// The hostname to set.
@@ -79,6 +86,7 @@ pub struct Cmdline {
 impl Default for Cmdline {
     fn default() -> Self {
         Self {
+            channel: Channel::Vsock,
             port: airlock_proto::DEFAULT_AGENT_PORT,
             hostname: DEFAULT_HOSTNAME.to_owned(),
             log: DEFAULT_LOG_FILTER.to_owned(),
@@ -114,6 +122,10 @@ impl Cmdline {
             };
             let value = unquote(value);
             match key {
+                keys::CHANNEL => {
+                    cmdline.channel = Channel::parse(value)
+                        .ok_or_else(|| CmdlineError::BadChannel(value.to_owned()))?;
+                }
                 keys::PORT => cmdline.port = parse_port(value)?,
                 keys::HOSTNAME => cmdline.hostname = parse_hostname(value)?,
                 keys::LOG => cmdline.log = value.to_owned(),
@@ -186,10 +198,15 @@ fn parse_device(key: &'static str, value: &str) -> Result<PathBuf, CmdlineError>
 }
 
 fn parse_hostname(value: &str) -> Result<String, CmdlineError> {
-    if value.is_empty() || value.len() > HOSTNAME_MAX || value.contains('/') {
+    if !is_valid_hostname(value) {
         return Err(CmdlineError::BadHostname(value.to_owned()));
     }
     Ok(value.to_owned())
+}
+
+/// Whether Linux takes `value` as a hostname: 1-64 bytes, no `/`.
+pub fn is_valid_hostname(value: &str) -> bool {
+    !value.is_empty() && value.len() <= HOSTNAME_MAX && !value.contains('/')
 }
 
 #[cfg(test)]
@@ -201,6 +218,7 @@ mod tests {
     fn empty_line_gives_defaults() {
         let c = Cmdline::parse("").unwrap();
         assert_eq!(c, Cmdline::default());
+        assert_eq!(c.channel, Channel::Vsock);
         assert_eq!(c.port, 1024);
         assert_eq!(c.hostname, "airlock");
         assert_eq!(c.log, "info");
@@ -257,6 +275,22 @@ mod tests {
         }
         let err = Cmdline::parse("airlock.port=99999999999").unwrap_err();
         assert!(err.to_string().contains("99999999999"));
+    }
+
+    #[test]
+    fn channel_is_serial_or_vsock() {
+        let c = Cmdline::parse("airlock.channel=serial airlock.port=9").unwrap();
+        assert_eq!(c.channel, Channel::Serial);
+        let c = Cmdline::parse("airlock.channel=vsock").unwrap();
+        assert_eq!(c.channel, Channel::Vsock);
+        for bad in [
+            "airlock.channel=",
+            "airlock.channel=tcp",
+            "airlock.channel=Serial",
+        ] {
+            let err = Cmdline::parse(bad).unwrap_err();
+            assert!(matches!(err, CmdlineError::BadChannel(_)), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -2,19 +2,22 @@
 //! gRPC statuses.
 //!
 //! Each module has its own error enum ([`CmdlineError`], [`ReaperError`],
-//! [`ServerError`], [`ProcessError`], [`FilesError`]); [`AgentError`]
-//! gathers them.
+//! [`ServerError`], [`ProcessError`], [`FilesError`], [`SystemError`]);
+//! [`AgentError`] gathers them.
 //! `From<AgentError> for Status` picks the code a client can act on, and the
 //! message is the `Display` chain (error, then each source), never `Debug`.
 
 use tonic::{Code, Status};
 
+use crate::clock::ClockError;
 use crate::cmdline::CmdlineError;
 use crate::init::root::RootError;
+use crate::personalize::PersonalizeError;
 use crate::reaper::ReaperError;
 use crate::server::ServerError;
 use crate::services::files::FilesError;
 use crate::services::process::ProcessError;
+use crate::services::system::SystemError;
 
 /// Anything that can go wrong in the agent.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +41,9 @@ pub enum AgentError {
     /// A file operation failed.
     #[error(transparent)]
     Files(#[from] FilesError),
+    /// A `System` call failed.
+    #[error(transparent)]
+    System(#[from] SystemError),
     /// The tokio runtime could not be built.
     #[error("cannot build the async runtime")]
     Runtime(#[source] std::io::Error),
@@ -57,6 +63,12 @@ impl From<ProcessError> for Status {
 
 impl From<FilesError> for Status {
     fn from(e: FilesError) -> Self {
+        AgentError::from(e).into()
+    }
+}
+
+impl From<SystemError> for Status {
+    fn from(e: SystemError) -> Self {
         AgentError::from(e).into()
     }
 }
@@ -110,11 +122,29 @@ fn code(e: &AgentError) -> Code {
             | P::Pty { .. }
             | P::Resize { .. } => Code::Internal,
         },
+        AgentError::System(s) => system_code(s),
         AgentError::Cmdline(_) => Code::InvalidArgument,
         AgentError::Root(_)
         | AgentError::Reaper(_)
         | AgentError::Server(_)
         | AgentError::Runtime(_) => Code::Internal,
+    }
+}
+
+fn system_code(e: &SystemError) -> Code {
+    use PersonalizeError as P;
+    let clock = |c: &ClockError| match c {
+        ClockError::OutOfRange(_) => Code::InvalidArgument,
+        ClockError::Read(_) | ClockError::Set(_) => Code::Internal,
+    };
+    match e {
+        SystemError::NotPid1(_) => Code::FailedPrecondition,
+        SystemError::Clock(c) | SystemError::Personalize(P::Clock(c)) => clock(c),
+        SystemError::Personalize(p) => match p {
+            P::EntropySize(_) | P::BadHostname(_) | P::SandboxIdTooLong(_) => Code::InvalidArgument,
+            P::Clock(c) => clock(c),
+            P::Entropy(_) | P::Hostname { .. } => Code::Internal,
+        },
     }
 }
 
@@ -192,6 +222,48 @@ mod tests {
                     source: std::io::Error::from_raw_os_error(nix::libc::EAGAIN),
                 },
                 Code::ResourceExhausted,
+            ),
+        ];
+        for (err, want) in cases {
+            assert_eq!(Status::from(err).code(), want);
+        }
+    }
+
+    #[test]
+    fn system_codes_are_precise() {
+        let cases = [
+            (SystemError::NotPid1("acts"), Code::FailedPrecondition),
+            (
+                SystemError::Clock(ClockError::OutOfRange(0)),
+                Code::InvalidArgument,
+            ),
+            (
+                SystemError::Clock(ClockError::Set(nix::errno::Errno::EPERM)),
+                Code::Internal,
+            ),
+            (
+                PersonalizeError::EntropySize(3).into(),
+                Code::InvalidArgument,
+            ),
+            (
+                PersonalizeError::BadHostname(String::new()).into(),
+                Code::InvalidArgument,
+            ),
+            (
+                PersonalizeError::SandboxIdTooLong(200).into(),
+                Code::InvalidArgument,
+            ),
+            (
+                PersonalizeError::Clock(ClockError::OutOfRange(0)).into(),
+                Code::InvalidArgument,
+            ),
+            (
+                PersonalizeError::Hostname {
+                    hostname: "h".into(),
+                    source: nix::errno::Errno::EPERM,
+                }
+                .into(),
+                Code::Internal,
             ),
         ];
         for (err, want) in cases {

@@ -1,5 +1,5 @@
 //! `airlock-agent`: the guest side of Airlock. It runs as PID 1 inside a
-//! microVM and serves `airlock.agent.v1` over vsock.
+//! microVM and serves `airlock.agent.v1` over a virtio-serial port or vsock.
 //!
 //! Data flow, in start-up order:
 //!
@@ -11,26 +11,38 @@
 //!    the command line names one, hostname) or else becomes a child
 //!    subreaper, and starts the tokio runtime.
 //! 3. [`reaper`] takes ownership of `waitpid(-1)` before anything spawns.
-//! 4. [`server`] binds the [`Listen`] address (vsock, or a Unix socket for
-//!    tests) and serves the [`services`]: `Health`, `Process` (spawns via the
-//!    reaper, streams output through a bounded channel) and `System`
-//!    (shutdown). Once bound, [`announce`] tells the host (over vsock) that
-//!    the agent serves, so the host never dials a guest that is not ready.
+//! 4. [`server`] binds the [`Listen`] address, which `--listen` or else the
+//!    command line's `airlock.channel` picks ([`default_listen`]): the
+//!    virtio-serial port `airlock.agent.0` ([`server::serial`]: one host
+//!    connection at a time, each begun with the opening of
+//!    `airlock_proto::opening`, for as long as the agent runs), vsock, or a
+//!    Unix socket for tests. It serves the [`services`] with HTTP/2
+//!    keepalives: `Files`, `Health`, `Process` (spawns via the reaper,
+//!    streams output through a bounded channel) and `System` (shutdown, the
+//!    clock, and [`personalize`]: entropy through [`entropy`], clock,
+//!    hostname, and the sandbox id that `Health` reports). Once a vsock
+//!    listener is bound, [`announce`] tells the host that the agent serves,
+//!    so the host never dials a guest that is not ready.
 //! 5. Every error that reaches a client becomes a `tonic::Status` in
 //!    [`error`]. As PID 1 the agent never exits: errors, panics and
 //!    `Shutdown` all end in a synced power-off ([`init::poweroff`]).
 //!
 //! System calls go through `nix` (processes, signals, users, rlimits,
-//! no_new_privs, mounts, modules, inotify, clocks); `rustix` only where nix
-//! has no safe wrapper: terminals (the pty, `TIOCSCTTY`) and the capability
-//! bounding set, whose capabilities `caps` names.
+//! no_new_privs, mounts, modules, inotify, clocks, the serial port, the
+//! `RNDRESEEDCRNG` ioctl); `rustix` only where nix has no safe wrapper:
+//! terminals (the pty, `TIOCSCTTY`) and the capability bounding set, whose
+//! capabilities `caps` names. `unsafe` lives in two modules only:
+//! `services::process::child_setup` (`pre_exec`) and [`entropy`] (the
+//! ioctl).
 
 pub mod announce;
 pub mod boot;
 pub mod clock;
 pub mod cmdline;
+pub mod entropy;
 pub mod error;
 pub mod init;
+pub mod personalize;
 pub mod reaper;
 pub mod server;
 pub mod services;
@@ -38,21 +50,25 @@ pub mod services;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use airlock_proto::contract::{serial, Channel};
 use tokio::sync::watch;
 
 pub use boot::Boot;
 pub use error::AgentError;
 pub use server::Listen;
 
+use cmdline::Cmdline;
 use init::poweroff;
+use personalize::SandboxId;
 use server::Listener;
 use services::{HealthService, ProcessService, Services, ShutdownMode, SystemService};
 
 /// How long a stopping (non-PID 1) agent waits for open calls to finish.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
-/// Runs the agent until shutdown. `listen` overrides the default (vsock on
-/// the command line's `airlock.port`). Returns only when not PID 1.
+/// Runs the agent until shutdown. `listen` overrides the default, which
+/// the command line's `airlock.channel` picks ([`default_listen`]).
+/// Returns only when not PID 1.
 pub fn run(boot: Boot, listen: Option<Listen>) -> ExitCode {
     let pid1 = boot.pid1;
     let result = start(boot, listen);
@@ -84,7 +100,7 @@ fn start(boot: Boot, listen: Option<Listen>) -> Result<(), AgentError> {
     } else {
         init::adopt_orphans();
     }
-    let listen = listen.unwrap_or(Listen::Vsock(cmdline.port));
+    let listen = listen.unwrap_or_else(|| default_listen(&cmdline));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -94,9 +110,19 @@ fn start(boot: Boot, listen: Option<Listen>) -> Result<(), AgentError> {
     served
 }
 
+/// Where to serve when `--listen` does not say: the virtio-serial port
+/// [`serial::AGENT_PORT_NAME`] for `airlock.channel=serial`, else vsock on
+/// `airlock.port`.
+pub fn default_listen(cmdline: &Cmdline) -> Listen {
+    match cmdline.channel {
+        Channel::Serial => Listen::Serial(serial::AGENT_PORT_NAME.to_owned()),
+        Channel::Vsock => Listen::Vsock(cmdline.port),
+    }
+}
+
 async fn serve(pid1: bool, init_started_us: u64, listen: Listen) -> Result<(), AgentError> {
     let reaper = reaper::Reaper::start()?;
-    let listener = Listener::bind(&listen)?;
+    let listener = Listener::bind(&listen).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let mode = if pid1 {
         ShutdownMode::PowerOff
@@ -105,12 +131,14 @@ async fn serve(pid1: bool, init_started_us: u64, listen: Listen) -> Result<(), A
     };
     let serving_since_us = clock::boottime_us();
     let process = ProcessService::new(reaper);
+    let sandbox_id = SandboxId::default();
     let router = services::router(Services {
         files: services::FilesService::new(),
         health: HealthService::new(init_started_us, serving_since_us)
-            .with_programs_cgroup(process.cgroup_parent()),
+            .with_programs_cgroup(process.cgroup_parent())
+            .with_sandbox_id(sandbox_id.clone()),
         process,
-        system: SystemService::new(mode),
+        system: SystemService::new(mode).with_sandbox_id(sandbox_id),
     });
     tracing::info!(%listen, "serving");
     announce::spawn(&listen);
@@ -129,5 +157,24 @@ async fn serve(pid1: bool, init_started_us: u64, listen: Listen) -> Result<(), A
 async fn stopped(mut stop: watch::Receiver<bool>) {
     if stop.wait_for(|stop| *stop).await.is_err() {
         std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_channel_picks_the_default_listen_address() {
+        let serial = Cmdline::parse("airlock.channel=serial airlock.port=7").unwrap();
+        assert_eq!(
+            default_listen(&serial),
+            Listen::Serial("airlock.agent.0".to_owned())
+        );
+        let vsock = Cmdline::parse("airlock.channel=vsock airlock.port=7").unwrap();
+        assert_eq!(default_listen(&vsock), Listen::Vsock(7));
+        let unsaid = Cmdline::parse("airlock.port=7").unwrap();
+        assert_eq!(default_listen(&unsaid), Listen::Vsock(7));
     }
 }

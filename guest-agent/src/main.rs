@@ -9,12 +9,14 @@ use airlock_agent::{Boot, Listen};
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-/// Airlock's guest agent: PID 1 in the microVM, serving gRPC over vsock.
+/// Airlock's guest agent: PID 1 in the microVM, serving gRPC over a
+/// virtio-serial port or vsock.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Cli {
-    /// Where to serve: `vsock:PORT` or `unix:PATH`. Default: vsock on the
-    /// kernel command line's `airlock.port` (1024).
+    /// Where to serve: `serial:NAME`, `vsock:PORT` or `unix:PATH`. Default:
+    /// by the kernel command line's `airlock.channel`, the serial port
+    /// `airlock.agent.0` or vsock on `airlock.port` (1024).
     #[arg(long, value_name = "ADDR")]
     listen: Option<Listen>,
 }

@@ -15,6 +15,7 @@ fn help_names_the_listen_flag() {
     let help = String::from_utf8(out.stdout).unwrap();
     assert!(help.contains("--listen"), "{help}");
     assert!(help.contains("vsock:PORT"), "{help}");
+    assert!(help.contains("serial:NAME"), "{help}");
 }
 
 #[test]
@@ -22,7 +23,10 @@ fn bad_listen_address_fails_with_a_hint() {
     let out = agent().args(["--listen", "tcp:80"]).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("use vsock:PORT or unix:PATH"), "{err}");
+    assert!(
+        err.contains("use serial:NAME, vsock:PORT or unix:PATH"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -37,4 +41,18 @@ fn unusable_socket_path_exits_non_zero() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("cannot listen on unix socket"), "{err}");
+}
+
+#[test]
+fn a_serial_port_that_never_appears_fails_naming_it() {
+    let out = agent()
+        .args(["--listen", "serial:airlock.no-such-port"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("no virtio-serial port named \"airlock.no-such-port\""),
+        "{err}"
+    );
 }

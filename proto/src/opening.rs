@@ -230,8 +230,14 @@ mod tests {
 
     #[test]
     fn nonces_are_hex() {
-        assert_eq!(Nonce::new(0xab).hello(), b"airlock-hello 00000000000000ab\n");
-        assert_eq!(Nonce::new(u64::MAX).ready(), b"airlock-ready ffffffffffffffff\n");
+        assert_eq!(
+            Nonce::new(0xab).hello(),
+            b"airlock-hello 00000000000000ab\n"
+        );
+        assert_eq!(
+            Nonce::new(u64::MAX).ready(),
+            b"airlock-ready ffffffffffffffff\n"
+        );
     }
 
     #[test]
@@ -273,8 +279,14 @@ mod tests {
     #[test]
     fn a_malformed_hello_is_junk() {
         let mut guest = GuestOpening::new();
-        assert_eq!(guest.feed(b"airlock-hello 00000000000000XY\n"), GuestStep::Read);
-        assert_eq!(guest.feed(b"airlock-hello 0000000000000001"), GuestStep::Read);
+        assert_eq!(
+            guest.feed(b"airlock-hello 00000000000000XY\n"),
+            GuestStep::Read
+        );
+        assert_eq!(
+            guest.feed(b"airlock-hello 0000000000000001"),
+            GuestStep::Read
+        );
         assert_eq!(guest.feed(b"0\n"), GuestStep::Read);
     }
 

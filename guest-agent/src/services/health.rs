@@ -1,7 +1,8 @@
 //! `airlock.agent.v1.Health`: identity, timings and resource use (the
 //! guest's memory, what all programs used from their parent cgroup, the
 //! agent's own RSS), answered without ever touching user work: a few small
-//! reads of /proc and cgroupfs.
+//! reads of /proc and cgroupfs. It also reports the sandbox id that
+//! `System.Personalize` recorded.
 
 use std::path::PathBuf;
 
@@ -9,6 +10,7 @@ use airlock_proto::v1::{health_server, CheckRequest, CheckResponse};
 use tonic::{Request, Response, Status};
 
 use crate::clock;
+use crate::personalize::SandboxId;
 
 /// The Health service.
 #[derive(Debug, Clone)]
@@ -16,6 +18,7 @@ pub struct HealthService {
     init_started_us: u64,
     serving_since_us: u64,
     programs_cgroup: Option<PathBuf>,
+    sandbox_id: SandboxId,
 }
 
 impl HealthService {
@@ -26,7 +29,14 @@ impl HealthService {
             init_started_us,
             serving_since_us,
             programs_cgroup: None,
+            sandbox_id: SandboxId::default(),
         }
+    }
+
+    /// Reports the sandbox id recorded in `sandbox_id`.
+    pub fn with_sandbox_id(mut self, sandbox_id: SandboxId) -> Self {
+        self.sandbox_id = sandbox_id;
+        self
     }
 
     /// Reports the use of the programs below cgroup `dir`.
@@ -62,6 +72,7 @@ impl HealthService {
             serving_since_us: self.serving_since_us,
             uptime_us: clock::boottime_us(),
             protocol_revision: airlock_proto::PROTOCOL_REVISION,
+            sandbox_id: self.sandbox_id.get(),
         }
     }
 }
@@ -97,5 +108,14 @@ mod tests {
         assert!(answer.uptime_us >= start);
         assert!(answer.agent_rss_bytes > 0);
         assert!(answer.memory_total_bytes >= answer.memory_available_bytes);
+        assert_eq!(answer.sandbox_id, "");
+    }
+
+    #[test]
+    fn answer_reports_the_sandbox_id_once_recorded() {
+        let id = SandboxId::default();
+        let health = HealthService::new(1, 2).with_sandbox_id(id.clone());
+        id.set("sb-42".to_owned());
+        assert_eq!(health.answer().sandbox_id, "sb-42");
     }
 }

@@ -1,12 +1,13 @@
 //! The gRPC services of `airlock.agent.v1`, one file each:
 //! [`files`], [`health`], [`process`], [`system`]. [`router`] mounts them on a tonic
-//! server for `crate::server` to serve.
+//! server, with HTTP/2 keepalives, for `crate::server` to serve.
 
 pub mod files;
 pub mod health;
 pub mod process;
 pub mod system;
 
+use airlock_proto::contract::serial::{KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT};
 use airlock_proto::v1::{
     files_server::FilesServer, health_server::HealthServer, process_server::ProcessServer,
     system_server::SystemServer,
@@ -17,7 +18,7 @@ use tonic::transport::Server;
 pub use files::FilesService;
 pub use health::HealthService;
 pub use process::ProcessService;
-pub use system::{ShutdownMode, SystemService};
+pub use system::{ShutdownMode, SystemError, SystemService};
 
 /// Everything the agent serves.
 #[derive(Debug)]
@@ -32,9 +33,14 @@ pub struct Services {
     pub system: SystemService,
 }
 
-/// A tonic router serving all services.
+/// A tonic router serving all services. It pings the host every
+/// [`KEEPALIVE_INTERVAL`] and drops a connection whose pings go unanswered
+/// for [`KEEPALIVE_TIMEOUT`]: on a serial port, that frees the port for the
+/// host's next connection when the last one died silently.
 pub fn router(services: Services) -> Router {
     Server::builder()
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(FilesServer::new(services.files))
         .add_service(HealthServer::new(services.health))
         .add_service(ProcessServer::new(services.process))

@@ -5,24 +5,42 @@
 //! powers off (the VMM then exits); otherwise (tests) it asks the server
 //! to stop, and the agent process exits 0.
 //!
-//! `SetClock` sets CLOCK_REALTIME, but only as PID 1: an agent running as
-//! an ordinary process (tests, development) is on the host, whose clock is
-//! not the host bridge's to move.
+//! `SetClock` sets CLOCK_REALTIME, and `Personalize` makes a clone of a
+//! template its own machine (entropy, clock, hostname, sandbox id; see
+//! [`crate::personalize`]), but only as PID 1: an agent running as an
+//! ordinary process (tests, development) is on the host, whose clock,
+//! random state and hostname are not the host bridge's to change. Requests
+//! are checked before that, so a bad one is INVALID_ARGUMENT anywhere.
 
 use std::time::Duration;
 
 use airlock_proto::v1::{
-    system_server, SetClockRequest, SetClockResponse, ShutdownRequest, ShutdownResponse,
+    system_server, PersonalizeRequest, PersonalizeResponse, SetClockRequest, SetClockResponse,
+    ShutdownRequest, ShutdownResponse,
 };
-use nix::sys::time::TimeSpec;
-use nix::time::{clock_gettime, clock_settime, ClockId};
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
+use crate::clock::{self, ClockError, Realtime};
 use crate::init::poweroff;
+use crate::personalize::{self, Personalization, PersonalizeError, SandboxId};
 
 /// How long the reply gets to flush before the agent acts.
 pub const REPLY_GRACE: Duration = Duration::from_millis(100);
+
+/// A System call that cannot be honoured.
+#[derive(Debug, thiserror::Error)]
+pub enum SystemError {
+    /// The call changes the machine, and the agent is not PID 1.
+    #[error("the agent {0} only as PID 1 in a guest")]
+    NotPid1(&'static str),
+    /// `SetClock` failed.
+    #[error(transparent)]
+    Clock(#[from] ClockError),
+    /// `Personalize` failed.
+    #[error(transparent)]
+    Personalize(#[from] PersonalizeError),
+}
 
 /// What `Shutdown` does.
 #[derive(Debug, Clone)]
@@ -37,12 +55,31 @@ pub enum ShutdownMode {
 #[derive(Debug, Clone)]
 pub struct SystemService {
     mode: ShutdownMode,
+    sandbox_id: SandboxId,
 }
 
 impl SystemService {
     /// A service that shuts down as `mode` says.
     pub fn new(mode: ShutdownMode) -> Self {
-        Self { mode }
+        Self {
+            mode,
+            sandbox_id: SandboxId::default(),
+        }
+    }
+
+    /// Records the sandbox id that `Personalize` gives in `sandbox_id`
+    /// (which the Health service reports).
+    pub fn with_sandbox_id(mut self, sandbox_id: SandboxId) -> Self {
+        self.sandbox_id = sandbox_id;
+        self
+    }
+
+    /// Refuses to `act` unless the agent is PID 1 in a guest.
+    fn require_pid1(&self, act: &'static str) -> Result<(), SystemError> {
+        match self.mode {
+            ShutdownMode::PowerOff => Ok(()),
+            ShutdownMode::Stop(_) => Err(SystemError::NotPid1(act)),
+        }
     }
 }
 
@@ -70,43 +107,26 @@ impl system_server::System for SystemService {
         &self,
         request: Request<SetClockRequest>,
     ) -> Result<Response<SetClockResponse>, Status> {
-        let target = realtime_from_nanos(request.into_inner().unix_nanos)?;
-        if !matches!(self.mode, ShutdownMode::PowerOff) {
-            return Err(Status::failed_precondition(
-                "the agent sets the clock only as PID 1 in a guest",
-            ));
-        }
-        let before = clock_gettime(ClockId::CLOCK_REALTIME)
-            .map_err(|e| Status::internal(format!("reading CLOCK_REALTIME: {e}")))?;
-        clock_settime(ClockId::CLOCK_REALTIME, target)
-            .map_err(|e| Status::internal(format!("setting CLOCK_REALTIME: {e}")))?;
-        let adjusted_by_nanos = nanos_of(target).saturating_sub(nanos_of(before));
-        tracing::info!(adjusted_by_ms = adjusted_by_nanos / 1_000_000, "clock set");
+        let target = Realtime::from_unix_nanos(request.into_inner().unix_nanos)
+            .map_err(SystemError::from)?;
+        self.require_pid1("sets the clock")?;
+        let adjusted_by_nanos = clock::set_realtime(target).map_err(SystemError::from)?;
         Ok(Response::new(SetClockResponse { adjusted_by_nanos }))
     }
-}
 
-/// The latest time `SetClock` accepts: CLOCK_REALTIME as a signed 64-bit
-/// nanosecond count ends in 2262.
-const MAX_UNIX_NANOS: u64 = i64::MAX as u64;
-
-fn realtime_from_nanos(unix_nanos: u64) -> Result<TimeSpec, Status> {
-    if unix_nanos == 0 || unix_nanos > MAX_UNIX_NANOS {
-        return Err(Status::invalid_argument(format!(
-            "clock time {unix_nanos} ns is outside 1970..2262"
-        )));
+    async fn personalize(
+        &self,
+        request: Request<PersonalizeRequest>,
+    ) -> Result<Response<PersonalizeResponse>, Status> {
+        let personalization =
+            Personalization::from_request(request.into_inner()).map_err(SystemError::from)?;
+        self.require_pid1("personalizes the guest")?;
+        let done = personalize::do_personalize(personalization, &self.sandbox_id)
+            .map_err(SystemError::from)?;
+        Ok(Response::new(PersonalizeResponse {
+            reseeded: done.reseeded,
+        }))
     }
-    let secs = i64::try_from(unix_nanos / 1_000_000_000)
-        .map_err(|_| Status::invalid_argument("clock time out of range"))?;
-    let nanos = i64::try_from(unix_nanos % 1_000_000_000)
-        .map_err(|_| Status::invalid_argument("clock time out of range"))?;
-    Ok(TimeSpec::new(secs, nanos))
-}
-
-fn nanos_of(ts: TimeSpec) -> i64 {
-    ts.tv_sec()
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec())
 }
 
 #[cfg(test)]
@@ -153,9 +173,58 @@ mod tests {
         assert_eq!(err.code(), tonic::Code::FailedPrecondition);
     }
 
-    #[test]
-    fn nanos_round_trip_through_timespec() {
-        let ts = realtime_from_nanos(1_700_000_000_123_456_789).unwrap();
-        assert_eq!(nanos_of(ts), 1_700_000_000_123_456_789);
+    fn personalize_request() -> PersonalizeRequest {
+        PersonalizeRequest {
+            entropy: vec![1; 32].into(),
+            unix_nanos: 1_700_000_000_000_000_000,
+            hostname: "box".to_owned(),
+            sandbox_id: "sb-1".to_owned(),
+        }
+    }
+
+    #[tokio::test]
+    async fn personalize_checks_the_request_first() {
+        let (tx, _rx) = watch::channel(false);
+        let service = SystemService::new(ShutdownMode::Stop(tx));
+        let bad = [
+            PersonalizeRequest {
+                entropy: vec![1; 31].into(),
+                ..personalize_request()
+            },
+            PersonalizeRequest {
+                hostname: "a/b".to_owned(),
+                ..personalize_request()
+            },
+            PersonalizeRequest {
+                unix_nanos: 0,
+                ..personalize_request()
+            },
+            PersonalizeRequest {
+                sandbox_id: "x".repeat(129),
+                ..personalize_request()
+            },
+        ];
+        for request in bad {
+            let err = service
+                .personalize(Request::new(request.clone()))
+                .await
+                .unwrap_err();
+            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{request:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn personalize_leaves_the_host_alone_outside_a_guest() {
+        let (tx, _rx) = watch::channel(false);
+        let sandbox_id = SandboxId::default();
+        let service =
+            SystemService::new(ShutdownMode::Stop(tx)).with_sandbox_id(sandbox_id.clone());
+        let err = service
+            .personalize(Request::new(personalize_request()))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+        assert!(err.message().contains("PID 1"), "{}", err.message());
+        assert_eq!(sandbox_id.get(), "", "nothing recorded");
     }
 }

@@ -2,8 +2,9 @@
 //! terminal (for `pty`), join its cgroup, undo the agent's OOM protection,
 //! set its rlimits, shed dangerous capabilities, drop to the requested user
 //! and set no_new_privs. Every step goes through a safe wrapper (nix, and
-//! rustix where nix has none); the one `unsafe` block left, and the agent's
-//! only one, is installing the hook itself (`pre_exec`).
+//! rustix where nix has none); the one `unsafe` block left is installing
+//! the hook itself (`pre_exec`). The agent's only other one is
+//! `crate::entropy`'s `RNDRESEEDCRNG` ioctl.
 //!
 //! All of it must happen in the child before `exec`: a cgroup joined
 //! afterwards (by the parent writing the pid) would miss anything the

@@ -1,10 +1,21 @@
-//! Where the agent listens: AF_VSOCK in a VM, a Unix socket in tests.
+//! Where the agent listens: a virtio-serial port or AF_VSOCK in a VM, a
+//! Unix socket in tests.
 //!
-//! [`Listen`] is the parsed `--listen` value (`vsock:PORT` or `unix:PATH`).
-//! [`Listener::bind`] opens the socket; [`Listener::serve`] runs a tonic
-//! router on it until the shutdown future completes. Accept errors (such as
-//! running out of file descriptors) are logged and retried after a pause
-//! instead of ending the server.
+//! [`Listen`] is the parsed `--listen` value (`serial:NAME`, `vsock:PORT`
+//! or `unix:PATH`). [`Listener::bind`] opens the port or socket;
+//! [`Listener::serve`] runs a tonic router on it until the shutdown future
+//! completes.
+//!
+//! - vsock and Unix sockets accept any number of connections. Accept errors
+//!   (such as running out of file descriptors) are logged and retried after
+//!   a pause instead of ending the server.
+//! - A virtio-serial port ([`serial`]) is one byte pipe that carries one
+//!   host connection at a time: the agent waits for a host, runs the
+//!   opening of `airlock_proto::opening`, serves HTTP/2 until the host
+//!   leaves, and waits for the next host, for as long as it runs.
+//!
+//! The router comes with HTTP/2 keepalives (`services::router`), so on any
+//! listener a connection whose host no longer answers pings ends.
 
 use std::fmt;
 use std::future::Future;
@@ -12,6 +23,8 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
+
+pub mod serial;
 
 use futures::{Stream, StreamExt};
 use tokio::net::UnixListener;
@@ -25,6 +38,9 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// An address to serve on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Listen {
+    /// The virtio-serial port with this name (QEMU's
+    /// `virtserialport,name=...`).
+    Serial(String),
     /// AF_VSOCK, any CID, this port.
     Vsock(u32),
     /// A Unix stream socket at this path.
@@ -35,8 +51,11 @@ pub enum Listen {
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     /// `--listen` is malformed.
-    #[error("bad listen address {0:?}; use vsock:PORT or unix:PATH")]
+    #[error("bad listen address {0:?}; use serial:NAME, vsock:PORT or unix:PATH")]
     BadAddress(String),
+    /// The virtio-serial port could not be found or opened.
+    #[error(transparent)]
+    Serial(#[from] serial::SerialError),
     /// The vsock port could not be bound.
     #[error("cannot listen on vsock port {port}; is the vsock device (vhost-vsock) present?")]
     BindVsock {
@@ -66,6 +85,7 @@ impl FromStr for Listen {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || ServerError::BadAddress(s.to_owned());
         match s.split_once(':') {
+            Some(("serial", name)) if !name.is_empty() => Ok(Self::Serial(name.to_owned())),
             Some(("vsock", port)) => match port.parse::<u32>() {
                 Ok(port) if port != 0 => Ok(Self::Vsock(port)),
                 _ => Err(bad()),
@@ -79,15 +99,18 @@ impl FromStr for Listen {
 impl fmt::Display for Listen {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::Serial(name) => write!(f, "serial:{name}"),
             Self::Vsock(port) => write!(f, "vsock:{port}"),
             Self::Unix(path) => write!(f, "unix:{}", path.display()),
         }
     }
 }
 
-/// A bound socket, ready to serve.
+/// A bound socket or an open port, ready to serve.
 #[derive(Debug)]
 pub enum Listener {
+    /// A virtio-serial port.
+    Serial(serial::Device),
     /// AF_VSOCK.
     Vsock(VsockListener),
     /// Unix socket, with its path to remove when done.
@@ -96,9 +119,12 @@ pub enum Listener {
 
 impl Listener {
     /// Binds `listen`. A stale Unix socket at the path is replaced; any
-    /// other file there is an error. Must run inside a tokio runtime.
-    pub fn bind(listen: &Listen) -> Result<Self, ServerError> {
+    /// other file there is an error. A virtio-serial port may appear a
+    /// little after its driver loads: this waits for it, up to
+    /// [`serial::APPEAR_WAIT`]. Must run inside a tokio runtime.
+    pub async fn bind(listen: &Listen) -> Result<Self, ServerError> {
         match listen {
+            Listen::Serial(name) => Ok(Self::Serial(serial::Device::open(name).await?)),
             Listen::Vsock(port) => VsockListener::bind(VsockAddr::new(VMADDR_CID_ANY, *port))
                 .map(Self::Vsock)
                 .map_err(|source| ServerError::BindVsock {
@@ -125,6 +151,10 @@ impl Listener {
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), ServerError> {
         match self {
+            Self::Serial(device) => router
+                .serve_with_incoming_shutdown(serial::incoming(device), shutdown)
+                .await
+                .map_err(ServerError::Serve),
             Self::Vsock(listener) => router
                 .serve_with_incoming_shutdown(retrying(listener.incoming()), shutdown)
                 .await
@@ -174,7 +204,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_vsock_and_unix() {
+    fn parses_serial_vsock_and_unix() {
+        assert_eq!(
+            "serial:airlock.agent.0".parse::<Listen>().unwrap(),
+            Listen::Serial("airlock.agent.0".to_owned())
+        );
         assert_eq!("vsock:1024".parse::<Listen>().unwrap(), Listen::Vsock(1024));
         assert_eq!(
             "unix:/tmp/a b.sock".parse::<Listen>().unwrap(),
@@ -185,7 +219,8 @@ mod tests {
     #[test]
     fn rejects_malformed_addresses() {
         for bad in [
-            "", "vsock", "vsock:", "vsock:x", "vsock:0", "unix:", "tcp:1", "/tmp/s",
+            "", "vsock", "vsock:", "vsock:x", "vsock:0", "unix:", "tcp:1", "/tmp/s", "serial:",
+            "serial",
         ] {
             let err = bad.parse::<Listen>().unwrap_err();
             assert!(err.to_string().contains("vsock:PORT"), "{bad}: {err}");
@@ -194,7 +229,7 @@ mod tests {
 
     #[test]
     fn display_round_trips() {
-        for text in ["vsock:7", "unix:/run/agent.sock"] {
+        for text in ["vsock:7", "unix:/run/agent.sock", "serial:airlock.agent.0"] {
             assert_eq!(text.parse::<Listen>().unwrap().to_string(), text);
         }
     }
@@ -204,11 +239,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("agent.sock");
         drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
-        Listener::bind(&Listen::Unix(sock.clone())).unwrap();
+        Listener::bind(&Listen::Unix(sock.clone())).await.unwrap();
 
         let file = dir.path().join("file");
         std::fs::write(&file, b"keep").unwrap();
-        assert!(Listener::bind(&Listen::Unix(file.clone())).is_err());
+        assert!(Listener::bind(&Listen::Unix(file.clone())).await.is_err());
         assert_eq!(std::fs::read(&file).unwrap(), b"keep");
     }
 }

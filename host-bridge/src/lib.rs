@@ -78,8 +78,8 @@ pub use fs::Files;
 pub use lifecycle::{EndReason, IdlePolicy, PausedCalls, SandboxState, SandboxUsage};
 pub use manager::{SandboxInfo, Sandboxes};
 pub use sandbox::{
-    BootTimings, GuestChannel, Origin, Sandbox, SandboxBuilder, DEFAULT_CONSOLE_LOG_BUDGET, DEFAULT_MAX_LIFETIME,
-    DEFAULT_UNRESPONSIVE_AFTER,
+    BootTimings, GuestChannel, Origin, Sandbox, SandboxBuilder, DEFAULT_CONSOLE_LOG_BUDGET,
+    DEFAULT_MAX_LIFETIME, DEFAULT_UNRESPONSIVE_AFTER,
 };
 /// gRPC status codes, as returned by [`Error::agent_code`].
 pub use tonic::Code;

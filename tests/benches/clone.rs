@@ -51,7 +51,11 @@ async fn main() {
         let cold = timed_starts(cold_n, || builder().from_template(false)).await;
         // The first start makes the template; it is not counted.
         let made = time_to_echo(builder().from_template(true).template_dir(templates.path())).await;
-        assert!(matches!(made.1, Origin::Clone { built: true, .. }), "{:?}", made.1);
+        assert!(
+            matches!(made.1, Origin::Clone { built: true, .. }),
+            "{:?}",
+            made.1
+        );
         let clones = timed_starts(clone_n, || {
             builder().from_template(true).template_dir(templates.path())
         })
@@ -77,7 +81,11 @@ async fn main() {
             "",
         ));
         let ratio = ms(clone_median) / ms(cold_median);
-        text.push_str(&row("clone / cold (median)", &format!("{:.1}%", ratio * 100.0), ""));
+        text.push_str(&row(
+            "clone / cold (median)",
+            &format!("{:.1}%", ratio * 100.0),
+            "",
+        ));
         report.insert(
             (*name).to_owned(),
             json!({
@@ -104,7 +112,11 @@ async fn main() {
         echo(&sandbox).await;
         clones.push(sandbox);
     }
-    let cold = airlock_tests::builder().image(&image).start().await.expect("cold");
+    let cold = airlock_tests::builder()
+        .image(&image)
+        .start()
+        .await
+        .expect("cold");
     echo(&cold).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let clone_pss: Vec<u64> = clones.iter().map(qemu_pss).collect();

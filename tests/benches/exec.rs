@@ -24,9 +24,7 @@ use airlock::{BootTimings, Command, Event, Sandbox, SandboxBuilder};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use common::{
-    echo_round_trips, echo_throughput, ms, percentile, start_echo, with_echo_port, MIB,
-};
+use common::{echo_round_trips, echo_throughput, ms, percentile, start_echo, with_echo_port, MIB};
 
 /// Sequential `true` execs for the latency figure.
 const LATENCY_RUNS: usize = 200;

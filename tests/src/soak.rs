@@ -95,4 +95,3 @@ pub async fn soak(what: &str, builder: SandboxBuilder, starts: usize, clone: boo
         ready[ready.len() - 1],
     );
 }
-

@@ -85,7 +85,11 @@ async fn check_vm(sandbox: &Sandbox, uid: u32, gid: u32) {
 
     let dir = sandbox.state_dir();
     let processes = airlock_tests::processes_mentioning(dir);
-    assert_eq!(processes.len(), 1, "qemu (the serial channel needs no device)");
+    assert_eq!(
+        processes.len(),
+        1,
+        "qemu (the serial channel needs no device)"
+    );
     for pid in processes {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         let field = |name: &str| {

@@ -79,6 +79,7 @@ async fn an_agent_the_host_cannot_reach_fails_the_start_at_once_with_what_was_se
     // soon after the announcement, not at the 120 s boot deadline, and say
     // what each side showed.
     let error = airlock_tests::builder()
+        .guest_channel(airlock::GuestChannel::Vsock)
         .kernel_arg("airlock.port=2000")
         .start()
         .await
@@ -99,6 +100,29 @@ async fn an_agent_the_host_cannot_reach_fails_the_start_at_once_with_what_was_se
     );
     assert!(device.starts_with("running"), "{device}");
     assert!(console_tail.contains("vsock:2000"), "{console_tail}");
+}
+
+#[tokio::test]
+async fn an_agent_that_never_answers_the_serial_opening_fails_at_the_boot_deadline() {
+    // The agent serves vsock (the later key wins) while the host opens
+    // the serial port: its hellos are never answered. The start ends at
+    // its deadline, saying what it waited for, with the console.
+    let error = airlock_tests::builder()
+        .kernel_arg("airlock.channel=vsock")
+        .boot_timeout(Duration::from_secs(20))
+        .start()
+        .await
+        .expect_err("nobody answers the opening");
+    let Error::BootTimeout {
+        last_error,
+        console_tail,
+        ..
+    } = &error
+    else {
+        panic!("expected BootTimeout, got {error}");
+    };
+    assert!(last_error.contains("opening"), "{last_error}");
+    assert!(console_tail.contains("vsock:1024"), "{console_tail}");
 }
 
 fn tempfile_path(name: &str) -> std::path::PathBuf {

@@ -109,7 +109,9 @@ async fn a_stuck_serial_connection_is_dropped_in_seconds_and_the_next_call_recon
     sandbox.health().await.expect("a new call after the break");
     let listed = sandbox.list().await.expect("list");
     assert!(
-        listed.iter().any(|p| p.argv.first().map(String::as_str) == Some("sleep")),
+        listed
+            .iter()
+            .any(|p| p.argv.first().map(String::as_str) == Some("sleep")),
         "{listed:?}"
     );
 }

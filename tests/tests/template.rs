@@ -61,7 +61,11 @@ async fn three_clones_are_three_machines_that_share_nothing_they_write() {
     let mut hostnames = HashSet::new();
     for clone in [&first, &second, &third] {
         let (uuid, random, hostname) = identity(clone).await;
-        assert_eq!(hostname.trim(), clone.id(), "the hostname is the sandbox id");
+        assert_eq!(
+            hostname.trim(),
+            clone.id(),
+            "the hostname is the sandbox id"
+        );
         uuids.insert(uuid);
         randoms.insert(random);
         hostnames.insert(hostname);
@@ -76,9 +80,16 @@ async fn three_clones_are_three_machines_that_share_nothing_they_write() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    assert!(guest_secs.abs_diff(host_secs) <= 5, "guest {guest_secs}, host {host_secs}");
+    assert!(
+        guest_secs.abs_diff(host_secs) <= 5,
+        "guest {guest_secs}, host {host_secs}"
+    );
 
-    stdout_of(&first, "echo mine > /root/mark && echo tmp > /tmp/mark && sync").await;
+    stdout_of(
+        &first,
+        "echo mine > /root/mark && echo tmp > /tmp/mark && sync",
+    )
+    .await;
     for clone in [&second, &third] {
         let seen = stdout_of(clone, "ls /root/mark /tmp/mark 2>/dev/null; true").await;
         assert_eq!(seen, "", "a sibling sees the first clone's files");
@@ -88,7 +99,10 @@ async fn three_clones_are_three_machines_that_share_nothing_they_write() {
     assert!(is_clone(&next, false), "{:?}", next.origin());
     let seen = stdout_of(&next, "ls /root/mark /tmp/mark 2>/dev/null; true").await;
     assert_eq!(seen, "", "the next clone sees an earlier clone's files");
-    assert_eq!(TemplateStore::new(templates.path()).list().unwrap().len(), 1);
+    assert_eq!(
+        TemplateStore::new(templates.path()).list().unwrap().len(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -105,8 +119,16 @@ async fn another_agent_build_gets_its_own_template() {
     };
     let a = start(builder()).await;
     let b = start(builder().initramfs(&initramfs)).await;
-    let (Origin::Clone { key: key_a, built: true }, Origin::Clone { key: key_b, built: true }) =
-        (a.origin().clone(), b.origin().clone())
+    let (
+        Origin::Clone {
+            key: key_a,
+            built: true,
+        },
+        Origin::Clone {
+            key: key_b,
+            built: true,
+        },
+    ) = (a.origin().clone(), b.origin().clone())
     else {
         panic!("{:?} and {:?}", a.origin(), b.origin());
     };
@@ -187,7 +209,10 @@ async fn a_workspace_sandbox_boots_cold_and_keeps_its_files() {
     first.shutdown(Duration::from_secs(10)).await.unwrap();
     let second = start(builder()).await;
     assert_eq!(stdout_of(&second, "cat /root/kept").await, "kept\n");
-    assert!(TemplateStore::new(templates.path()).list().unwrap().is_empty());
+    assert!(TemplateStore::new(templates.path())
+        .list()
+        .unwrap()
+        .is_empty());
 }
 
 #[tokio::test]
@@ -229,7 +254,11 @@ async fn a_template_build_killed_half_way_leaves_nothing_gc_does_not_remove() {
         .output()
         .unwrap();
     let report = String::from_utf8_lossy(&gc.stdout);
-    assert!(gc.status.success(), "{report}{}", String::from_utf8_lossy(&gc.stderr));
+    assert!(
+        gc.status.success(),
+        "{report}{}",
+        String::from_utf8_lossy(&gc.stderr)
+    );
     assert!(report.contains("an unfinished template"), "{report}");
 
     let left: Vec<_> = std::fs::read_dir(templates.path())
@@ -239,11 +268,20 @@ async fn a_template_build_killed_half_way_leaves_nothing_gc_does_not_remove() {
         .filter(|name| !name.ends_with(".lock"))
         .collect();
     assert!(left.is_empty(), "left in the template directory: {left:?}");
-    let states_left: Vec<_> = std::fs::read_dir(states.path()).unwrap().flatten().collect();
-    assert!(states_left.is_empty(), "state directories left: {states_left:?}");
+    let states_left: Vec<_> = std::fs::read_dir(states.path())
+        .unwrap()
+        .flatten()
+        .collect();
+    assert!(
+        states_left.is_empty(),
+        "state directories left: {states_left:?}"
+    );
     for dir in [templates.path(), states.path()] {
         let processes = airlock_tests::processes_mentioning(dir);
-        assert!(processes.is_empty(), "processes {processes:?} outlived the kill");
+        assert!(
+            processes.is_empty(),
+            "processes {processes:?} outlived the kill"
+        );
     }
 }
 
@@ -279,7 +317,10 @@ async fn another_qemu_gets_its_own_template() {
     };
     run(&installed);
     run(&installed);
-    assert_eq!(TemplateStore::new(templates.path()).list().unwrap().len(), 1);
+    assert_eq!(
+        TemplateStore::new(templates.path()).list().unwrap().len(),
+        1
+    );
     run(&qemu);
     let entries = TemplateStore::new(templates.path()).list().unwrap();
     assert_eq!(entries.len(), 2);

@@ -286,7 +286,9 @@ async fn personalize(channel: &Channel, id: &str) -> Result<()> {
         .map_err(|status| Error::agent("System.Personalize", status))?
         .into_inner();
     if !answer.reseeded {
-        tracing::warn!("the guest kernel did not reseed its random generator; entropy was mixed in");
+        tracing::warn!(
+            "the guest kernel did not reseed its random generator; entropy was mixed in"
+        );
     }
     Ok(())
 }

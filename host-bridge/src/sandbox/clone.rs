@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
 use crate::error::Error;
-use crate::template::{FileId, Template, TemplateError, TemplateInputs, TemplateStore, TEMPLATE_FORMAT};
+use crate::template::{
+    FileId, Template, TemplateError, TemplateInputs, TemplateStore, TEMPLATE_FORMAT,
+};
 use crate::vmm::{self, Backend, Disk, GuestMemory, SnapshotError, VmmError};
 use crate::Accel;
 

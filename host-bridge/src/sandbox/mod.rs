@@ -51,7 +51,8 @@ mod connect;
 
 pub use boot::{BootTimings, Origin};
 pub use builder::{
-    GuestChannel, SandboxBuilder, DEFAULT_CONSOLE_LOG_BUDGET, DEFAULT_MAX_LIFETIME, DEFAULT_UNRESPONSIVE_AFTER,
+    GuestChannel, SandboxBuilder, DEFAULT_CONSOLE_LOG_BUDGET, DEFAULT_MAX_LIFETIME,
+    DEFAULT_UNRESPONSIVE_AFTER,
 };
 
 /// A running microVM with the Airlock agent as PID 1.

@@ -74,12 +74,17 @@ impl TemplateInputs {
 
     /// The input files that no longer match, by path.
     pub fn changed_files(&self) -> Vec<&Path> {
-        [Some(&self.qemu), Some(&self.kernel), Some(&self.initramfs), self.image.as_ref()]
-            .into_iter()
-            .flatten()
-            .filter(|file| !file.is_current())
-            .map(|file| file.path.as_path())
-            .collect()
+        [
+            Some(&self.qemu),
+            Some(&self.kernel),
+            Some(&self.initramfs),
+            self.image.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|file| !file.is_current())
+        .map(|file| file.path.as_path())
+        .collect()
     }
 }
 
@@ -131,7 +136,10 @@ mod tests {
         std::fs::write(dir.path().join("initramfs"), "another agent").unwrap();
         let rebuilt = inputs(dir.path());
         assert_ne!(rebuilt.key(), base.key());
-        assert_eq!(base.changed_files(), vec![dir.path().join("initramfs").canonicalize().unwrap()]);
+        assert_eq!(
+            base.changed_files(),
+            vec![dir.path().join("initramfs").canonicalize().unwrap()]
+        );
         assert!(rebuilt.changed_files().is_empty());
     }
 }

@@ -204,8 +204,7 @@ impl TemplateStore {
             std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
         }
         std::fs::create_dir(&dir).map_err(io(&dir))?;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))
-            .map_err(io(&dir))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711)).map_err(io(&dir))?;
         let memory = dir.join(MEMORY);
         let file = OpenOptions::new()
             .create_new(true)
@@ -477,7 +476,11 @@ mod tests {
         let key = inputs.key();
         let lock = store.lock(&key, Duration::from_secs(1)).await.unwrap();
         let building = store.begin(&key, 1 << 20, &lock).unwrap();
-        building.create_state().unwrap().write_all(b"state").unwrap();
+        building
+            .create_state()
+            .unwrap()
+            .write_all(b"state")
+            .unwrap();
         building.commit(inputs.clone(), "0.1.0".into()).unwrap()
     }
 
@@ -509,7 +512,10 @@ mod tests {
             .set_len(4096)
             .unwrap();
         let error = store.find(&inputs.key()).unwrap_err();
-        assert!(error.to_string().contains("memory has 4096 bytes"), "{error}");
+        assert!(
+            error.to_string().contains("memory has 4096 bytes"),
+            "{error}"
+        );
     }
 
     #[tokio::test]
@@ -535,8 +541,14 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let store = TemplateStore::new(tmp.path().join("templates"));
         let lock = store.lock("k", Duration::from_secs(1)).await.unwrap();
-        let error = store.lock("k", Duration::from_millis(100)).await.unwrap_err();
-        assert!(matches!(error, TemplateError::LockTimeout { .. }), "{error}");
+        let error = store
+            .lock("k", Duration::from_millis(100))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, TemplateError::LockTimeout { .. }),
+            "{error}"
+        );
         drop(lock);
         store.lock("k", Duration::from_millis(100)).await.unwrap();
     }

@@ -170,10 +170,7 @@ impl AgentTransport {
             .keep_alive_while_idle(true)
             .connect_with_connector(tower::service_fn(move |_| {
                 let transport = self.clone();
-                let opened = first
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .take();
+                let opened = first.lock().unwrap_or_else(PoisonError::into_inner).take();
                 async move {
                     let stream = match opened {
                         Some(stream) => stream,

@@ -42,13 +42,12 @@ pub enum OpeningError {
 /// Connects to the serial port's socket and opens a connection to the
 /// agent, waiting at most `within` for its answer.
 pub async fn open(socket: &Path, within: Duration) -> Result<AgentStream, OpeningError> {
-    let mut stream =
-        UnixStream::connect(socket)
-            .await
-            .map_err(|source| OpeningError::Connect {
-                path: socket.to_owned(),
-                source,
-            })?;
+    let mut stream = UnixStream::connect(socket)
+        .await
+        .map_err(|source| OpeningError::Connect {
+            path: socket.to_owned(),
+            source,
+        })?;
     let mut opening = HostOpening::new(Nonce::new(fresh_nonce()));
     let hello = opening.hello();
     let begin = Instant::now();

@@ -37,8 +37,8 @@ mod log_file;
 mod process;
 mod qemu;
 mod qemu_vm;
-pub(crate) mod snapshot;
 pub mod qmp;
+pub(crate) mod snapshot;
 mod user;
 
 use std::path::PathBuf;
@@ -50,9 +50,11 @@ use tokio::net::UnixListener;
 use crate::transport::AgentTransport;
 
 pub(crate) use process::ProcessVm;
-pub(crate) use qemu::{cpu_model, guest_disk_device, AgentPort, Disk, GuestMemory, QemuConfig, SerialPort};
-pub(crate) use snapshot::SnapshotError;
+pub(crate) use qemu::{
+    cpu_model, guest_disk_device, AgentPort, Disk, GuestMemory, QemuConfig, SerialPort,
+};
 pub(crate) use qemu_vm::{QemuVm, VmPaths};
+pub(crate) use snapshot::SnapshotError;
 pub use user::VmmUser;
 
 /// Errors starting or controlling the VMM processes.

@@ -225,7 +225,6 @@ impl QemuVm {
         self.serial
     }
 
-
     /// CPU time (user + system) of QEMU's vCPU threads (named `CPU N/TCG`
     /// or `CPU N/KVM`), or `None` once QEMU is gone.
     pub fn vcpu_time(&self) -> Option<Duration> {

@@ -266,6 +266,44 @@ async fn streams_survive_repeated_pauses_without_losing_output() {
     }
 }
 
+/// A pause longer than the keepalive: the host drops the connection under
+/// the open stream meanwhile, and the stream re-attaches from its offset
+/// after the resume, with no gap.
+#[tokio::test]
+async fn a_stream_open_across_a_long_pause_loses_nothing() {
+    use airlock_proto::contract::serial::{KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT};
+    let sandbox = airlock_tests::boot().await;
+    let ticker = sandbox
+        .exec(
+            sh("i=0; while [ $i -lt 100000 ]; do i=$((i+1)); echo $i; sleep 0.05; done")
+                .tag("ticker"),
+        )
+        .await
+        .expect("ticker starts");
+    let reader = tokio::spawn(async move { ticker.output().await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    sandbox.pause().await.expect("pause");
+    tokio::time::sleep(KEEPALIVE_INTERVAL + KEEPALIVE_TIMEOUT + Duration::from_secs(3)).await;
+    sandbox.resume().await.expect("resume");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    sandbox
+        .process("ticker")
+        .signal(airlock::Signal::TERM)
+        .await
+        .expect("stop the ticker");
+    let out = tokio::time::timeout(Duration::from_secs(30), reader)
+        .await
+        .expect("the ticker's stream ended")
+        .expect("reader task")
+        .expect("the ticker's output, across the pause");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let numbers: Vec<u64> = text.lines().map(|l| l.parse().expect(l)).collect();
+    assert!(numbers.len() > 10, "too few ticks: {}", numbers.len());
+    for (i, n) in numbers.iter().enumerate() {
+        assert_eq!(*n, i as u64 + 1, "a gap or repeat in the ticker's output");
+    }
+}
+
 #[tokio::test]
 async fn a_guest_flooding_its_console_does_not_fill_the_host_disk() {
     use std::os::unix::fs::MetadataExt;

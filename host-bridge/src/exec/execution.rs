@@ -2,12 +2,21 @@
 //! `Connect`: one `started`, output chunks in arrival order, one `exited`.
 //! The protocol guarantees that every byte the program wrote arrives
 //! before `exited`.
+//!
+//! A stream that breaks while the VM lives (the connection dropped by a
+//! keepalive across a long pause, say) is re-attached from the offset of
+//! the last byte received (`Process.Connect`), so the caller sees no gap:
+//! the agent keeps a running program's output while no client reads it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::lifecycle::channel::AgentChannel;
-use airlock_proto::v1::{process_event, ProcessEvent};
+use crate::lifecycle::PausedCalls;
+use crate::transport::CapMessages;
+use airlock_proto::v1::process_client::ProcessClient;
+use airlock_proto::v1::{process_event, ConnectRequest, ProcessEvent};
+use airlock_proto::Feature;
 use bytes::Bytes;
 use futures::Stream;
 use tonic::Streaming;
@@ -79,7 +88,15 @@ pub struct Execution {
     offset: u64,
     /// Names the VM's end when the stream breaks because it ended.
     vm: Option<Arc<VmShared>>,
+    /// For re-attaching a broken stream (`None` without `Process.Connect`).
+    reattach: Option<AgentChannel>,
 }
+
+/// How many times in a row a broken stream is re-attached before its
+/// error is the caller's.
+const REATTACH_ATTEMPTS: u32 = 5;
+/// The pause before the first re-attach, doubled for each next one.
+const REATTACH_BACKOFF: Duration = Duration::from_millis(100);
 
 impl Execution {
     /// Reads the mandatory `started` event of `call`'s stream.
@@ -94,6 +111,10 @@ impl Execution {
             Some((process_event::Event::Started(started), _)) => Ok(Execution {
                 call,
                 pid: started.pid,
+                // A re-attach waits out a pause rather than resuming the VM.
+                reattach: features
+                    .has(Feature::Attach)
+                    .then(|| channel.with_paused_calls(PausedCalls::Wait)),
                 handle: ProcessHandle::new(channel, Target::Pid(started.pid), features),
                 events,
                 exit: None,
@@ -149,7 +170,25 @@ impl Execution {
         if self.exit.is_some() {
             return Ok(None);
         }
-        let event = match next_proto_event(self.call, &mut self.events, self.vm.as_ref()).await? {
+        let mut attempts = 0;
+        let next = loop {
+            match next_proto_event(self.call, &mut self.events, self.vm.as_ref()).await {
+                Err(Error::Agent { status, .. })
+                    if attempts < REATTACH_ATTEMPTS
+                        && self.reattach.is_some()
+                        && is_broken_connection(&status) =>
+                {
+                    tracing::debug!(pid = self.pid, offset = self.offset, %status, "output stream broke; re-attaching");
+                    tokio::time::sleep(REATTACH_BACKOFF * 2u32.pow(attempts)).await;
+                    attempts += 1;
+                    if let Err(error) = self.reattach().await {
+                        tracing::debug!(%error, "re-attach failed");
+                    }
+                }
+                other => break other?,
+            }
+        };
+        let event = match next {
             Some((process_event::Event::Stdout(data), offset)) => {
                 self.offset = offset + data.len() as u64;
                 Event::Stdout(data)
@@ -174,6 +213,32 @@ impl Execution {
             }
         };
         Ok(Some(event))
+    }
+
+    /// Replaces the broken stream with `Process.Connect` from the offset
+    /// after the last byte received.
+    async fn reattach(&mut self) -> Result<()> {
+        let Some(channel) = self.reattach.clone() else {
+            return Ok(());
+        };
+        let mut events = ProcessClient::new(channel)
+            .capped()
+            .connect(ConnectRequest {
+                process: Target::Pid(self.pid).selector(),
+                from_offset: self.offset,
+            })
+            .await
+            .map_err(|status| Error::agent("Process.Connect", status))?
+            .into_inner();
+        match next_proto_event("Process.Connect", &mut events, self.vm.as_ref()).await? {
+            Some((process_event::Event::Started(_), _)) => {
+                self.events = events;
+                Ok(())
+            }
+            other => Err(Error::Protocol(format!(
+                "expected a started event on re-attach, got {other:?}"
+            ))),
+        }
     }
 
     /// The remaining events as a stream, ending after [`Event::Exited`].
@@ -229,6 +294,15 @@ impl Execution {
             }
         }
     }
+}
+
+/// Whether `status` is the connection breaking under a call (rather than
+/// the agent's answer to it).
+fn is_broken_connection(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled | tonic::Code::Internal
+    )
 }
 
 /// How long a broken stream waits for the VM's end to be noticed before

@@ -49,6 +49,16 @@ impl AgentChannel {
     }
 }
 
+impl AgentChannel {
+    /// The same channel, with `policy` for calls made while paused.
+    pub fn with_paused_calls(&self, policy: PausedCalls) -> Self {
+        AgentChannel {
+            paused_calls: policy,
+            ..self.clone()
+        }
+    }
+}
+
 impl Service<http::Request<Body>> for AgentChannel {
     type Response = http::Response<TrackedBody>;
     type Error = BoxError;

@@ -152,7 +152,7 @@ async fn wait_for_running_command(base: &Path, owner_pid: u32) -> PathBuf {
         if let Some(dir) = found {
             let console = std::fs::read_to_string(dir.join("console.log")).unwrap_or_default();
             let record = OwnerRecord::read(&dir).expect("owner record");
-            if record.vmm.len() == 2 && console.contains("process started") {
+            if !record.vmm.is_empty() && console.contains("process started") {
                 return dir;
             }
         }

@@ -51,7 +51,7 @@ async fn gc_ends_the_sandboxes_of_a_killed_owner_and_keeps_live_ones() {
         dry.contains(&format!("would remove {}", orphan_dir.display())),
         "{dry}"
     );
-    assert_eq!(airlock_tests::processes_mentioning(&orphan_dir).len(), 2);
+    assert_eq!(airlock_tests::processes_mentioning(&orphan_dir).len(), 1);
     assert!(orphan_dir.exists(), "a dry run removes nothing");
 
     let report = gc(base.path(), &[]);
@@ -73,7 +73,7 @@ async fn gc_ends_the_sandboxes_of_a_killed_owner_and_keeps_live_ones() {
 
     // The live sandbox is untouched and still answers.
     assert!(live_dir.is_dir());
-    assert_eq!(airlock_tests::processes_mentioning(&live_dir).len(), 2);
+    assert_eq!(airlock_tests::processes_mentioning(&live_dir).len(), 1);
     let out = live
         .exec(airlock::Command::new("echo").arg("alive"))
         .await
@@ -104,7 +104,7 @@ async fn collect_orphans_on_start_ends_what_a_dead_owner_left() {
     let orphan_dir = wait_for_running_command(base.path(), owner.id()).await;
     owner.kill().expect("SIGKILL the owner");
     owner.wait().expect("reap the owner");
-    assert_eq!(airlock_tests::processes_mentioning(&orphan_dir).len(), 2);
+    assert_eq!(airlock_tests::processes_mentioning(&orphan_dir).len(), 1);
 
     let sandbox = airlock_tests::builder()
         .state_dir_base(base.path())

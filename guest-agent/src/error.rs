@@ -2,7 +2,7 @@
 //! gRPC statuses.
 //!
 //! Each module has its own error enum ([`CmdlineError`], [`ReaperError`],
-//! [`ServerError`], [`ProcessError`], [`FilesError`]); [`AgentError`]
+//! [`ServerError`], [`ProcessError`], [`FilesError`], [`CodeError`]); [`AgentError`]
 //! gathers them.
 //! `From<AgentError> for Status` picks the code a client can act on, and the
 //! message is the `Display` chain (error, then each source), never `Debug`.
@@ -13,6 +13,7 @@ use crate::cmdline::CmdlineError;
 use crate::init::root::RootError;
 use crate::reaper::ReaperError;
 use crate::server::ServerError;
+use crate::services::code::CodeError;
 use crate::services::files::FilesError;
 use crate::services::process::ProcessError;
 
@@ -38,6 +39,9 @@ pub enum AgentError {
     /// A file operation failed.
     #[error(transparent)]
     Files(#[from] FilesError),
+    /// A context or a cell failed.
+    #[error(transparent)]
+    Code(#[from] CodeError),
     /// The tokio runtime could not be built.
     #[error("cannot build the async runtime")]
     Runtime(#[source] std::io::Error),
@@ -61,60 +65,74 @@ impl From<FilesError> for Status {
     }
 }
 
+impl From<CodeError> for Status {
+    fn from(e: CodeError) -> Self {
+        AgentError::from(e).into()
+    }
+}
+
 /// The gRPC code for an error: what the client should do about it.
 fn code(e: &AgentError) -> Code {
-    use ProcessError as P;
     match e {
         AgentError::Files(f) => f.code(),
-        AgentError::Process(p) => match p {
-            P::EmptyArgv
-            | P::Nul { .. }
-            | P::BadEnvName(_)
-            | P::RelativeCwd(_)
-            | P::CwdNotDirectory(_)
-            | P::CwdUnusable { .. }
-            | P::ArgsTooLong
-            | P::BadUser(_)
-            | P::BadTag(_)
-            | P::NoSelector
-            | P::BadSignal(_)
-            | P::BadWindowSize { .. } => Code::InvalidArgument,
-            P::ProgramNotFound(_)
-            | P::InterpreterMissing(_)
-            | P::CwdNotFound(_)
-            | P::UserNotFound(_)
-            | P::GroupNotFound(_)
-            | P::NoSuchProcess(_) => Code::NotFound,
-            P::ProgramNoAccess(_) | P::CwdNoAccess(_) | P::UserSwitchDenied(_) => {
-                Code::PermissionDenied
-            }
-            P::NotExecutable(_)
-            | P::StdinNotPiped(_)
-            | P::StdinClosed(_)
-            | P::StdinGone(_)
-            | P::Exited(_)
-            | P::LimitsUnavailable
-            | P::NotATerminal(_)
-            | P::InputIsTerminal(_) => Code::FailedPrecondition,
-            P::TagInUse(_) => Code::AlreadyExists,
-            P::Displaced(_) => Code::Aborted,
-            P::Exhausted { .. } => Code::ResourceExhausted,
-            P::Pty { source, .. } if exhausted(source) => Code::ResourceExhausted,
-            P::Spawn { .. }
-            | P::DevNull(_)
-            | P::Pipe { .. }
-            | P::Lost { .. }
-            | P::StdinWrite { .. }
-            | P::Signal { .. }
-            | P::Limits(_)
-            | P::Pty { .. }
-            | P::Resize { .. } => Code::Internal,
-        },
+        AgentError::Process(p) => process_code(p),
+        // An interpreter that cannot start says why as a program would.
+        AgentError::Code(CodeError::Start(p)) => process_code(p),
+        AgentError::Code(c) => c.code(),
         AgentError::Cmdline(_) => Code::InvalidArgument,
         AgentError::Root(_)
         | AgentError::Reaper(_)
         | AgentError::Server(_)
         | AgentError::Runtime(_) => Code::Internal,
+    }
+}
+
+/// The gRPC code for a process error.
+fn process_code(p: &ProcessError) -> Code {
+    use ProcessError as P;
+    match p {
+        P::EmptyArgv
+        | P::Nul { .. }
+        | P::BadEnvName(_)
+        | P::RelativeCwd(_)
+        | P::CwdNotDirectory(_)
+        | P::CwdUnusable { .. }
+        | P::ArgsTooLong
+        | P::BadUser(_)
+        | P::BadTag(_)
+        | P::NoSelector
+        | P::BadSignal(_)
+        | P::BadWindowSize { .. } => Code::InvalidArgument,
+        P::ProgramNotFound(_)
+        | P::InterpreterMissing(_)
+        | P::CwdNotFound(_)
+        | P::UserNotFound(_)
+        | P::GroupNotFound(_)
+        | P::NoSuchProcess(_) => Code::NotFound,
+        P::ProgramNoAccess(_) | P::CwdNoAccess(_) | P::UserSwitchDenied(_) => {
+            Code::PermissionDenied
+        }
+        P::NotExecutable(_)
+        | P::StdinNotPiped(_)
+        | P::StdinClosed(_)
+        | P::StdinGone(_)
+        | P::Exited(_)
+        | P::LimitsUnavailable
+        | P::NotATerminal(_)
+        | P::InputIsTerminal(_) => Code::FailedPrecondition,
+        P::TagInUse(_) => Code::AlreadyExists,
+        P::Displaced(_) => Code::Aborted,
+        P::Exhausted { .. } => Code::ResourceExhausted,
+        P::Pty { source, .. } if exhausted(source) => Code::ResourceExhausted,
+        P::Spawn { .. }
+        | P::DevNull(_)
+        | P::Pipe { .. }
+        | P::Lost { .. }
+        | P::StdinWrite { .. }
+        | P::Signal { .. }
+        | P::Limits(_)
+        | P::Pty { .. }
+        | P::Resize { .. } => Code::Internal,
     }
 }
 

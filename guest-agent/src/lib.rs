@@ -13,8 +13,9 @@
 //! 3. [`reaper`] takes ownership of `waitpid(-1)` before anything spawns.
 //! 4. [`server`] binds the [`Listen`] address (vsock, or a Unix socket for
 //!    tests) and serves the [`services`]: `Health`, `Process` (spawns via the
-//!    reaper, streams output through a bounded channel) and `System`
-//!    (shutdown). Once bound, [`announce`] tells the host (over vsock) that
+//!    reaper, streams output through a bounded channel), `Files`, `Code`
+//!    (interpreter contexts: a driver process per context, started as
+//!    `Process` starts programs) and `System` (shutdown). Once bound, [`announce`] tells the host (over vsock) that
 //!    the agent serves, so the host never dials a guest that is not ready.
 //! 5. Every error that reaches a client becomes a `tonic::Status` in
 //!    [`error`]. As PID 1 the agent never exits: errors, panics and
@@ -46,7 +47,7 @@ pub use server::Listen;
 
 use init::poweroff;
 use server::Listener;
-use services::{HealthService, ProcessService, Services, ShutdownMode, SystemService};
+use services::{CodeService, HealthService, ProcessService, Services, ShutdownMode, SystemService};
 
 /// How long a stopping (non-PID 1) agent waits for open calls to finish.
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -104,8 +105,9 @@ async fn serve(pid1: bool, init_started_us: u64, listen: Listen) -> Result<(), A
         ShutdownMode::Stop(stop_tx)
     };
     let serving_since_us = clock::boottime_us();
-    let process = ProcessService::new(reaper);
+    let process = ProcessService::new(reaper.clone());
     let router = services::router(Services {
+        code: CodeService::new(reaper.clone(), process.cgroups()),
         files: services::FilesService::new(),
         health: HealthService::new(init_started_us, serving_since_us)
             .with_programs_cgroup(process.cgroup_parent()),

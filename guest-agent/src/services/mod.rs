@@ -1,19 +1,21 @@
-//! The gRPC services of `airlock.agent.v1`, one file each:
-//! [`files`], [`health`], [`process`], [`system`]. [`router`] mounts them on a tonic
-//! server for `crate::server` to serve.
+//! The gRPC services of `airlock.agent.v1`, one module each:
+//! [`code`], [`files`], [`health`], [`process`], [`system`]. [`router`]
+//! mounts them on a tonic server for `crate::server` to serve.
 
+pub mod code;
 pub mod files;
 pub mod health;
 pub mod process;
 pub mod system;
 
 use airlock_proto::v1::{
-    files_server::FilesServer, health_server::HealthServer, process_server::ProcessServer,
-    system_server::SystemServer,
+    code_server::CodeServer, files_server::FilesServer, health_server::HealthServer,
+    process_server::ProcessServer, system_server::SystemServer,
 };
 use tonic::transport::server::Router;
 use tonic::transport::Server;
 
+pub use code::CodeService;
 pub use files::FilesService;
 pub use health::HealthService;
 pub use process::ProcessService;
@@ -22,6 +24,8 @@ pub use system::{ShutdownMode, SystemService};
 /// Everything the agent serves.
 #[derive(Debug)]
 pub struct Services {
+    /// `Code`.
+    pub code: CodeService,
     /// `Files`.
     pub files: FilesService,
     /// `Health`.
@@ -35,6 +39,7 @@ pub struct Services {
 /// A tonic router serving all services.
 pub fn router(services: Services) -> Router {
     Server::builder()
+        .add_service(CodeServer::new(services.code))
         .add_service(FilesServer::new(services.files))
         .add_service(HealthServer::new(services.health))
         .add_service(ProcessServer::new(services.process))

@@ -19,6 +19,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use airlock_proto::v1::code_client::CodeClient;
 use airlock_proto::v1::files_client::FilesClient;
 use airlock_proto::v1::health_client::HealthClient;
 use airlock_proto::v1::process_client::ProcessClient;
@@ -66,7 +67,13 @@ macro_rules! cap_messages {
     )*};
 }
 
-cap_messages!(FilesClient, HealthClient, ProcessClient, SystemClient);
+cap_messages!(
+    CodeClient,
+    FilesClient,
+    HealthClient,
+    ProcessClient,
+    SystemClient
+);
 
 /// Errors of the hybrid-vsock handshake.
 #[derive(Debug, thiserror::Error)]

@@ -5,7 +5,7 @@
 //! it runs, so cells queue in arrival order, and restart and delete take it
 //! to replace or drop the driver. What other calls need while a cell runs
 //! (the process tree to interrupt or kill, the figures `ContextInfo` shows)
-//! sits in [`Control`] behind a plain mutex, never held across an await.
+//! sits in `Control` behind a plain mutex, never held across an await.
 //!
 //! A driver that died (killed after a deadline, `os._exit` in a cell, bash's
 //! `exit`, the OOM killer) is dropped at the end of its cell; the next cell

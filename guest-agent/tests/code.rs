@@ -553,3 +553,48 @@ async fn bad_requests_are_refused_with_precise_codes() {
         .unwrap_err();
     assert_eq!(status.code(), Code::NotFound);
 }
+
+#[tokio::test]
+async fn an_interrupt_during_a_display_leaves_the_wire_intact() {
+    let agent = Agent::start().await;
+    for round in 0..5 {
+        let mut stream = agent
+            .code()
+            .run_code(RunCodeRequest {
+                code: "i = 0\nwhile True:\n    i += 1\n    display({'n': i, 'pad': 'x' * 600_000})"
+                    .into(),
+                // A broken wire would hang the cell: the deadline (then the
+                // kill) turns that into a failure.
+                timeout_ms: 60_000,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        // Let displays pile up behind a client that does not read, then
+        // interrupt while the driver is most likely blocked sending one.
+        stream.message().await.unwrap().unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        agent
+            .code()
+            .interrupt_context(ContextRequest {
+                id: "python".into(),
+            })
+            .await
+            .unwrap();
+        let cell = collect(stream).await;
+        assert_eq!(
+            cell.status(),
+            CellStatus::Interrupted,
+            "round {round}: {:?}",
+            cell.done
+        );
+        assert!(
+            !cell.done.context_restarted,
+            "round {round}: the wire broke"
+        );
+        assert_eq!(cell.errors[0].name, "KeyboardInterrupt");
+        let next = run_in(&agent, "", "i > 0").await;
+        assert_eq!(next.result_text("text/plain"), "True");
+    }
+}

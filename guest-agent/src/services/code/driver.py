@@ -102,6 +102,10 @@ class Channel:
         os.close(null)
         self.lock = threading.Lock()
         self.pipes = {}
+        # A KeyboardInterrupt must not cut a frame in half: while the main
+        # thread sends, SIGINT is only noted, and raised once it is done.
+        self.main_sending = False
+        self.interrupt_pending = False
 
     def capture(self):
         """Reads fds 1 and 2 (pipes) from the other end: their bytes become
@@ -114,7 +118,7 @@ class Channel:
         threading.Thread(target=self.forward, name="airlock-output", daemon=True).start()
 
     def forward(self):
-        while True:
+        while self.pipes:
             ready, _, _ = select.select(list(self.pipes), [], [])
             with self.lock:
                 self.drain(ready)
@@ -122,6 +126,8 @@ class Channel:
     def drain(self, fds):
         """Sends what the pipes hold now; the lock is held."""
         for fd in fds:
+            if fd not in self.pipes:
+                continue
             name, decoder = self.pipes[fd]
             while True:
                 try:
@@ -129,6 +135,10 @@ class Channel:
                 except BlockingIOError:
                     break
                 if not data:
+                    # Nobody holds the write end any more (the cell closed
+                    # fd 1 or 2): stop watching it.
+                    del self.pipes[fd]
+                    os.close(fd)
                     break
                 text = decoder.decode(data)
                 if text:
@@ -136,9 +146,19 @@ class Channel:
 
     def send(self, message):
         flush_streams()
-        with self.lock:
-            self.drain(list(self.pipes))
-            self.write(message)
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            self.main_sending = True
+        try:
+            with self.lock:
+                self.drain(list(self.pipes))
+                self.write(message)
+        finally:
+            if main:
+                self.main_sending = False
+        if main and self.interrupt_pending:
+            self.interrupt_pending = False
+            raise KeyboardInterrupt
 
     def write(self, message):
         # Lone surrogates (from undecodable bytes) become U+FFFD.
@@ -312,6 +332,7 @@ class Python:
         main = types.ModuleType("__main__")
         main.__dict__["__builtins__"] = builtins
         sys.modules["__main__"] = main
+        sys.argv = [""]
         self.namespace = main.__dict__
         builtins.display = self.display
         sys.meta_path.insert(0, MatplotlibHook(self))
@@ -332,8 +353,12 @@ class Python:
                 continue
 
     def on_sigint(self, signum, frame):
-        if self.running:
-            raise KeyboardInterrupt
+        if not self.running:
+            return
+        if self.channel.main_sending:
+            self.channel.interrupt_pending = True
+            return
+        raise KeyboardInterrupt
 
     def display(self, *objs, **_ignored):
         """Shows each object as a rich output (Jupyter's display())."""
@@ -343,6 +368,7 @@ class Python:
     def execute(self, code):
         self.count += 1
         status = "error"
+        self.channel.interrupt_pending = False
         try:
             self.running = True
             status = self.run_cell(code)

@@ -132,14 +132,14 @@ pub async fn run(
         } = &mut *driver;
         tokio::select! {
             biased;
-            () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+            () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() && !cell.finished => {
                 deadline = None;
                 cell.timed_out = true;
                 tracing::info!(pid, "cell deadline passed; interrupting");
                 Driver::interrupt(&tree);
                 cell.arm_kill("its deadline");
             }
-            () = sleep_until(cell.kill_at.unwrap_or_else(Instant::now)), if cell.kill_at.is_some() => {
+            () = sleep_until(cell.kill_at.unwrap_or_else(Instant::now)), if cell.kill_at.is_some() && !cell.finished => {
                 cell.kill_at = None;
                 tracing::warn!(pid, "cell did not stop after an interrupt; killing its interpreter");
                 tree.kill();
@@ -177,6 +177,9 @@ pub async fn run(
                         tracing::warn!(error = %crate::error::chain(&e), "interpreter broke the wire format; killing it");
                         cell.outbox.push_back(agent_error("InterpreterDied", crate::error::chain(&e)));
                         cell.finished = true;
+                        // Killed: it runs no other cell, whenever its exit
+                        // is reported.
+                        cell.lost = true;
                         tree.kill();
                     }
                     None => {

@@ -72,7 +72,7 @@ pub enum Commands {
     /// AIRLOCK_STATE_DIR, else $XDG_RUNTIME_DIR/airlock or /tmp/airlock).
     Gc(gc::GcArgs),
     /// Sandboxes that outlive one command, kept by the daemon (started on
-    /// demand): create, ls, exec, cp, pause, resume, kill.
+    /// demand): create, ls, exec, run-code, cp, pause, resume, kill.
     Sandbox(sandbox::SandboxArgs),
     /// Run the per-user daemon behind `airlock sandbox` in the foreground.
     Serve(serve::ServeArgs),

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 const PROTOS: &[&str] = &[
+    "airlock/agent/v1/code.proto",
     "airlock/agent/v1/files.proto",
     "airlock/agent/v1/health.proto",
     "airlock/agent/v1/process.proto",

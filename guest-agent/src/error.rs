@@ -2,8 +2,8 @@
 //! gRPC statuses.
 //!
 //! Each module has its own error enum ([`CmdlineError`], [`ReaperError`],
-//! [`ServerError`], [`ProcessError`], [`FilesError`], [`SystemError`]);
-//! [`AgentError`] gathers them.
+//! [`ServerError`], [`ProcessError`], [`FilesError`], [`SystemError`],
+//! [`CodeError`]); [`AgentError`] gathers them.
 //! `From<AgentError> for Status` picks the code a client can act on, and the
 //! message is the `Display` chain (error, then each source), never `Debug`.
 
@@ -15,6 +15,7 @@ use crate::init::root::RootError;
 use crate::personalize::PersonalizeError;
 use crate::reaper::ReaperError;
 use crate::server::ServerError;
+use crate::services::code::CodeError;
 use crate::services::files::FilesError;
 use crate::services::process::ProcessError;
 use crate::services::system::SystemError;
@@ -44,6 +45,9 @@ pub enum AgentError {
     /// A `System` call failed.
     #[error(transparent)]
     System(#[from] SystemError),
+    /// A context or a cell failed.
+    #[error(transparent)]
+    Code(#[from] CodeError),
     /// The tokio runtime could not be built.
     #[error("cannot build the async runtime")]
     Runtime(#[source] std::io::Error),
@@ -73,61 +77,75 @@ impl From<SystemError> for Status {
     }
 }
 
+impl From<CodeError> for Status {
+    fn from(e: CodeError) -> Self {
+        AgentError::from(e).into()
+    }
+}
+
 /// The gRPC code for an error: what the client should do about it.
 fn code(e: &AgentError) -> Code {
-    use ProcessError as P;
     match e {
         AgentError::Files(f) => f.code(),
-        AgentError::Process(p) => match p {
-            P::EmptyArgv
-            | P::Nul { .. }
-            | P::BadEnvName(_)
-            | P::RelativeCwd(_)
-            | P::CwdNotDirectory(_)
-            | P::CwdUnusable { .. }
-            | P::ArgsTooLong
-            | P::BadUser(_)
-            | P::BadTag(_)
-            | P::NoSelector
-            | P::BadSignal(_)
-            | P::BadWindowSize { .. } => Code::InvalidArgument,
-            P::ProgramNotFound(_)
-            | P::InterpreterMissing(_)
-            | P::CwdNotFound(_)
-            | P::UserNotFound(_)
-            | P::GroupNotFound(_)
-            | P::NoSuchProcess(_) => Code::NotFound,
-            P::ProgramNoAccess(_) | P::CwdNoAccess(_) | P::UserSwitchDenied(_) => {
-                Code::PermissionDenied
-            }
-            P::NotExecutable(_)
-            | P::StdinNotPiped(_)
-            | P::StdinClosed(_)
-            | P::StdinGone(_)
-            | P::Exited(_)
-            | P::LimitsUnavailable
-            | P::NotATerminal(_)
-            | P::InputIsTerminal(_) => Code::FailedPrecondition,
-            P::TagInUse(_) => Code::AlreadyExists,
-            P::Displaced(_) => Code::Aborted,
-            P::Exhausted { .. } => Code::ResourceExhausted,
-            P::Pty { source, .. } if exhausted(source) => Code::ResourceExhausted,
-            P::Spawn { .. }
-            | P::DevNull(_)
-            | P::Pipe { .. }
-            | P::Lost { .. }
-            | P::StdinWrite { .. }
-            | P::Signal { .. }
-            | P::Limits(_)
-            | P::Pty { .. }
-            | P::Resize { .. } => Code::Internal,
-        },
+        AgentError::Process(p) => process_code(p),
+        // An interpreter that cannot start says why as a program would.
+        AgentError::Code(CodeError::Start(p)) => process_code(p),
+        AgentError::Code(c) => c.code(),
         AgentError::System(s) => system_code(s),
         AgentError::Cmdline(_) => Code::InvalidArgument,
         AgentError::Root(_)
         | AgentError::Reaper(_)
         | AgentError::Server(_)
         | AgentError::Runtime(_) => Code::Internal,
+    }
+}
+
+/// The gRPC code for a process error.
+fn process_code(p: &ProcessError) -> Code {
+    use ProcessError as P;
+    match p {
+        P::EmptyArgv
+        | P::Nul { .. }
+        | P::BadEnvName(_)
+        | P::RelativeCwd(_)
+        | P::CwdNotDirectory(_)
+        | P::CwdUnusable { .. }
+        | P::ArgsTooLong
+        | P::BadUser(_)
+        | P::BadTag(_)
+        | P::NoSelector
+        | P::BadSignal(_)
+        | P::BadWindowSize { .. } => Code::InvalidArgument,
+        P::ProgramNotFound(_)
+        | P::InterpreterMissing(_)
+        | P::CwdNotFound(_)
+        | P::UserNotFound(_)
+        | P::GroupNotFound(_)
+        | P::NoSuchProcess(_) => Code::NotFound,
+        P::ProgramNoAccess(_) | P::CwdNoAccess(_) | P::UserSwitchDenied(_) => {
+            Code::PermissionDenied
+        }
+        P::NotExecutable(_)
+        | P::StdinNotPiped(_)
+        | P::StdinClosed(_)
+        | P::StdinGone(_)
+        | P::Exited(_)
+        | P::LimitsUnavailable
+        | P::NotATerminal(_)
+        | P::InputIsTerminal(_) => Code::FailedPrecondition,
+        P::TagInUse(_) => Code::AlreadyExists,
+        P::Displaced(_) => Code::Aborted,
+        P::Exhausted { .. } => Code::ResourceExhausted,
+        P::Pty { source, .. } if exhausted(source) => Code::ResourceExhausted,
+        P::Spawn { .. }
+        | P::DevNull(_)
+        | P::Pipe { .. }
+        | P::Lost { .. }
+        | P::StdinWrite { .. }
+        | P::Signal { .. }
+        | P::Limits(_)
+        | P::Pty { .. }
+        | P::Resize { .. } => Code::Internal,
     }
 }
 

@@ -18,7 +18,9 @@
 //!    `airlock_proto::opening`, for as long as the agent runs), vsock, or a
 //!    Unix socket for tests. It serves the [`services`] with HTTP/2
 //!    keepalives: `Files`, `Health`, `Process` (spawns via the reaper,
-//!    streams output through a bounded channel) and `System` (shutdown, the
+//!    streams output through a bounded channel), `Code` (interpreter
+//!    contexts: a driver process per context, started as `Process` starts
+//!    programs) and `System` (shutdown, the
 //!    clock, and [`personalize`]: entropy through [`entropy`], clock,
 //!    hostname, and the sandbox id that `Health` reports). Once a vsock
 //!    listener is bound, [`announce`] tells the host that the agent serves,
@@ -61,7 +63,7 @@ use cmdline::Cmdline;
 use init::poweroff;
 use personalize::SandboxId;
 use server::Listener;
-use services::{HealthService, ProcessService, Services, ShutdownMode, SystemService};
+use services::{CodeService, HealthService, ProcessService, Services, ShutdownMode, SystemService};
 
 /// How long a stopping (non-PID 1) agent waits for open calls to finish.
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -130,9 +132,10 @@ async fn serve(pid1: bool, init_started_us: u64, listen: Listen) -> Result<(), A
         ShutdownMode::Stop(stop_tx)
     };
     let serving_since_us = clock::boottime_us();
-    let process = ProcessService::new(reaper);
+    let process = ProcessService::new(reaper.clone());
     let sandbox_id = SandboxId::default();
     let router = services::router(Services {
+        code: CodeService::new(reaper.clone(), process.cgroups()),
         files: services::FilesService::new(),
         health: HealthService::new(init_started_us, serving_since_us)
             .with_programs_cgroup(process.cgroup_parent())

@@ -11,7 +11,10 @@
 //! Modules:
 //! - `sandbox`: the builder, boot sequence, exec and teardown.
 //! - [`fs`]: [`Files`] from [`Sandbox::fs`]: streamed reads and atomic writes,
-//!   metadata and tree operations, watch, directories as tar streams.
+//!   metadata and tree operations, watch, directories as tar streams, and
+//!   what a run changed ([`fs::ChangeTracker`]).
+//! - [`code`]: [`Sandbox::run_code`] and [`Contexts`]: cells in persistent
+//!   Python or bash contexts, with values, rich outputs and errors.
 //! - `exec`: [`Command`], [`Execution`] (a running program's events and controls),
 //!   [`ProcessHandle`] (stdin and signals by pid or tag), [`Output`], [`ProcessInfo`].
 //! - `vmm`: the VMM seam (`Backend`): QEMU with vhost-device-vsock (and QMP), or
@@ -46,6 +49,7 @@
 #![forbid(unsafe_code)]
 
 mod accel;
+pub mod code;
 mod error;
 mod exec;
 mod features;
@@ -69,6 +73,10 @@ pub use airlock_images::artifacts;
 pub use airlock_proto::Feature;
 /// Output chunks and stdin data are [`bytes::Bytes`].
 pub use bytes::Bytes;
+pub use code::{
+    Cell, CellDone, CellError, CellEvent, CellExecution, CellOutput, CellStatus, ContextInfo,
+    ContextOptions, Contexts, Language, MimeBundle,
+};
 pub use error::{error_chain, Error, Result};
 pub use exec::{
     Command, Event, Execution, Exit, ExitStatus, Limits, Output, ProcessHandle, ProcessInfo,

@@ -2,7 +2,8 @@
 //! the kernel command line keys the host writes and the agent reads, the
 //! guest paths the builder writes and the agent reads, the kernel modules
 //! the guest needs, the vsock ports and the start-up announcement, and the
-//! protocol's features with the revision that added each.
+//! protocol's features with the revision that added each, and the limits
+//! of running code ([`code`]) and of change tracking ([`changes`]).
 //!
 //! Neither side spells any of these itself: the host bridge
 //! (`airlock`), the agent (`airlock-agent`) and the builder
@@ -12,7 +13,7 @@ use std::fmt;
 
 /// The revision of `airlock.agent.v1` that this crate describes: the
 /// revision of the newest [`Feature`].
-pub const PROTOCOL_REVISION: u32 = 6;
+pub const PROTOCOL_REVISION: u32 = 7;
 
 /// The vsock port the agent listens on unless the kernel command line says
 /// otherwise ([`cmdline::PORT`]).
@@ -117,6 +118,34 @@ pub const GUEST_MODULES: [&str; 5] = [
     "overlay",
 ];
 
+/// Running code in interpreter contexts (`airlock.agent.v1.Code`).
+pub mod code {
+    /// The language of Python contexts (and of a cell that names none).
+    pub const PYTHON: &str = "python";
+    /// The language of bash contexts.
+    pub const BASH: &str = "bash";
+    /// The most bytes of one representation of a rich output (a result's
+    /// or a display's `MimeData`) that the agent passes on: text longer
+    /// than this is cut (and says so), a larger image is replaced by a
+    /// text note. Well under the 4 MiB message cap.
+    pub const MAX_OUTPUT_BYTES: usize = 2 << 20;
+    /// The most bytes of stdout or stderr in one event.
+    pub const STREAM_CHUNK: usize = 64 * 1024;
+}
+
+/// Tracking what a run changed (`Files.SnapshotTree`, `Files.TreeChanges`,
+/// `Files.DownloadPaths`).
+pub mod changes {
+    /// The most entries one snapshot records, and one `TreeChanges` scans.
+    pub const MAX_ENTRIES: u64 = 100_000;
+    /// The most changes one `TreeChanges` reports, and paths one
+    /// `DownloadPaths` takes.
+    pub const MAX_CHANGES: u64 = 100_000;
+    /// The most entries the agent keeps in snapshots together; the oldest
+    /// snapshot is forgotten first.
+    pub const MAX_HELD_ENTRIES: u64 = 2 * MAX_ENTRIES;
+}
+
 /// A feature of the protocol that a host may need from an agent, with the
 /// revision of `airlock.agent.v1` that added it. A host checks a feature
 /// against the agent's reported revision before a call an older agent
@@ -140,11 +169,15 @@ pub enum Feature {
     SetClock,
     /// `System.Personalize` and `CheckResponse.sandbox_id`.
     Personalize,
+    /// The `Code` service: interpreter contexts and cells.
+    RunCode,
+    /// `Files.SnapshotTree`, `TreeChanges` and `DownloadPaths`.
+    TreeChanges,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Feature; 8] = [
+    pub const ALL: [Feature; 10] = [
         Feature::ExtendedStart,
         Feature::Attach,
         Feature::List,
@@ -153,6 +186,8 @@ impl Feature {
         Feature::Pty,
         Feature::SetClock,
         Feature::Personalize,
+        Feature::RunCode,
+        Feature::TreeChanges,
     ];
 
     /// The protocol revision that added this feature.
@@ -163,6 +198,7 @@ impl Feature {
             Feature::Limits => 4,
             Feature::Pty | Feature::SetClock => 5,
             Feature::Personalize => 6,
+            Feature::RunCode | Feature::TreeChanges => 7,
         }
     }
 
@@ -183,6 +219,8 @@ impl fmt::Display for Feature {
             Feature::Pty => "terminals",
             Feature::SetClock => "setting the guest clock",
             Feature::Personalize => "personalizing a guest (entropy, hostname, id)",
+            Feature::RunCode => "running code in contexts",
+            Feature::TreeChanges => "tracking file changes",
         })
     }
 }
@@ -206,6 +244,17 @@ mod tests {
         assert!(Feature::Files.supported_by(5));
         assert!(!Feature::Files.supported_by(2));
         assert!(!Feature::Pty.supported_by(4));
+        assert!(Feature::RunCode.supported_by(7));
+        assert!(!Feature::TreeChanges.supported_by(6));
+    }
+
+    #[test]
+    fn limits_fit_the_message_cap() {
+        // Each event carries one representation or one chunk: both far
+        // under tonic's 4 MiB cap.
+        const { assert!(code::MAX_OUTPUT_BYTES < 3 << 20) };
+        const { assert!(code::STREAM_CHUNK <= code::MAX_OUTPUT_BYTES) };
+        const { assert!(changes::MAX_HELD_ENTRIES >= changes::MAX_ENTRIES) };
     }
 
     #[test]

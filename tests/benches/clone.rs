@@ -23,6 +23,9 @@ use serde_json::json;
 
 use common::{ms, percentile};
 
+/// A configuration to start, made afresh for each start.
+type MakeBuilder<'a> = Box<dyn Fn() -> SandboxBuilder + 'a>;
+
 /// Clones kept alive together for the memory figure.
 const IDLE_CLONES: usize = 4;
 
@@ -40,7 +43,7 @@ async fn main() {
     let mut text = String::new();
     let mut report = serde_json::Map::new();
 
-    let configs: [(&str, Box<dyn Fn() -> SandboxBuilder>); 2] = [
+    let configs: [(&str, MakeBuilder<'_>); 2] = [
         ("busybox initramfs", Box::new(airlock_tests::builder)),
         (
             "default Debian image",
@@ -122,9 +125,7 @@ async fn main() {
     let clone_pss: Vec<u64> = clones.iter().map(qemu_pss).collect();
     let cold_pss = qemu_pss(&cold);
     let clone_mean = clone_pss.iter().sum::<u64>() / clone_pss.len() as u64;
-    text.push_str(&format!(
-        "\nhost memory of an idle sandbox (QEMU's PSS), default Debian image\n"
-    ));
+    text.push_str("\nhost memory of an idle sandbox (QEMU's PSS), default Debian image\n");
     text.push_str(&row("measure", "MiB", ""));
     text.push_str(&row(
         &format!("clone, mean of {IDLE_CLONES} alive together"),

@@ -1,7 +1,9 @@
-//! The gRPC services of `airlock.agent.v1`, one file each:
-//! [`files`], [`health`], [`process`], [`system`]. [`router`] mounts them on a tonic
-//! server, with HTTP/2 keepalives, for `crate::server` to serve.
+//! The gRPC services of `airlock.agent.v1`, one module each:
+//! [`code`], [`files`], [`health`], [`process`], [`system`]. [`router`]
+//! mounts them on a tonic server, with HTTP/2 keepalives, for
+//! `crate::server` to serve.
 
+pub mod code;
 pub mod files;
 pub mod health;
 pub mod process;
@@ -9,12 +11,13 @@ pub mod system;
 
 use airlock_proto::contract::serial::{KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT};
 use airlock_proto::v1::{
-    files_server::FilesServer, health_server::HealthServer, process_server::ProcessServer,
-    system_server::SystemServer,
+    code_server::CodeServer, files_server::FilesServer, health_server::HealthServer,
+    process_server::ProcessServer, system_server::SystemServer,
 };
 use tonic::transport::server::Router;
 use tonic::transport::Server;
 
+pub use code::CodeService;
 pub use files::FilesService;
 pub use health::HealthService;
 pub use process::ProcessService;
@@ -23,6 +26,8 @@ pub use system::{ShutdownMode, SystemError, SystemService};
 /// Everything the agent serves.
 #[derive(Debug)]
 pub struct Services {
+    /// `Code`.
+    pub code: CodeService,
     /// `Files`.
     pub files: FilesService,
     /// `Health`.
@@ -41,6 +46,7 @@ pub fn router(services: Services) -> Router {
     Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .add_service(CodeServer::new(services.code))
         .add_service(FilesServer::new(services.files))
         .add_service(HealthServer::new(services.health))
         .add_service(ProcessServer::new(services.process))

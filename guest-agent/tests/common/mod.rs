@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use airlock_proto::v1::code_client::CodeClient;
 use airlock_proto::v1::files_client::FilesClient;
 use airlock_proto::v1::health_client::HealthClient;
 use airlock_proto::v1::process_client::ProcessClient;
@@ -106,6 +107,10 @@ impl Agent {
 
     fn channel(&self) -> Channel {
         self.channel.clone().expect("connected in start")
+    }
+
+    pub fn code(&self) -> CodeClient<Channel> {
+        CodeClient::new(self.channel())
     }
 
     pub fn files(&self) -> FilesClient<Channel> {

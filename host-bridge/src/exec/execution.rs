@@ -301,7 +301,10 @@ impl Execution {
 fn is_broken_connection(status: &tonic::Status) -> bool {
     matches!(
         status.code(),
-        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled | tonic::Code::Internal
+        tonic::Code::Unavailable
+            | tonic::Code::Unknown
+            | tonic::Code::Cancelled
+            | tonic::Code::Internal
     )
 }
 

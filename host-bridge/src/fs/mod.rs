@@ -7,6 +7,8 @@
 //! - `archive`: the tar code and the channel bridges it runs behind.
 //! - `copy`: `copy_in` and `copy_out`, a file or a directory, whichever
 //!   the source is.
+//! - `changes`: what a run created, modified and deleted under named roots
+//!   ([`ChangeTracker`], [`Changes`]), and downloading those files.
 //! - `metadata`: [`Metadata`], [`WatchEvent`], [`WriteOptions`].
 //! - `error`: [`FsError`], host-side failures.
 //!
@@ -15,6 +17,7 @@
 //! they arrive.
 
 mod archive;
+mod changes;
 mod copy;
 mod error;
 mod metadata;
@@ -34,6 +37,7 @@ use futures::{Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tonic::Streaming;
 
+pub use changes::{Change, ChangeKind, ChangeTracker, Changes};
 pub use error::FsError;
 pub use metadata::{FileKind, Metadata, WatchEvent, WatchKind, WriteOptions};
 pub use tree::Watch;

@@ -118,38 +118,48 @@ impl Files {
         host_dir: impl AsRef<Path>,
     ) -> Result<u64> {
         let path = guest(guest_dir.as_ref())?;
-        let mut stream = self
+        let stream = self
             .client()?
             .download_tar(PathRequest { path })
             .await
             .map_err(|s| Error::agent("Files.DownloadTar", s))?
             .into_inner();
-        let host_dir = host_dir.as_ref().to_owned();
-        let (tx, rx) = mpsc::channel(QUEUE);
-        let extractor = tokio::task::spawn_blocking(move || {
-            archive::extract(ChannelReader::new(rx), &host_dir)
-        });
-        let mut failure = None;
-        while let Some(chunk) = stream.next().await {
-            match chunk {
-                Ok(chunk) => {
-                    if tx.send(chunk.data).await.is_err() {
-                        break; // the extractor stopped; its error says why
-                    }
-                }
-                Err(s) => {
-                    failure = Some(Error::agent("Files.DownloadTar", s));
-                    break;
+        extract_stream("Files.DownloadTar", stream, host_dir.as_ref()).await
+    }
+}
+
+/// Extracts the tar stream of `call` into `host_dir` (created if missing)
+/// on the blocking pool, refusing escaping entries; returns the number of
+/// entries.
+pub(super) async fn extract_stream(
+    call: &'static str,
+    mut stream: tonic::Streaming<airlock_proto::v1::FileChunk>,
+    host_dir: &Path,
+) -> Result<u64> {
+    let host_dir = host_dir.to_owned();
+    let (tx, rx) = mpsc::channel(QUEUE);
+    let extractor =
+        tokio::task::spawn_blocking(move || archive::extract(ChannelReader::new(rx), &host_dir));
+    let mut failure = None;
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(chunk) => {
+                if tx.send(chunk.data).await.is_err() {
+                    break; // the extractor stopped; its error says why
                 }
             }
+            Err(s) => {
+                failure = Some(Error::agent(call, s));
+                break;
+            }
         }
-        drop(tx);
-        let extracted = extractor
-            .await
-            .map_err(|e| Error::from(FsError::Worker(e.to_string())))?;
-        if let Some(e) = failure {
-            return Err(e);
-        }
-        Ok(extracted?)
     }
+    drop(tx);
+    let extracted = extractor
+        .await
+        .map_err(|e| Error::from(FsError::Worker(e.to_string())))?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    Ok(extracted?)
 }

@@ -219,7 +219,9 @@ impl SandboxBuilder {
                 let paths = VmPaths::in_dir(dir.path());
                 let config = self.qemu_config(accel, &paths, disks, memory, incoming);
                 tracing::info!(state_dir = %dir.path().display(), accel = accel.qemu_name(), incoming, "starting VM");
-                Backend::Qemu(QemuVm::start(&config, paths, self.vmm_user, self.agent_port).await?)
+                Backend::Qemu(Box::new(
+                    QemuVm::start(&config, paths, self.vmm_user, self.agent_port).await?,
+                ))
             }
             BackendKind::Process { agent } => {
                 tracing::info!(state_dir = %dir.path().display(), "starting the agent as a process");

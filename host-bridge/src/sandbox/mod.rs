@@ -33,6 +33,7 @@ use airlock_proto::Feature;
 use tempfile::TempDir;
 use tokio::task::JoinHandle;
 
+use crate::code::{Cell, CellExecution, Contexts};
 use crate::error::{Error, Result};
 use crate::exec::{Command, Execution, Limits, ProcessHandle, ProcessInfo, Target};
 use crate::features::AgentFeatures;
@@ -166,9 +167,24 @@ impl Sandbox {
     }
 
     /// The guest's filesystem: read, write, list, watch, and move whole
-    /// directories (needs protocol revision 3).
+    /// directories (needs protocol revision 3); track what a run changed
+    /// (revision 7).
     pub fn fs(&self) -> Files {
         Files::new(self.channel.clone(), self.features)
+    }
+
+    /// Runs a cell of code in a persistent context (the default Python one
+    /// unless the [`Cell`] says otherwise) and streams what it produces;
+    /// [`CellExecution::output`] collects its output, value, rich outputs
+    /// and error. Needs protocol revision 7 and, in the guest, `python3`.
+    pub async fn run_code(&self, cell: impl Into<Cell>) -> Result<CellExecution> {
+        self.contexts().run(cell).await
+    }
+
+    /// The sandbox's interpreter contexts: create, list, interrupt,
+    /// restart, delete.
+    pub fn contexts(&self) -> Contexts {
+        Contexts::new(self.channel.clone(), self.features, Arc::clone(&self.vm))
     }
 
     /// Asks the agent for its health report.

@@ -33,6 +33,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use airlock_proto::contract::serial::{KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT};
+use airlock_proto::v1::code_client::CodeClient;
 use airlock_proto::v1::files_client::FilesClient;
 use airlock_proto::v1::health_client::HealthClient;
 use airlock_proto::v1::process_client::ProcessClient;
@@ -82,7 +83,13 @@ macro_rules! cap_messages {
     )*};
 }
 
-cap_messages!(FilesClient, HealthClient, ProcessClient, SystemClient);
+cap_messages!(
+    CodeClient,
+    FilesClient,
+    HealthClient,
+    ProcessClient,
+    SystemClient
+);
 
 /// A gRPC channel to guest `port`; each (re)connection does the handshake.
 /// Fails if the first connection fails.

@@ -176,7 +176,7 @@ impl Quit {
 /// A running backend: the VMM (or process) that runs one sandbox's agent.
 #[derive(Debug)]
 pub(crate) enum Backend {
-    Qemu(QemuVm),
+    Qemu(Box<QemuVm>),
     Process(ProcessVm),
 }
 

@@ -1,4 +1,5 @@
-//! `UploadTar` and `DownloadTar`: directories as tar streams (`tar` crate).
+//! `UploadTar` and `DownloadTar`: directories as tar streams (`tar` crate);
+//! `DownloadPaths`: listed paths as one tar stream.
 //!
 //! The async side and the blocking tar code meet through [`ChannelReader`]
 //! and [`ChannelWriter`], channels of [`super::io::QUEUE`] chunks, so a tree
@@ -183,10 +184,66 @@ pub fn archive(dir: &Path, out: impl Write) -> Result<(), FilesError> {
         .map_err(|e| FilesError::io("archive", dir, e))
 }
 
+/// Writes `paths` (absolute) as a tar stream, each named by its path
+/// without the leading `/`, symlinks kept and a directory alone (not its
+/// contents). A path that is gone is left out.
+pub fn archive_paths(paths: &[PathBuf], out: impl Write) -> Result<u64, FilesError> {
+    let mut builder = tar::Builder::new(out);
+    builder.follow_symlinks(false);
+    let mut count = 0;
+    for path in paths {
+        let name: PathBuf = path
+            .components()
+            .filter(|c| matches!(c, Component::Normal(_)))
+            .collect();
+        if name.as_os_str().is_empty() {
+            continue; // `/` itself
+        }
+        match builder.append_path_with_name(path, &name) {
+            Ok(()) => count += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                tracing::debug!(path = %path.display(), "gone before its download");
+            }
+            Err(e) => return Err(FilesError::io("archive", path, e)),
+        }
+    }
+    builder
+        .into_inner()
+        .and_then(|mut w| w.flush())
+        .map_err(|e| FilesError::io("archive", Path::new("/"), e))?;
+    Ok(count)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listed_paths_are_named_from_the_root_and_missing_ones_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir(d.join("sub")).unwrap();
+        std::fs::write(d.join("sub/a"), "aa").unwrap();
+        std::fs::write(d.join("b"), "b").unwrap();
+        let mut bytes = Vec::new();
+        let paths = [d.join("sub"), d.join("sub/a"), d.join("missing")];
+        assert_eq!(archive_paths(&paths, &mut bytes).unwrap(), 2);
+        let mut archive = tar::Archive::new(&bytes[..]);
+        let names: Vec<String> = archive
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .collect();
+        let rel = d.strip_prefix("/").unwrap();
+        assert_eq!(
+            names,
+            [
+                rel.join("sub").display().to_string(),
+                rel.join("sub/a").display().to_string()
+            ]
+        );
+    }
 
     fn tar_with(name: &str) -> Vec<u8> {
         let mut b = tar::Builder::new(Vec::new());

@@ -61,6 +61,16 @@ pub enum FilesError {
     /// A worker task died.
     #[error("file worker failed: {0}")]
     Worker(String),
+    /// A snapshot needs at least one root.
+    #[error("name at least one directory to snapshot")]
+    NoRoots,
+    /// No snapshot by that id (never taken, released, or forgotten to make
+    /// room for newer ones).
+    #[error("no snapshot {0}; take a new one")]
+    NoSnapshot(String),
+    /// `DownloadPaths` was given no path, or too many.
+    #[error("download {0} paths: give 1 to {max}", max = airlock_proto::contract::changes::MAX_CHANGES)]
+    PathCount(usize),
 }
 
 impl FilesError {
@@ -81,7 +91,10 @@ impl FilesError {
             | FilesError::MissingHeader
             | FilesError::DuplicateHeader
             | FilesError::EscapingEntry { .. }
-            | FilesError::BadTar(_) => Code::InvalidArgument,
+            | FilesError::BadTar(_)
+            | FilesError::NoRoots
+            | FilesError::PathCount(_) => Code::InvalidArgument,
+            FilesError::NoSnapshot(_) => Code::NotFound,
             FilesError::UserDenied { .. } => Code::PermissionDenied,
             FilesError::User(ProcessError::UserNotFound(_) | ProcessError::GroupNotFound(_)) => {
                 Code::NotFound

@@ -4,7 +4,9 @@
 //! - [`io`]: `ReadFile` and `WriteFile` (atomic: temporary file, fsync, rename).
 //! - [`tree`]: `Stat`, `ListDir`, `MakeDir`, `Remove`, `Rename`, `Chmod`,
 //!   `Chown`, `Symlink`, `Copy`.
-//! - [`archive`]: `UploadTar` and `DownloadTar`.
+//! - [`archive`]: `UploadTar`, `DownloadTar` and `DownloadPaths`.
+//! - [`changes`]: `SnapshotTree` and `TreeChanges`, with the snapshots the
+//!   service keeps between them.
 //! - [`watch`]: `Watch` over inotify.
 //! - [`access`]: absolute paths and the optional `user` a call runs as.
 //! - [`error`]: [`FilesError`] and its gRPC codes.
@@ -14,6 +16,7 @@
 
 pub mod access;
 pub mod archive;
+pub mod changes;
 pub mod error;
 pub mod io;
 pub mod tree;
@@ -21,11 +24,15 @@ pub mod watch;
 
 use std::pin::Pin;
 
+use std::sync::Arc;
+
+use airlock_proto::contract::changes::{MAX_CHANGES, MAX_ENTRIES};
 use airlock_proto::v1::{
-    files_server, upload_tar_request, ChmodRequest, ChownRequest, CopyRequest, Empty, FileChunk,
-    FileInfo, ListDirRequest, MakeDirRequest, PathRequest, ReadFileRequest, RemoveRequest,
-    RenameRequest, SymlinkRequest, UploadTarRequest, UploadTarResponse, WatchEvent, WatchRequest,
-    WriteFileRequest, WriteFileResponse,
+    files_server, upload_tar_request, ChmodRequest, ChownRequest, CopyRequest,
+    DownloadPathsRequest, Empty, FileChunk, FileInfo, ListDirRequest, MakeDirRequest, PathRequest,
+    ReadFileRequest, RemoveRequest, RenameRequest, SnapshotTreeRequest, SnapshotTreeResponse,
+    SymlinkRequest, TreeChangesChunk, TreeChangesRequest, TreeChangesSummary, UploadTarRequest,
+    UploadTarResponse, WatchEvent, WatchRequest, WriteFileRequest, WriteFileResponse,
 };
 use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
@@ -38,14 +45,29 @@ pub use self::error::FilesError;
 /// A stream of messages to the client.
 pub type Outgoing<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
-/// The `Files` gRPC service. Stateless: each call stands alone.
+/// Changes per `TreeChanges` message.
+const CHANGES_PER_CHUNK: usize = 512;
+
+/// The `Files` gRPC service. Each call stands alone, but for the snapshots
+/// `SnapshotTree` leaves for `TreeChanges`.
 #[derive(Debug, Default, Clone)]
-pub struct FilesService;
+pub struct FilesService {
+    snapshots: Arc<changes::SnapshotStore>,
+}
 
 impl FilesService {
     /// A new service.
     pub fn new() -> Self {
-        FilesService
+        FilesService::default()
+    }
+}
+
+/// A request's limit: 0 or past the maximum is the maximum.
+fn limit(asked: u64, max: u64) -> u64 {
+    if asked == 0 {
+        max
+    } else {
+        asked.min(max)
     }
 }
 
@@ -69,6 +91,8 @@ impl files_server::Files for FilesService {
     type ListDirStream = Outgoing<FileInfo>;
     type DownloadTarStream = Outgoing<FileChunk>;
     type WatchStream = Outgoing<WatchEvent>;
+    type TreeChangesStream = Outgoing<TreeChangesChunk>;
+    type DownloadPathsStream = Outgoing<FileChunk>;
 
     #[tracing::instrument(skip_all, fields(path = %request.get_ref().path))]
     async fn read_file(
@@ -266,6 +290,92 @@ impl files_server::Files for FilesService {
         let r = request.into_inner();
         let path = absolute(&r.path)?;
         let rx = watch::start(&path, r.recursive)?;
+        Ok(Response::new(outgoing(rx)))
+    }
+
+    async fn snapshot_tree(
+        &self,
+        request: Request<SnapshotTreeRequest>,
+    ) -> Result<Response<SnapshotTreeResponse>, Status> {
+        let r = request.into_inner();
+        let roots = changes::roots(&r.roots)?;
+        let max = limit(r.max_entries, MAX_ENTRIES);
+        let snapshot = blocking(move || Ok(changes::snapshot(&roots, max))).await?;
+        let (entries, truncated) = (snapshot.len() as u64, snapshot.truncated());
+        let id = self.snapshots.insert(snapshot);
+        tracing::info!(id, entries, truncated, "snapshot taken");
+        Ok(Response::new(SnapshotTreeResponse {
+            id,
+            entries,
+            truncated,
+        }))
+    }
+
+    async fn tree_changes(
+        &self,
+        request: Request<TreeChangesRequest>,
+    ) -> Result<Response<Self::TreeChangesStream>, Status> {
+        let r = request.into_inner();
+        let snapshot = self.snapshots.get(&r.snapshot_id)?;
+        if r.release {
+            self.snapshots.release(&r.snapshot_id);
+        }
+        let max_changes = limit(r.max_changes, MAX_CHANGES);
+        let (tx, rx) = mpsc::channel(io::QUEUE);
+        tokio::task::spawn_blocking(move || {
+            let mut chunk = Vec::with_capacity(CHANGES_PER_CHUNK);
+            let summary = changes::diff(&snapshot, MAX_ENTRIES, max_changes, |change| {
+                chunk.push(change);
+                if chunk.len() < CHANGES_PER_CHUNK {
+                    return true;
+                }
+                let changes = std::mem::replace(&mut chunk, Vec::with_capacity(CHANGES_PER_CHUNK));
+                let message = TreeChangesChunk {
+                    changes,
+                    summary: None,
+                };
+                tx.blocking_send(Ok(message)).is_ok()
+            });
+            tracing::info!(
+                scanned = summary.scanned,
+                reported = summary.reported,
+                truncated = summary.truncated,
+                "changes compared"
+            );
+            let last = TreeChangesChunk {
+                changes: chunk,
+                summary: Some(TreeChangesSummary {
+                    truncated: summary.truncated,
+                    scanned: summary.scanned,
+                    reported: summary.reported,
+                }),
+            };
+            let _ = tx.blocking_send(Ok(last));
+        });
+        Ok(Response::new(outgoing(rx)))
+    }
+
+    async fn download_paths(
+        &self,
+        request: Request<DownloadPathsRequest>,
+    ) -> Result<Response<Self::DownloadPathsStream>, Status> {
+        let r = request.into_inner();
+        if r.paths.is_empty() || r.paths.len() as u64 > MAX_CHANGES {
+            return Err(FilesError::PathCount(r.paths.len()).into());
+        }
+        let paths = r
+            .paths
+            .iter()
+            .map(|p| absolute(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (tx, rx) = mpsc::channel(io::QUEUE);
+        tokio::task::spawn_blocking(move || {
+            let errors = tx.clone();
+            let writer = archive::ChannelWriter::new(tx, |data| Ok(FileChunk { data }));
+            if let Err(e) = archive::archive_paths(&paths, writer) {
+                let _ = errors.blocking_send(Err(e.into()));
+            }
+        });
         Ok(Response::new(outgoing(rx)))
     }
 }

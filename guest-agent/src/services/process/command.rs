@@ -175,12 +175,34 @@ impl Spec {
     /// for the `fork`/`exec`. The child's stdin is taken by the caller when
     /// it is a pipe.
     pub fn spawn(&self, reaper: &Reaper, cgroup: Option<&Cgroup>) -> Result<Spawned, ProcessError> {
-        let (stdio, pty_master) = match &self.pty {
-            Some(pty) => {
+        self.spawn_with(reaper, cgroup, None)
+    }
+
+    /// [`spawn`](Spec::spawn) with `stdin` as the program's stdin, whatever
+    /// the request said (the code service gives its interpreter driver one
+    /// end of a socket there). Ignored for a `pty` program.
+    pub fn spawn_with_stdin(
+        &self,
+        reaper: &Reaper,
+        cgroup: Option<&Cgroup>,
+        stdin: OwnedFd,
+    ) -> Result<Spawned, ProcessError> {
+        self.spawn_with(reaper, cgroup, Some(stdin))
+    }
+
+    fn spawn_with(
+        &self,
+        reaper: &Reaper,
+        cgroup: Option<&Cgroup>,
+        stdin: Option<OwnedFd>,
+    ) -> Result<Spawned, ProcessError> {
+        let (stdio, pty_master) = match (&self.pty, stdin) {
+            (Some(pty), _) => {
                 let (master, stdio) = self.terminal_stdio(pty)?;
                 (stdio, Some(master))
             }
-            None => (self.pipe_stdio()?, None),
+            (None, Some(stdin)) => ([Stdio::from(stdin), Stdio::piped(), Stdio::piped()], None),
+            (None, None) => (self.pipe_stdio()?, None),
         };
         let cgroup_procs = match cgroup.map(Cgroup::procs_for_joining).transpose() {
             Ok(procs) => procs,

@@ -85,6 +85,12 @@ impl ProcessService {
         self.cgroups.as_ref().map(|c| c.parent().to_owned())
     }
 
+    /// The agent's cgroups, when it has them (the code service puts its
+    /// interpreters in cgroups of their own beside the programs').
+    pub fn cgroups(&self) -> Option<Arc<Cgroups>> {
+        self.cgroups.clone()
+    }
+
     /// Spawns `spec`, enters it in the table and attaches the caller.
     async fn start(&self, spec: Spec) -> Result<EventStream, ProcessError> {
         let claim = self.table.reserve_tag(spec.tag().map(str::to_owned))?;

@@ -1,12 +1,14 @@
 //! Argument parsing and dispatch for the `airlock` binary.
 //!
-//! - `run`: boot a fresh sandbox, run one command, stream its output, tear down.
+//! - `run`: boot a fresh sandbox, run one command, stream its output, tear
+//!   down; `changes` lists (and downloads) what the command changed.
 //! - `image`: list and remove the root filesystem images in the image store.
 //! - `shell`: an interactive shell on a terminal in a fresh sandbox (the
 //!   host terminal handled by `terminal`).
 //! - `gc`: kill and remove the sandboxes whose owner process died.
 //! - `serve` and `sandbox`: the per-user daemon and the commands that keep
-//!   sandboxes alive across invocations through it.
+//!   sandboxes alive across invocations through it; `run_code` is `sandbox
+//!   run-code`, a cell of code in a sandbox's persistent context.
 //! - `program_options`: [`ProgramOptions`], how to run the program (env,
 //!   cwd, user, timeout, limits, privilege), flattened into `run`, `shell`
 //!   and `sandbox exec` and carried to the daemon as it is.
@@ -19,11 +21,13 @@
 //! - `vm_options`: the VM options of `run`, `shell` and `sandbox create`, and
 //!   the sandbox builder they describe.
 
+mod changes;
 mod gc;
 mod image;
 mod program;
 mod program_options;
 mod run;
+mod run_code;
 mod sandbox;
 mod serve;
 mod session;
@@ -32,6 +36,8 @@ mod template;
 mod terminal;
 mod transfer;
 mod vm_options;
+
+use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
@@ -71,7 +77,7 @@ pub enum Commands {
     /// and the templates nothing can use any more.
     Gc(gc::GcArgs),
     /// Sandboxes that outlive one command, kept by the daemon (started on
-    /// demand): create, ls, exec, cp, pause, resume, kill.
+    /// demand): create, ls, exec, run-code, cp, pause, resume, kill.
     Sandbox(sandbox::SandboxArgs),
     /// Run the per-user daemon behind `airlock sandbox` in the foreground.
     Serve(serve::ServeArgs),
@@ -108,9 +114,43 @@ pub struct RunArgs {
     #[arg(long, value_name = "GUEST:HOST", value_parser = transfer::parse_download)]
     pub download: Vec<transfer::Transfer>,
 
+    /// After the command, print on stderr what it created, modified and
+    /// deleted under these guest directories (comma-separated; default
+    /// /root and /tmp), with sizes.
+    #[arg(
+        long,
+        value_name = "DIRS",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "",
+        value_parser = parse_roots,
+    )]
+    pub changes: Option<changes::Roots>,
+
+    /// Download the files the command created or modified (see --changes)
+    /// into HOSTDIR, each under its guest path.
+    #[arg(long, value_name = "HOSTDIR")]
+    pub download_changes: Option<PathBuf>,
+
     /// The program and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// Parses `--changes=DIR,DIR`: absolute guest directories (none: the
+/// defaults).
+fn parse_roots(text: &str) -> Result<changes::Roots, String> {
+    text.split(',')
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            if part.starts_with('/') {
+                Ok(PathBuf::from(part))
+            } else {
+                Err(format!("{part:?} is not an absolute guest directory"))
+            }
+        })
+        .collect::<Result<_, _>>()
+        .map(changes::Roots)
 }
 
 /// Parses a size with an optional binary suffix: `4G`, `512M`, `65536`.
@@ -314,6 +354,59 @@ mod tests {
             Some(std::path::Path::new("w.img"))
         );
         assert_eq!(shell.command, ["python3", "-q"]);
+    }
+
+    #[test]
+    fn run_takes_changes_with_or_without_roots() {
+        let parse = |args: &[&str]| {
+            let argv = [&["airlock", "run"], args, &["--", "true"]].concat();
+            match Args::try_parse_from(&argv).unwrap().command {
+                Commands::Run(run) => (run.changes.map(|r| r.0), run.download_changes),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(parse(&[]), (None, None));
+        assert_eq!(parse(&["--changes"]), (Some(vec![]), None));
+        assert_eq!(
+            parse(&["--changes=/root,/work", "--download-changes", "out"]),
+            (
+                Some(vec![PathBuf::from("/root"), PathBuf::from("/work")]),
+                Some(PathBuf::from("out"))
+            )
+        );
+        assert!(Args::try_parse_from(["airlock", "run", "--changes=tmp", "--", "true"]).is_err());
+    }
+
+    #[test]
+    fn sandbox_run_code_takes_code_or_a_file() {
+        let parse = |args: &[&str]| {
+            let argv = [&["airlock", "sandbox", "run-code"], args].concat();
+            Args::try_parse_from(&argv).map(|args| match args.command {
+                Commands::Sandbox(sandbox::SandboxArgs {
+                    command: sandbox::SandboxCommand::RunCode(run),
+                    ..
+                }) => run,
+                other => panic!("{other:?}"),
+            })
+        };
+        let run = parse(&["sb", "-c", "1 + 1"]).unwrap();
+        assert_eq!(run.code.as_deref(), Some("1 + 1"));
+        assert_eq!(run.lang, airlock::Language::Python);
+        let run = parse(&[
+            "sb",
+            "--lang",
+            "bash",
+            "--json",
+            "--timeout",
+            "5",
+            "cell.sh",
+        ])
+        .unwrap();
+        assert_eq!(run.file.as_deref(), Some(std::path::Path::new("cell.sh")));
+        assert_eq!(run.lang, airlock::Language::Bash);
+        assert!(run.json);
+        assert!(parse(&["sb"]).is_err(), "code or a file is needed");
+        assert!(parse(&["sb", "-c", "x", "file"]).is_err(), "not both");
     }
 
     #[test]

@@ -9,7 +9,10 @@
 //! and airlock exits 124. The sandbox is torn down on every path.
 //! `--upload` copies run after boot and before the command; `--download`
 //! copies after it finishes (not after a timeout or a signal), and a failed
-//! copy makes airlock exit 125. The program's options are
+//! copy makes airlock exit 125. `--changes` records guest directories after
+//! the uploads and, once the command finished, prints what it created,
+//! modified and deleted there (`--download-changes` also fetches those
+//! files; a failure is exit 125 too). The program's options are
 //! [`ProgramOptions`](super::ProgramOptions) and the loop that drives it is
 //! the [`Session`] `sandbox exec` uses too.
 
@@ -17,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use airlock::{Sandbox, Stdin};
 
+use super::changes::Tracking;
 use super::session::{fail, Ending, Program, Session};
 use super::{RunArgs, EXIT_AIRLOCK_ERROR};
 
@@ -56,6 +60,18 @@ pub async fn run(args: RunArgs, verbose: bool) -> u8 {
         drop(sandbox);
         return EXIT_AIRLOCK_ERROR;
     }
+    let tracking = Tracking::from_args(args.changes, args.download_changes);
+    let tracked = match &tracking {
+        Some(tracking) => match tracking.start(&sandbox).await {
+            Ok(started) => Some(started),
+            Err(error) => {
+                eprintln!("airlock: {error}");
+                drop(sandbox);
+                return EXIT_AIRLOCK_ERROR;
+            }
+        },
+        None => None,
+    };
     let ready = began.elapsed();
 
     let exec_started = Instant::now();
@@ -82,6 +98,14 @@ pub async fn run(args: RunArgs, verbose: bool) -> u8 {
                 eprintln!("airlock: {error}");
                 drop(sandbox);
                 return EXIT_AIRLOCK_ERROR;
+            }
+            if let Some(started) = tracked {
+                let download = tracking.and_then(|t| t.download);
+                if let Err(error) = started.finish(&sandbox, download.as_deref()).await {
+                    eprintln!("airlock: {error}");
+                    drop(sandbox);
+                    return EXIT_AIRLOCK_ERROR;
+                }
             }
             let code = Ending::Finished(exit).report(timeout);
             if let Err(error) = sandbox.shutdown(SHUTDOWN_GRACE).await {

@@ -1,4 +1,4 @@
-//! `airlock sandbox create|ls|exec|cp|pause|resume|kill`: sandboxes that
+//! `airlock sandbox create|ls|exec|run-code|cp|pause|resume|kill`: sandboxes that
 //! outlive one invocation, kept by the daemon (`airlock serve`, see
 //! `airlock::daemon`). A client that finds no daemon on the socket starts
 //! one in the background (its log is `daemon.log` beside the socket).
@@ -50,6 +50,9 @@ pub enum SandboxCommand {
     },
     /// Run a command in a sandbox and exit with its exit code.
     Exec(ExecArgs),
+    /// Run code in a persistent context (Python or bash): print its output,
+    /// rich outputs (images saved to files) and value, or --json.
+    RunCode(super::run_code::RunCodeArgs),
     /// Copy a file or directory between the host and a sandbox; exactly one
     /// side is ID:/guest/path (write ./a:b for a host path with a colon).
     Cp {
@@ -135,6 +138,7 @@ pub async fn run(args: SandboxArgs) -> u8 {
         SandboxCommand::Create(create) => create_sandbox(&socket, create).await,
         SandboxCommand::Ls { json } => list(&socket, json).await,
         SandboxCommand::Exec(exec) => return exec_in(&socket, exec).await,
+        SandboxCommand::RunCode(args) => return super::run_code::run(&socket, args).await,
         SandboxCommand::Cp { src, dst } => copy(&socket, &src, &dst).await,
         SandboxCommand::Pause { id } => match connect(&socket).await {
             Ok(mut daemon) => daemon.pause(&id).await.map_err(message),

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use airlock_proto::daemon::v1 as pb;
 use airlock_proto::daemon::v1::sandboxes_client::SandboxesClient;
-use airlock_proto::v1::{process_event, ProcessEvent};
+use airlock_proto::v1::{process_event, CodeEvent, ProcessEvent};
 use futures::StreamExt;
 use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
@@ -231,6 +231,16 @@ impl Connection {
             .await
             .map_err(from_status)?;
         Ok(())
+    }
+
+    /// Runs a cell; its events come from the stream (dropping it before
+    /// `done` interrupts the cell).
+    pub async fn run_code(
+        &mut self,
+        request: pb::RunCodeRequest,
+    ) -> Result<Streaming<CodeEvent>, DaemonError> {
+        let response = self.client.run_code(request).await.map_err(from_status)?;
+        Ok(response.into_inner())
     }
 
     /// Starts a program and waits for it to start; then its events come
@@ -474,6 +484,38 @@ mod tests {
         ) -> Result<Response<pb::KillResponse>, Status> {
             Err(Status::unimplemented(""))
         }
+        type RunCodeStream = Pin<Box<dyn Stream<Item = Result<CodeEvent, Status>> + Send>>;
+        async fn run_code(
+            &self,
+            request: Request<pb::RunCodeRequest>,
+        ) -> Result<Response<Self::RunCodeStream>, Status> {
+            let request = request.into_inner();
+            assert_eq!(
+                (request.code.as_str(), request.language.as_str()),
+                ("1 + 1", "python")
+            );
+            let result = airlock::MimeBundle::from_items([(
+                "text/plain".to_owned(),
+                Bytes::from_static(b"2"),
+            )]);
+            let done = airlock::CellDone {
+                status: airlock::CellStatus::Ok,
+                execution_count: 1,
+                timed_out: false,
+                context_restarted: false,
+                duration: Duration::from_millis(5),
+            };
+            let events: Vec<Result<CodeEvent, Status>> = [
+                airlock::CellEvent::Stdout(Bytes::from_static(b"out")),
+                airlock::CellEvent::Result(result),
+                airlock::CellEvent::Done(done),
+            ]
+            .into_iter()
+            .flat_map(wire::cell_messages)
+            .map(Ok)
+            .collect();
+            Ok(Response::new(Box::pin(futures::stream::iter(events))))
+        }
     }
 
     /// Started; then, once the client sent stdin "in", SIGINT and the end
@@ -551,6 +593,33 @@ mod tests {
         assert!(exit.oom_killed);
         let after = stream.next_event().await.unwrap_err();
         assert!(matches!(after, DaemonError::Closed), "{after}");
+    }
+
+    #[tokio::test]
+    async fn a_cell_streams_its_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("daemon.sock");
+        fake_daemon(&path).await;
+        let mut connection = Connection::connect(&path).await.unwrap();
+        let request = pb::RunCodeRequest {
+            id: "sb".into(),
+            language: "python".into(),
+            code: "1 + 1".into(),
+            ..Default::default()
+        };
+        let mut stream = connection.run_code(request).await.unwrap();
+        let mut kinds = Vec::new();
+        while let Some(message) = stream.message().await.unwrap() {
+            match airlock::CellEvent::from_proto(message).unwrap() {
+                airlock::CellEvent::Stdout(data) => kinds.push(format!("out {data:?}")),
+                airlock::CellEvent::Result(result) => {
+                    kinds.push(format!("result {}", result.text().unwrap()))
+                }
+                airlock::CellEvent::Done(done) => kinds.push(format!("done {:?}", done.status)),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(kinds, ["out b\"out\"", "result 2", "done Ok"]);
     }
 
     #[tokio::test]

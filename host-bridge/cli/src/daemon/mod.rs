@@ -10,6 +10,7 @@
 //!   [`Sandboxes`](airlock::Sandboxes) manager until told to stop, then
 //!   kills every sandbox.
 //! - `exec`: streaming one program to a client.
+//! - `code`: streaming one cell of code to a client.
 //! - `client`: [`Connection`], which starts a daemon on demand.
 //! - `wire`: the messages mapped to and from the library's types, and
 //!   errors as statuses.
@@ -21,6 +22,7 @@
 //! ```
 
 mod client;
+mod code;
 mod error;
 mod exec;
 mod server;

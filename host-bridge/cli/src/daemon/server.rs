@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use airlock_proto::daemon::v1 as pb;
 use airlock_proto::daemon::v1::sandboxes_server::SandboxesServer;
-use airlock_proto::v1::ProcessEvent;
+use airlock_proto::v1::{CodeEvent, ProcessEvent};
 use futures::StreamExt;
 use nix::fcntl::{Flock, FlockArg};
 use tokio::net::{UnixListener, UnixStream};
@@ -310,6 +310,36 @@ impl pb::sandboxes_server::Sandboxes for Service {
         tracing::debug!(%id, pid = execution.pid(), "exec started");
         let (events, stream) = tokio::sync::mpsc::channel(super::exec::QUEUE);
         self.spawn(super::exec::run(execution, inputs, events));
+        Ok(Response::new(ReceiverStream::new(stream)))
+    }
+
+    type RunCodeStream = ReceiverStream<Result<CodeEvent, Status>>;
+
+    async fn run_code(
+        &self,
+        request: Request<pb::RunCodeRequest>,
+    ) -> Result<Response<Self::RunCodeStream>, Status> {
+        let request = request.into_inner();
+        let cell = wire::cell(&request)?;
+        let sandbox = self.sandbox(&request.id)?;
+        let language = match request.language.as_str() {
+            "" => airlock::Language::default(),
+            name => name.parse().unwrap_or_default(),
+        };
+        let execution = self
+            .run(async move {
+                if let Some(context) = &request.context {
+                    super::code::ensure_context(&sandbox, context, language).await?;
+                }
+                sandbox
+                    .run_code(cell)
+                    .await
+                    .map_err(|e| wire::error_status(&e))
+            })
+            .await?
+            .into_inner();
+        let (events, stream) = tokio::sync::mpsc::channel(super::code::QUEUE);
+        self.spawn(super::code::run(execution, events));
         Ok(Response::new(ReceiverStream::new(stream)))
     }
 

@@ -1,18 +1,21 @@
 //! The daemon's messages (`airlock.daemon.v1`, see
 //! `proto/airlock/daemon/v1/daemon.proto`) mapped to and from the
 //! library's and the CLI's types, each mapping in one place: program
-//! options, exits, sandbox entries, the idle policy, and errors as gRPC
-//! statuses.
+//! options, exits, sandbox entries, the idle policy, a cell and its events,
+//! and errors as gRPC statuses.
 
 use std::time::Duration;
 
 use airlock_proto::daemon::v1 as pb;
-use airlock_proto::v1::{exited, process_event, Exited, ProcessEvent};
+use airlock_proto::v1::{
+    code_event, exited, process_event, CellDone, CellStatus as ProtoCellStatus,
+    CodeError as ProtoCodeError, CodeEvent, Exited, MimeData, ProcessEvent, RichOutput,
+};
 use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 
 use crate::commands::{ProgramOptions, ProgramOptionsError};
-use airlock::{error_chain, Event, Exit, ExitStatus};
+use airlock::{error_chain, Cell, CellEvent, CellStatus, Event, Exit, ExitStatus, MimeBundle};
 
 /// The largest message either side sends or accepts.
 pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
@@ -173,6 +176,75 @@ pub fn event_messages(event: Event) -> Vec<ProcessEvent> {
     }
 }
 
+/// The cell a run-code request asks for (not its context's creation).
+pub fn cell(request: &pb::RunCodeRequest) -> Result<Cell, Status> {
+    let invalid = |message: String| {
+        status(
+            Code::InvalidArgument,
+            pb::ErrorReason::InvalidArgument,
+            message,
+        )
+    };
+    let mut cell = Cell::new(request.code.clone());
+    if !request.language.is_empty() {
+        cell = cell.language(request.language.parse().map_err(invalid)?);
+    }
+    if let Some(context) = &request.context {
+        cell = cell.context(context.clone());
+    }
+    if let Some(secs) = request.timeout_secs {
+        let timeout = Duration::try_from_secs_f64(secs)
+            .ok()
+            .filter(|t| !t.is_zero())
+            .ok_or_else(|| invalid(format!("a timeout of {secs} seconds")))?;
+        cell = cell.timeout(timeout);
+    }
+    Ok(cell)
+}
+
+/// A cell's event as messages (output split into [`DATA_CHUNK`]s).
+pub fn cell_messages(event: CellEvent) -> Vec<CodeEvent> {
+    let message = |event| CodeEvent { event: Some(event) };
+    let bundle = |bundle: MimeBundle| RichOutput {
+        data: bundle
+            .iter()
+            .map(|(mime, data)| MimeData {
+                mime_type: mime.to_owned(),
+                data: data.clone(),
+            })
+            .collect(),
+    };
+    match event {
+        CellEvent::Stdout(data) => data
+            .chunks(DATA_CHUNK)
+            .map(|chunk| message(code_event::Event::Stdout(data.slice_ref(chunk))))
+            .collect(),
+        CellEvent::Stderr(data) => data
+            .chunks(DATA_CHUNK)
+            .map(|chunk| message(code_event::Event::Stderr(data.slice_ref(chunk))))
+            .collect(),
+        CellEvent::Result(result) => vec![message(code_event::Event::Result(bundle(result)))],
+        CellEvent::Display(display) => vec![message(code_event::Event::Display(bundle(display)))],
+        CellEvent::Error(error) => vec![message(code_event::Event::Error(ProtoCodeError {
+            name: error.name,
+            value: error.value,
+            traceback: error.traceback,
+        }))],
+        CellEvent::Done(done) => vec![message(code_event::Event::Done(CellDone {
+            status: match done.status {
+                CellStatus::Ok => ProtoCellStatus::Ok,
+                CellStatus::Error => ProtoCellStatus::Error,
+                CellStatus::Interrupted => ProtoCellStatus::Interrupted,
+            }
+            .into(),
+            execution_count: done.execution_count,
+            timed_out: done.timed_out,
+            context_restarted: done.context_restarted,
+            duration_us: u64::try_from(done.duration.as_micros()).unwrap_or(u64::MAX),
+        }))],
+    }
+}
+
 /// `exit` on the wire.
 pub fn exited(exit: &Exit) -> Exited {
     let status = match exit.status {
@@ -248,6 +320,62 @@ mod tests {
             })
             .collect();
         assert_eq!(sizes, [DATA_CHUNK, 1]);
+    }
+
+    #[test]
+    fn cells_and_their_events_survive_the_wire() {
+        let request = pb::RunCodeRequest {
+            id: "sb".into(),
+            language: "bash".into(),
+            context: Some("work".into()),
+            code: "echo hi".into(),
+            timeout_secs: Some(2.5),
+        };
+        let cell = cell(&request).unwrap();
+        let expected = Cell::new("echo hi")
+            .language(airlock::Language::Bash)
+            .context("work")
+            .timeout(Duration::from_millis(2500));
+        assert_eq!(cell, expected);
+        let bad = pb::RunCodeRequest {
+            timeout_secs: Some(-1.0),
+            ..request.clone()
+        };
+        assert_eq!(super::cell(&bad).unwrap_err().code(), Code::InvalidArgument);
+        let bad = pb::RunCodeRequest {
+            language: "cobol".into(),
+            ..request
+        };
+        assert_eq!(super::cell(&bad).unwrap_err().code(), Code::InvalidArgument);
+
+        let result = MimeBundle::from_items([
+            ("text/plain".to_owned(), airlock::Bytes::from_static(b"2")),
+            (
+                "application/json".to_owned(),
+                airlock::Bytes::from_static(b"2"),
+            ),
+        ]);
+        let done = airlock::CellDone {
+            status: CellStatus::Interrupted,
+            execution_count: 4,
+            timed_out: true,
+            context_restarted: false,
+            duration: Duration::from_millis(30),
+        };
+        for event in [
+            CellEvent::Result(result),
+            CellEvent::Done(done),
+            CellEvent::Error(airlock::CellError {
+                name: "E".into(),
+                value: "v".into(),
+                traceback: vec!["t".into()],
+            }),
+        ] {
+            let messages = cell_messages(event.clone());
+            assert_eq!(messages.len(), 1);
+            let back = CellEvent::from_proto(messages[0].clone()).unwrap();
+            assert_eq!(back, event);
+        }
     }
 
     #[test]

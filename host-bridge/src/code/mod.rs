@@ -1,0 +1,130 @@
+//! Running code in persistent contexts, as a notebook does (protocol
+//! revision 7): [`Sandbox::run_code`](crate::Sandbox::run_code) runs a
+//! [`Cell`] and streams its output, its value and rich outputs as
+//! [`MimeBundle`]s, and its error; [`Contexts`] (from
+//! [`Sandbox::contexts`](crate::Sandbox::contexts)) creates, lists,
+//! interrupts, restarts and deletes contexts.
+//!
+//! - `cell`: [`Cell`], [`CellExecution`], [`CellEvent`].
+//! - `output`: [`MimeBundle`], [`CellError`], [`CellDone`], [`CellOutput`].
+//! - `context`: [`Language`], [`ContextOptions`], [`ContextInfo`].
+
+mod cell;
+mod context;
+mod output;
+
+use std::sync::Arc;
+
+use airlock_proto::v1::code_client::CodeClient;
+use airlock_proto::v1::{ContextRequest, ListContextsRequest};
+use airlock_proto::Feature;
+
+pub use cell::{Cell, CellEvent, CellExecution};
+pub use context::{ContextInfo, ContextOptions, Language};
+pub use output::{CellDone, CellError, CellOutput, CellStatus, MimeBundle};
+
+use crate::error::{Error, Result};
+use crate::features::AgentFeatures;
+use crate::lifecycle::channel::AgentChannel;
+use crate::lifecycle::vm::VmShared;
+use crate::transport::CapMessages;
+
+/// The sandbox's interpreter contexts. Cheap to clone; usable from any
+/// task.
+#[derive(Debug, Clone)]
+pub struct Contexts {
+    client: CodeClient<AgentChannel>,
+    features: AgentFeatures,
+    vm: Arc<VmShared>,
+}
+
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Contexts>();
+    assert_send_sync::<CellExecution>();
+};
+
+impl Contexts {
+    pub(crate) fn new(channel: AgentChannel, features: AgentFeatures, vm: Arc<VmShared>) -> Self {
+        Contexts {
+            client: CodeClient::new(channel).capped(),
+            features,
+            vm,
+        }
+    }
+
+    fn client(&self) -> Result<CodeClient<AgentChannel>> {
+        self.features.require(Feature::RunCode)?;
+        Ok(self.client.clone())
+    }
+
+    /// Runs a cell; returns once the agent took it (the context exists and
+    /// its interpreter started), streaming from there.
+    pub async fn run(&self, cell: impl Into<Cell>) -> Result<CellExecution> {
+        let request = cell.into().to_request();
+        let events = self
+            .client()?
+            .run_code(request)
+            .await
+            .map_err(|s| Error::agent("Code.RunCode", s))?
+            .into_inner();
+        Ok(CellExecution::new(events, Arc::clone(&self.vm)))
+    }
+
+    /// Starts a context.
+    pub async fn create(&self, options: &ContextOptions) -> Result<ContextInfo> {
+        let info = self
+            .client()?
+            .create_context(options.to_request())
+            .await
+            .map_err(|s| Error::agent("Code.CreateContext", s))?
+            .into_inner();
+        ContextInfo::from_proto(info)
+    }
+
+    /// Every context, oldest first.
+    pub async fn list(&self) -> Result<Vec<ContextInfo>> {
+        self.client()?
+            .list_contexts(ListContextsRequest {})
+            .await
+            .map_err(|s| Error::agent("Code.ListContexts", s))?
+            .into_inner()
+            .contexts
+            .into_iter()
+            .map(ContextInfo::from_proto)
+            .collect()
+    }
+
+    /// Interrupts the context's running cell (KeyboardInterrupt; the
+    /// variables stay).
+    pub async fn interrupt(&self, context: &str) -> Result<ContextInfo> {
+        let info = self
+            .client()?
+            .interrupt_context(ContextRequest { id: context.into() })
+            .await
+            .map_err(|s| Error::agent("Code.InterruptContext", s))?
+            .into_inner();
+        ContextInfo::from_proto(info)
+    }
+
+    /// Replaces the context's interpreter with a fresh one: every variable
+    /// is gone.
+    pub async fn restart(&self, context: &str) -> Result<ContextInfo> {
+        let info = self
+            .client()?
+            .restart_context(ContextRequest { id: context.into() })
+            .await
+            .map_err(|s| Error::agent("Code.RestartContext", s))?
+            .into_inner();
+        ContextInfo::from_proto(info)
+    }
+
+    /// Kills the context's interpreter and forgets it.
+    pub async fn delete(&self, context: &str) -> Result<()> {
+        self.client()?
+            .delete_context(ContextRequest { id: context.into() })
+            .await
+            .map_err(|s| Error::agent("Code.DeleteContext", s))?;
+        Ok(())
+    }
+}

@@ -23,7 +23,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tonic::transport::Channel;
 
 use crate::error::{Error, Result};
-use crate::transport::{AgentStream, CapMessages};
+use crate::transport::{AgentStream, AgentTransport, CapMessages};
 use crate::vmm::{Backend, Readiness};
 
 /// How much console output goes into error messages.
@@ -161,20 +161,7 @@ async fn dial_opened(
     deadline: Deadline,
 ) -> Result<(Channel, CheckResponse)> {
     let answered = Instant::now();
-    let attempt = async {
-        let channel = vmm
-            .transport()
-            .channel_from(Some(opened))
-            .await
-            .map_err(|e| format!("connect: {}", crate::error_chain(&e)))?;
-        let health = HealthClient::new(channel.clone())
-            .capped()
-            .check(CheckRequest {})
-            .await
-            .map_err(|status| format!("health: {status}"))?
-            .into_inner();
-        Ok::<_, String>((channel, health))
-    };
+    let attempt = probe(vmm.transport(), Some(opened));
     match tokio::time::timeout(PROBE_TIMEOUT, attempt).await {
         Ok(Ok(ready)) => Ok(ready),
         Ok(Err(error)) => {
@@ -220,20 +207,7 @@ async fn dial(
     let mut backoff = Duration::from_millis(2);
     loop {
         check_processes(vmm)?;
-        let attempt = async {
-            let channel = transport
-                .clone()
-                .channel()
-                .await
-                .map_err(|e| format!("connect: {}", crate::error_chain(&e)))?;
-            let health = HealthClient::new(channel.clone())
-                .capped()
-                .check(CheckRequest {})
-                .await
-                .map_err(|status| format!("health: {status}"))?
-                .into_inner();
-            Ok::<_, String>((channel, health))
-        };
+        let attempt = probe(transport.clone(), None);
         let last_error = match tokio::time::timeout(PROBE_TIMEOUT, attempt).await {
             Ok(Ok(ready)) => return Ok(ready),
             Ok(Err(error)) => error,
@@ -252,6 +226,24 @@ async fn dial(
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_millis(100));
     }
+}
+
+/// Builds a channel (on `opened`, if given) and checks Health on it.
+async fn probe(
+    transport: AgentTransport,
+    opened: Option<AgentStream>,
+) -> std::result::Result<(Channel, CheckResponse), String> {
+    let channel = transport
+        .channel_from(opened)
+        .await
+        .map_err(|e| format!("connect: {}", crate::error_chain(&e)))?;
+    let health = HealthClient::new(channel.clone())
+        .capped()
+        .check(CheckRequest {})
+        .await
+        .map_err(|status| format!("health: {status}"))?
+        .into_inner();
+    Ok((channel, health))
 }
 
 /// Fails if the VMM (QEMU) or the vsock device has exited.

@@ -3,10 +3,12 @@
 //! The protocol guarantees that every byte the program wrote arrives
 //! before `exited`.
 //!
-//! A stream that breaks while the VM lives (the connection dropped by a
-//! keepalive across a long pause, say) is re-attached from the offset of
-//! the last byte received (`Process.Connect`), so the caller sees no gap:
-//! the agent keeps a running program's output while no client reads it.
+//! A stream that breaks because the sandbox was paused (the connection
+//! dropped by a keepalive across a long pause) is re-attached from the
+//! offset of the last byte received (`Process.Connect`), so the caller sees
+//! no gap: the agent keeps a running program's output while no client reads
+//! it. A break no pause explains (a guest that stopped answering) is the
+//! caller's error at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,6 +92,8 @@ pub struct Execution {
     vm: Option<Arc<VmShared>>,
     /// For re-attaching a broken stream (`None` without `Process.Connect`).
     reattach: Option<AgentChannel>,
+    /// The VM's pause count when the last event arrived.
+    pauses_seen: u64,
 }
 
 /// How many times in a row a broken stream is re-attached before its
@@ -119,6 +123,7 @@ impl Execution {
                 events,
                 exit: None,
                 offset: 0,
+                pauses_seen: vm.as_ref().map_or(0, |vm| vm.pauses()),
                 vm,
             }),
             other => Err(Error::Protocol(format!(
@@ -176,6 +181,7 @@ impl Execution {
                 Err(Error::Agent { status, .. })
                     if attempts < REATTACH_ATTEMPTS
                         && self.reattach.is_some()
+                        && self.paused_since_last_event()
                         && is_broken_connection(&status) =>
                 {
                     tracing::debug!(pid = self.pid, offset = self.offset, %status, "output stream broke; re-attaching");
@@ -188,6 +194,9 @@ impl Execution {
                 other => break other?,
             }
         };
+        if let Some(vm) = &self.vm {
+            self.pauses_seen = vm.pauses();
+        }
         let event = match next {
             Some((process_event::Event::Stdout(data), offset)) => {
                 self.offset = offset + data.len() as u64;
@@ -213,6 +222,14 @@ impl Execution {
             }
         };
         Ok(Some(event))
+    }
+
+    /// Whether the sandbox is paused or was paused since the last event:
+    /// what makes a broken stream worth re-attaching.
+    fn paused_since_last_event(&self) -> bool {
+        self.vm.as_ref().is_some_and(|vm| {
+            vm.state() == crate::SandboxState::Paused || vm.pauses() != self.pauses_seen
+        })
     }
 
     /// Replaces the broken stream with `Process.Connect` from the offset

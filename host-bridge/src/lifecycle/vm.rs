@@ -47,6 +47,8 @@ struct Clock {
     started: Instant,
     paused_since: Option<Instant>,
     paused_total: Duration,
+    /// Pauses begun so far.
+    pauses: u64,
     ended_at: Option<Instant>,
     last_guest_cpu: Duration,
 }
@@ -101,6 +103,7 @@ impl VmShared {
                 started,
                 paused_since: None,
                 paused_total: Duration::ZERO,
+                pauses: 0,
                 ended_at: None,
                 last_guest_cpu: Duration::ZERO,
             }),
@@ -127,6 +130,12 @@ impl VmShared {
 
     pub fn started(&self) -> Instant {
         lock(&self.clock).started
+    }
+
+    /// How many pauses have begun: a change between two readings means the
+    /// VM was paused in between (it may be running again).
+    pub fn pauses(&self) -> u64 {
+        lock(&self.clock).pauses
     }
 
     /// Waits up to `wait` for the VM to end, and says why it did.
@@ -221,7 +230,11 @@ impl VmShared {
             SandboxState::Ended(reason) => return Err(Error::SandboxEnded { reason }),
         }
         lock(&self.vmm).freeze(true)?;
-        lock(&self.clock).paused_since = Some(Instant::now());
+        {
+            let mut clock = lock(&self.clock);
+            clock.paused_since = Some(Instant::now());
+            clock.pauses += 1;
+        }
         self.state.send_replace(SandboxState::Paused);
         tracing::info!(pid = self.pid, "sandbox paused");
         Ok(())

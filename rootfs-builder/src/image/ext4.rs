@@ -5,7 +5,8 @@
 //! [`make`] sizes the image from that plus headroom, creates a sparse file
 //! and runs mkfs.ext4 (no journal: the image is only ever mounted
 //! read-only; no reserved blocks). If the estimate was short, it retries once
-//! half again as big.
+//! half again as big. A disk without room for the content is a
+//! [`ImageError::DiskFull`], before mkfs runs and after it fails.
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -83,12 +84,23 @@ fn inode_count(tree: &TreeSize) -> u64 {
 pub fn make(root: &Path, out: &Path, headroom: u64) -> Result<Ext4Image, ImageError> {
     let tree = measure(root)?;
     let mut image_bytes = image_size(&tree, headroom);
+    check_free_space(out, tree.block_bytes)?;
     let mut attempt = 0;
     loop {
         attempt += 1;
         match mkfs(root, out, image_bytes, inode_count(&tree)) {
             Ok(()) => {
                 return Ok(Ext4Image { tree, image_bytes });
+            }
+            Err(error) if is_out_of_space(&error) => {
+                // The host's disk, not the image, may be what filled up.
+                let _ = fs::remove_file(out);
+                check_free_space(out, tree.block_bytes)?;
+                if attempt > 1 {
+                    return Err(error);
+                }
+                tracing::warn!(%error, bytes = image_bytes, "image too small? retrying bigger");
+                image_bytes = (image_bytes + image_bytes / 2).div_ceil(MIB) * MIB;
             }
             Err(error) if attempt == 1 => {
                 tracing::warn!(%error, bytes = image_bytes, "image too small? retrying bigger");
@@ -97,6 +109,35 @@ pub fn make(root: &Path, out: &Path, headroom: u64) -> Result<Ext4Image, ImageEr
             Err(error) => return Err(error),
         }
     }
+}
+
+/// Fails with [`ImageError::DiskFull`] unless the filesystem `out` goes to
+/// has room for `content` bytes plus the fixed overhead.
+fn check_free_space(out: &Path, content: u64) -> Result<(), ImageError> {
+    let dir = out
+        .parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let stat = match nix::sys::statvfs::statvfs(dir) {
+        Ok(stat) => stat,
+        // Unknown free space is mkfs's to find out.
+        Err(_) => return Ok(()),
+    };
+    let free = stat.blocks_available().saturating_mul(stat.fragment_size());
+    let needed = content + FIXED_OVERHEAD;
+    if free < needed {
+        return Err(ImageError::DiskFull {
+            dir: dir.to_owned(),
+            needed_mib: needed.div_ceil(MIB),
+            free_mib: free / MIB,
+        });
+    }
+    Ok(())
+}
+
+/// Whether mkfs failed for want of space (in the image or on the disk).
+fn is_out_of_space(error: &ImageError) -> bool {
+    matches!(error, ImageError::Tool { detail, .. } if detail.contains("No space left on device"))
 }
 
 fn mkfs(root: &Path, out: &Path, bytes: u64, inodes: u64) -> Result<(), ImageError> {
@@ -160,6 +201,18 @@ mod tests {
         assert_eq!(size.inodes, 5);
         // two dirs, 2 blocks for a, 1 for b.
         assert_eq!(size.block_bytes, 5 * BLOCK);
+    }
+
+    #[test]
+    fn a_disk_without_room_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("rootfs.ext4");
+        check_free_space(&out, 1 << 20).unwrap();
+        let error = check_free_space(&out, u64::MAX / 4).unwrap_err();
+        assert!(matches!(error, ImageError::DiskFull { .. }), "{error:?}");
+        let text = error.to_string();
+        assert!(text.contains("not enough free disk space"), "{text}");
+        assert!(text.contains(&dir.path().display().to_string()), "{text}");
     }
 
     #[test]

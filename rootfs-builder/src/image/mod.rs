@@ -61,6 +61,20 @@ pub enum ImageError {
         /// What it said.
         detail: String,
     },
+    /// The disk the image is written to has too little free space.
+    #[error(
+        "not enough free disk space in {}: the image needs about {needed_mib} MiB, \
+         {free_mib} MiB are free",
+        dir.display()
+    )]
+    DiskFull {
+        /// The directory the image goes to.
+        dir: PathBuf,
+        /// About how much the image's content takes.
+        needed_mib: u64,
+        /// What the filesystem has free for this user.
+        free_mib: u64,
+    },
     /// A layer or tarball could not be applied.
     #[error(transparent)]
     Layer(#[from] layer::LayerError),

@@ -38,10 +38,15 @@ const CLONE_READY_TIMEOUT: Duration = Duration::from_secs(15);
 /// saves it the repeat of the opening).
 const DISCONNECT_SETTLE: Duration = Duration::from_millis(100);
 
-/// The program run in a template before it is saved (see [`warm_up`]).
-const WARM_UP: &[&str] = &["sh", "-c", "echo warm >/dev/null"];
+/// The program run in a template before it is saved (see [`warm_up`]):
+/// a shell, and Python where the image has it (most of what agents run).
+const WARM_UP: &[&str] = &[
+    "sh",
+    "-c",
+    "echo warm >/dev/null; if command -v python3 >/dev/null; then python3 -c pass; fi",
+];
 /// How long the warm-up may take.
-const WARM_UP_TIMEOUT: Duration = Duration::from_secs(10);
+const WARM_UP_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Why a start could not use a template.
 #[derive(Debug, thiserror::Error)]
@@ -211,10 +216,11 @@ fn find(store: &TemplateStore, key: &str) -> Result<Option<Template>, CloneError
     })
 }
 
-/// Runs one short program in the template before it is saved, so that
-/// every clone finds the shell, the C library and the dynamic loader in the
-/// guest's page cache rather than reading them from its disk on its first
-/// exec. A failure costs clones that speed, nothing else.
+/// Runs short programs in the template before it is saved, so that every
+/// clone finds the shell, the C library, the dynamic loader and Python's
+/// start-up files in the guest's page cache rather than reading them from
+/// its disk on its first exec. A failure costs clones that speed, nothing
+/// else.
 async fn warm_up(channel: &Channel) {
     let run = async {
         let mut events = ProcessClient::new(channel.clone())

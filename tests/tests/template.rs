@@ -339,3 +339,37 @@ fn which(program: &str) -> std::path::PathBuf {
         .find(|candidate| candidate.is_file())
         .unwrap_or_else(|| panic!("{program} not on PATH"))
 }
+
+/// `airlock run --verbose` says where a start came from: the start that
+/// made the template, a clone of it, a cold boot with the guest's own boot
+/// figures (a clone's would be its template's).
+#[tokio::test]
+async fn run_verbose_names_the_origin_of_the_start() {
+    let templates = tempfile::tempdir().unwrap();
+    let states = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let output = std::process::Command::new(airlock_tests::airlock_bin())
+            .args(["run", "--no-image", "--memory", "256", "--verbose"])
+            .args(extra)
+            .args(["--", "true"])
+            .env("AIRLOCK_TEMPLATE_DIR", templates.path())
+            .env("AIRLOCK_STATE_DIR", states.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "{stderr}");
+        stderr
+            .lines()
+            .find(|line| line.starts_with("airlock: accel"))
+            .unwrap_or_else(|| panic!("no timing line in {stderr}"))
+            .to_owned()
+    };
+    let made = run(&[]);
+    assert!(made.contains("made by this start"), "{made}");
+    let cloned = run(&[]);
+    assert!(cloned.contains("| clone of template "), "{cloned}");
+    assert!(!cloned.contains("made by this start"), "{cloned}");
+    assert!(!cloned.contains("guest kernel"), "{cloned}");
+    let cold = run(&["--cold"]);
+    assert!(cold.contains("cold boot: guest kernel to agent"), "{cold}");
+}

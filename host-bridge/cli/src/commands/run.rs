@@ -18,7 +18,7 @@
 
 use std::time::{Duration, Instant};
 
-use airlock::{Sandbox, Stdin};
+use airlock::{Origin, Sandbox, Stdin};
 
 use super::changes::Tracking;
 use super::session::{fail, Ending, Program, Session};
@@ -123,13 +123,23 @@ pub async fn run(args: RunArgs, verbose: bool) -> u8 {
 
 fn print_timings(sandbox: &Sandbox, ready: Duration, first_output: Duration, total: Duration) {
     let t = sandbox.boot_timings();
+    // A clone's guest did not boot: the kernel and init figures it reports
+    // are its template's.
+    let boot = match sandbox.origin() {
+        Origin::Clone { key, built: false } => format!("clone of template {key}"),
+        Origin::Clone { key, built: true } => {
+            format!("clone of template {key}, made by this start")
+        }
+        _ => format!(
+            "cold boot: guest kernel to agent {:.2?} | agent init {:.1?}",
+            t.kernel_to_init, t.init_to_serving
+        ),
+    };
     eprintln!(
-        "airlock: accel {} | vmm started {:.1?} | guest kernel to agent {:.2?} | agent init {:.1?} | \
-         agent ready {:.2?} | exec to first output {:.1?} | total {:.2?}",
+        "airlock: accel {} | vmm started {:.1?} | {boot} | agent ready {:.2?} | \
+         exec to first output {:.1?} | total {:.2?}",
         sandbox.accel().qemu_name(),
         t.vmm_started,
-        t.kernel_to_init,
-        t.init_to_serving,
         ready,
         first_output,
         total

@@ -17,12 +17,11 @@ use airlock_proto::v1::process_client::ProcessClient;
 use airlock_proto::v1::StartRequest;
 use tonic::transport::Channel;
 
-use crate::transport::CapMessages;
-
 use crate::error::Error;
 use crate::template::{
     FileId, Template, TemplateError, TemplateInputs, TemplateStore, TEMPLATE_FORMAT,
 };
+use crate::transport::CapMessages;
 use crate::vmm::{self, Backend, Disk, GuestMemory, SnapshotError, VmmError};
 use crate::Accel;
 

@@ -93,8 +93,11 @@ pub fn make(root: &Path, out: &Path, headroom: u64) -> Result<Ext4Image, ImageEr
                 return Ok(Ext4Image { tree, image_bytes });
             }
             Err(error) if is_out_of_space(&error) => {
-                // The host's disk, not the image, may be what filled up.
-                let _ = fs::remove_file(out);
+                // The host's disk, not the image, may be what filled up;
+                // the half-written image counts against it.
+                if let Err(error) = fs::remove_file(out) {
+                    tracing::debug!(%error, "cannot remove the partial image");
+                }
                 check_free_space(out, tree.block_bytes)?;
                 if attempt > 1 {
                     return Err(error);

@@ -58,6 +58,25 @@ pub(super) struct Launched {
     pub health: CheckResponse,
 }
 
+impl Launched {
+    /// Waits for the agent of a VMM that runs (started at `vmm_started`).
+    pub(super) async fn connect(
+        dir: TempDir,
+        mut vmm: Backend,
+        vmm_started: Instant,
+        deadline: Deadline,
+    ) -> Result<Self> {
+        let (channel, health) = connect_agent(&mut vmm, deadline).await?;
+        Ok(Launched {
+            vmm_started,
+            dir,
+            vmm,
+            channel,
+            health,
+        })
+    }
+}
+
 impl SandboxBuilder {
     /// Boots the VM and waits until the agent answers.
     pub async fn start(self) -> Result<Sandbox> {
@@ -191,16 +210,8 @@ impl SandboxBuilder {
             GuestChannel::Serial => GuestMemory::Private,
             GuestChannel::Vsock => GuestMemory::SharedMemfd,
         };
-        let (dir, mut vmm) = self.launch(accel, disks, memory, false).await?;
-        let vmm_started = Instant::now();
-        let (channel, health) = connect_agent(&mut vmm, deadline).await?;
-        Ok(Launched {
-            vmm_started,
-            dir,
-            vmm,
-            channel,
-            health,
-        })
+        let (dir, vmm) = self.launch(accel, disks, memory, false).await?;
+        Launched::connect(dir, vmm, Instant::now(), deadline).await
     }
 
     /// Creates a state directory and starts the backend in it, with the

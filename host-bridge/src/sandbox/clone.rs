@@ -176,7 +176,7 @@ impl SandboxBuilder {
             shared: false,
         };
         let state = template.open_state()?;
-        let (dir, mut vmm) = self
+        let (dir, vmm) = self
             .launch(accel, disks.to_vec(), memory, true)
             .await
             .map_err(|e| CloneError::Start(Box::new(e)))?;
@@ -191,16 +191,9 @@ impl SandboxBuilder {
             at: Instant::now() + CLONE_READY_TIMEOUT,
             timeout: CLONE_READY_TIMEOUT,
         };
-        let (channel, health) = connect_agent(&mut vmm, deadline)
+        Launched::connect(dir, vmm, vmm_started, deadline)
             .await
-            .map_err(|e| CloneError::Start(Box::new(e)))?;
-        Ok(Launched {
-            vmm_started,
-            dir,
-            vmm,
-            channel,
-            health,
-        })
+            .map_err(|e| CloneError::Start(Box::new(e)))
     }
 }
 

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use airlock_proto::opening::{HostOpening, Nonce, HELLO_INTERVAL};
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use super::Port;
@@ -281,10 +281,7 @@ impl AsyncRead for HostStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.rest.has_remaining() {
-            let n = this.rest.remaining().min(buf.remaining());
-            buf.put_slice(&this.rest[..n]);
-            this.rest.advance(n);
+        if super::read_ahead(&mut this.rest, buf) {
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut this.host).poll_read(cx, buf)

@@ -132,6 +132,18 @@ impl<P: Port> Drop for Connection<P> {
     }
 }
 
+/// Moves what is left of `rest` (bytes read past the opening) into `buf`
+/// first; false once it is empty, when reads go to the port.
+fn read_ahead(rest: &mut Bytes, buf: &mut ReadBuf<'_>) -> bool {
+    if !rest.has_remaining() {
+        return false;
+    }
+    let n = rest.remaining().min(buf.remaining());
+    buf.put_slice(&rest[..n]);
+    rest.advance(n);
+    true
+}
+
 impl<P: Port> AsyncRead for Connection<P> {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -139,10 +151,7 @@ impl<P: Port> AsyncRead for Connection<P> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.rest.has_remaining() {
-            let n = this.rest.remaining().min(buf.remaining());
-            buf.put_slice(&this.rest[..n]);
-            this.rest.advance(n);
+        if read_ahead(&mut this.rest, buf) {
             return Poll::Ready(Ok(()));
         }
         match this.port() {

@@ -121,6 +121,18 @@ pub enum Error {
         found: u32,
     },
 
+    /// A sandbox cannot be saved to disk or forked as it is configured.
+    #[error("cannot save this sandbox: {reason}")]
+    CannotSave { reason: String },
+
+    /// Saving a VM to disk, or starting it again from a snapshot, failed.
+    #[error("{what}: {detail}")]
+    Snapshot { what: &'static str, detail: String },
+
+    /// A saved sandbox's files: missing, unreadable or refused.
+    #[error(transparent)]
+    Saved(#[from] crate::saved::SavedError),
+
     /// The agent sent something the protocol does not allow.
     #[error("protocol violation: {0}")]
     Protocol(String),

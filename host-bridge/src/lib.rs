@@ -58,6 +58,7 @@ pub mod gc;
 mod lifecycle;
 mod manager;
 mod sandbox;
+pub mod saved;
 pub mod state_dir;
 pub mod template;
 pub mod transport;

@@ -30,8 +30,19 @@ pub enum SandboxState {
     /// The VM is stopped (no guest CPU); see [`PausedCalls`] for what a
     /// call does meanwhile.
     Paused,
+    /// Saved to disk ([`Sandbox::pause_to_disk`](crate::Sandbox::pause_to_disk)):
+    /// memory, programs and files are in a snapshot file and the VM process
+    /// is gone. A resume (or a call, as [`PausedCalls`] says) restores it.
+    OnDisk,
     /// The VM is gone; calls fail with [`Error::SandboxEnded`](crate::Error::SandboxEnded).
     Ended(EndReason),
+}
+
+impl SandboxState {
+    /// Paused in memory or on disk: the guest does not run until resumed.
+    pub fn is_paused(&self) -> bool {
+        matches!(self, SandboxState::Paused | SandboxState::OnDisk)
+    }
 }
 
 /// Why a sandbox ended.
@@ -97,6 +108,9 @@ pub enum IdlePolicy {
     /// Pause the VM; the next call resumes it (with the default
     /// [`PausedCalls::Resume`]).
     Pause,
+    /// Save the VM to disk, which frees its memory; the next call restores
+    /// it (see [`Sandbox::pause_to_disk`](crate::Sandbox::pause_to_disk)).
+    PauseToDisk,
     /// Kill the VM; the sandbox ends with [`EndReason::Idle`].
     Stop,
 }

@@ -6,7 +6,7 @@
 //! causes it (the owner, the watchdog, or the VM itself). The first reason
 //! recorded for the end is the one every handle reports.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -24,6 +24,10 @@ use crate::error::{Error, Result};
 use crate::features::AgentFeatures;
 use crate::transport::{AgentTransport, CapMessages};
 use crate::vmm::{Backend, Quit};
+
+mod persist;
+
+pub(crate) use persist::{relaunch, Persistence};
 
 /// How much console output an unexpected end reports.
 const CONSOLE_TAIL_BYTES: usize = 4096;
@@ -51,6 +55,8 @@ struct Clock {
     pauses: u64,
     ended_at: Option<Instant>,
     last_guest_cpu: Duration,
+    /// Guest CPU time of earlier VM processes (before a save to disk).
+    guest_cpu_base: Duration,
 }
 
 /// The shared VM.
@@ -58,7 +64,7 @@ struct Clock {
 pub(crate) struct VmShared {
     vmm: Mutex<Backend>,
     /// The backend's main process, for logs.
-    pid: u32,
+    pid: AtomicU32,
     transport: AgentTransport,
     quit: Quit,
     /// Whether a resume pushes the host's time to the guest.
@@ -77,6 +83,14 @@ pub(crate) struct VmShared {
     features: AgentFeatures,
     /// A manager's slot, given back when the VM ends.
     slot: Mutex<Option<OwnedSemaphorePermit>>,
+    /// How to save the VM to disk and start it again (QEMU on the serial
+    /// channel only).
+    persistence: Option<Persistence>,
+    /// What the last restore from disk used and refused.
+    last_restore: Mutex<Option<crate::saved::Restored>>,
+    /// Whether the saved files outlive the end (a handle dropped while the
+    /// sandbox is on disk leaves it there, to be restored later).
+    keep_saved: AtomicBool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -90,10 +104,11 @@ impl VmShared {
         raw_channel: Channel,
         features: AgentFeatures,
         slot: Option<OwnedSemaphorePermit>,
+        persistence: Option<Persistence>,
     ) -> Arc<Self> {
         let (state, _) = watch::channel(SandboxState::Running);
         Arc::new(VmShared {
-            pid: vmm.pid(),
+            pid: AtomicU32::new(vmm.pid()),
             transport: vmm.transport(),
             quit: vmm.quit(),
             push_clock: vmm.has_own_clock(),
@@ -106,6 +121,7 @@ impl VmShared {
                 pauses: 0,
                 ended_at: None,
                 last_guest_cpu: Duration::ZERO,
+                guest_cpu_base: Duration::ZERO,
             }),
             in_flight: AtomicUsize::new(0),
             quiet_since: Mutex::new(Instant::now()),
@@ -114,7 +130,15 @@ impl VmShared {
             raw_channel,
             features,
             slot: Mutex::new(slot),
+            persistence,
+            last_restore: Mutex::new(None),
+            keep_saved: AtomicBool::new(false),
         })
+    }
+
+    /// The backend's main process id, for logs.
+    fn pid(&self) -> u32 {
+        self.pid.load(Ordering::Relaxed)
     }
 
     pub fn state(&self) -> SandboxState {
@@ -180,7 +204,7 @@ impl VmShared {
                 match self.state() {
                     SandboxState::Running => return Ok(()),
                     SandboxState::Ended(reason) => return Err(Unavailable::Ended(reason)),
-                    SandboxState::Paused => {}
+                    SandboxState::Paused | SandboxState::OnDisk => {}
                 }
             }
             match policy {
@@ -197,9 +221,7 @@ impl VmShared {
                 PausedCalls::Wait => {
                     let mut states = self.state.subscribe();
                     // A closed channel cannot happen while `self` lives.
-                    let _ = states
-                        .wait_for(|state| !matches!(state, SandboxState::Paused))
-                        .await;
+                    let _ = states.wait_for(|state| !state.is_paused()).await;
                 }
             }
         }
@@ -226,7 +248,7 @@ impl VmShared {
     async fn pause_locked(&self) -> Result<()> {
         match self.state() {
             SandboxState::Running => {}
-            SandboxState::Paused => return Ok(()),
+            SandboxState::Paused | SandboxState::OnDisk => return Ok(()),
             SandboxState::Ended(reason) => return Err(Error::SandboxEnded { reason }),
         }
         lock(&self.vmm).freeze(true)?;
@@ -236,7 +258,7 @@ impl VmShared {
             clock.pauses += 1;
         }
         self.state.send_replace(SandboxState::Paused);
-        tracing::info!(pid = self.pid, "sandbox paused");
+        tracing::info!(pid = self.pid(), "sandbox paused");
         Ok(())
     }
 
@@ -246,6 +268,7 @@ impl VmShared {
         let _transition = self.transition.lock().await;
         match self.state() {
             SandboxState::Paused => {}
+            SandboxState::OnDisk => return self.restore_locked().await,
             SandboxState::Running => return Ok(()),
             SandboxState::Ended(reason) => return Err(Error::SandboxEnded { reason }),
         }
@@ -262,7 +285,7 @@ impl VmShared {
             self.push_clock().await;
         }
         self.state.send_replace(SandboxState::Running);
-        tracing::info!(pid = self.pid, "sandbox resumed");
+        tracing::info!(pid = self.pid(), "sandbox resumed");
         Ok(())
     }
 
@@ -305,6 +328,10 @@ impl VmShared {
     pub fn check_exit(&self) -> bool {
         let exited = {
             let mut vmm = lock(&self.vmm);
+            // A VM saved to disk was ended on purpose (under this lock).
+            if self.state() == SandboxState::OnDisk {
+                return false;
+            }
             match vmm.try_exit() {
                 Ok(Some(status)) => {
                     vmm.kill();
@@ -386,6 +413,9 @@ impl VmShared {
             true
         });
         lock(&self.slot).take();
+        if !self.keep_saved.load(Ordering::SeqCst) {
+            self.forget_saved();
+        }
     }
 
     /// Whether the agent answers a Health check within `timeout`, on the
@@ -411,7 +441,8 @@ impl VmShared {
         if let Some(cpu) = cpu {
             let mut clock = lock(&self.clock);
             if clock.ended_at.is_none() {
-                clock.last_guest_cpu = clock.last_guest_cpu.max(cpu);
+                let total = clock.guest_cpu_base + cpu;
+                clock.last_guest_cpu = clock.last_guest_cpu.max(total);
             }
         }
     }

@@ -54,7 +54,7 @@ async fn probe(vm: Weak<VmShared>, after: Duration) {
         let Some(vm) = vm.upgrade() else { return };
         match vm.state() {
             SandboxState::Ended(_) => return,
-            SandboxState::Paused => {
+            SandboxState::Paused | SandboxState::OnDisk => {
                 last_answer = Instant::now();
                 continue;
             }
@@ -102,6 +102,13 @@ async fn watch(vm: Weak<VmShared>, policy: Policy) {
                         Ok(false) => {}
                         Err(error) => {
                             tracing::warn!(error = %crate::error_chain(&error), "idle pause failed")
+                        }
+                    },
+                    IdlePolicy::PauseToDisk => match vm.pause_to_disk_if_idle(after).await {
+                        Ok(true) => tracing::info!(?after, "idle sandbox saved to disk"),
+                        Ok(false) => {}
+                        Err(error) => {
+                            tracing::warn!(error = %crate::error_chain(&error), "idle save to disk failed")
                         }
                     },
                     IdlePolicy::Stop => {

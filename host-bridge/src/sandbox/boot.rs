@@ -17,8 +17,9 @@ use tonic::transport::Channel;
 use crate::error::{Error, Result};
 use crate::features::AgentFeatures;
 use crate::lifecycle::channel::AgentChannel;
-use crate::lifecycle::vm::VmShared;
+use crate::lifecycle::vm::{Persistence, VmShared};
 use crate::lifecycle::watchdog;
+use crate::saved::{SavedRecord, SavedStore, SavedUsage, SavedVm};
 use crate::state_dir;
 use crate::transport::CapMessages;
 use crate::vmm::{
@@ -46,6 +47,32 @@ pub enum Origin {
     Clone { key: String, built: bool },
     /// A template was asked for, but this start booted cold instead.
     ColdFallback { reason: String },
+    /// Restored from its own snapshot generation `generation` (after the
+    /// process that saved it ended).
+    Restored { generation: u64 },
+    /// Forked from the running sandbox `parent`.
+    Fork { parent: String },
+}
+
+/// What a saved sandbox's record starts from.
+pub(super) enum Machine {
+    /// A VM started now: its record is made from this machine.
+    New(SavedVm),
+    /// A sandbox restored from its record.
+    Saved(Box<SavedRecord>),
+}
+
+/// The parts [`SandboxBuilder::assemble`] makes a [`Sandbox`] of.
+pub(super) struct Assembly {
+    pub launched: Launched,
+    pub origin: Origin,
+    pub accel: Accel,
+    pub workspace: Option<Workspace>,
+    pub slot: Option<OwnedSemaphorePermit>,
+    /// When the start began.
+    pub begin: Instant,
+    /// `None` where the VM cannot be saved.
+    pub machine: Option<Machine>,
 }
 
 /// A VMM that runs and an agent that answered.
@@ -116,7 +143,7 @@ impl SandboxBuilder {
                     tracing::info!(reason, "this configuration boots cold");
                 }
                 (
-                    self.launch_cold(accel, disks, deadline).await?,
+                    self.launch_cold(accel, disks.clone(), deadline).await?,
                     Origin::Cold,
                 )
             }
@@ -125,11 +152,47 @@ impl SandboxBuilder {
                 Err(error) => {
                     let reason = crate::error_chain(&error);
                     tracing::warn!(%reason, "cannot start from a template; booting cold");
-                    let launched = self.launch_cold(accel, disks, deadline).await?;
+                    let launched = self.launch_cold(accel, disks.clone(), deadline).await?;
                     (launched, Origin::ColdFallback { reason })
                 }
             },
         };
+        let machine = self.saved_vm(accel, &launched, disks).map(Machine::New);
+        self.assemble(Assembly {
+            launched,
+            origin,
+            accel,
+            workspace,
+            slot,
+            begin,
+            machine,
+        })
+        .await
+    }
+
+    /// The machine a launched VM runs, as a saved sandbox records it:
+    /// `None` where it cannot be saved (vsock, the process backend).
+    fn saved_vm(&self, accel: Accel, launched: &Launched, disks: Vec<Disk>) -> Option<SavedVm> {
+        let saveable =
+            matches!(launched.vmm, Backend::Qemu(_)) && self.channel == GuestChannel::Serial;
+        saveable.then(|| {
+            let paths = VmPaths::in_dir(launched.dir.path());
+            SavedVm::of(&self.qemu_config(accel, &paths, disks, GuestMemory::Private, false))
+        })
+    }
+
+    /// Makes a [`Sandbox`] of a VM whose agent answered: gives the guest
+    /// its identity, entropy and clock, and hands the VM to the watchdog.
+    pub(super) async fn assemble(self, parts: Assembly) -> Result<Sandbox> {
+        let Assembly {
+            launched,
+            origin,
+            accel,
+            workspace,
+            slot,
+            begin,
+            machine,
+        } = parts;
         let Launched {
             vmm_started,
             dir,
@@ -157,7 +220,38 @@ impl SandboxBuilder {
             ready: begin.elapsed(),
         };
         tracing::info!(?timings, ?origin, agent_version = %health.agent_version, "sandbox ready");
-        let vm = VmShared::new(vmm, begin, channel.clone(), features, slot);
+        let persistence = machine.map(|machine| {
+            let record = match machine {
+                Machine::New(vm) => SavedRecord {
+                    id: id.clone(),
+                    vm,
+                    agent_version: health.agent_version.clone(),
+                    protocol_revision: health.protocol_revision,
+                    workspace: workspace.as_ref().map(|ws| ws.path().to_owned()),
+                    usage: SavedUsage::default(),
+                    generations: Vec::new(),
+                },
+                Machine::Saved(record) => *record,
+            };
+            Persistence {
+                store: SavedStore::new(&self.saved_dir),
+                record: std::sync::Mutex::new(record),
+                paths: VmPaths::in_dir(dir.path()),
+                vmm_user: self.vmm_user,
+                agent_port: self.agent_port,
+            }
+        });
+        let carried = persistence.as_ref().and_then(|p| {
+            let record = p
+                .record
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            (!record.generations.is_empty()).then_some(record.usage)
+        });
+        let vm = VmShared::new(vmm, begin, channel.clone(), features, slot, persistence);
+        if let Some(usage) = carried {
+            vm.carry_usage(&usage);
+        }
         let watchdog = watchdog::spawn(
             &vm,
             watchdog::Policy {
@@ -178,7 +272,8 @@ impl SandboxBuilder {
             agent_version: health.agent_version,
             features,
             default_limits: self.default_limits,
-            default_user: self.default_user,
+            default_user: self.default_user.clone(),
+            builder: self,
             state_dir: dir,
             _workspace: workspace,
         })

@@ -54,6 +54,7 @@ pub struct SandboxBuilder {
     pub(super) channel: GuestChannel,
     pub(super) from_template: bool,
     pub(super) template_dir: PathBuf,
+    pub(super) saved_dir: PathBuf,
 }
 
 /// The virtio channel the agent serves on (QEMU).
@@ -108,6 +109,7 @@ impl Default for SandboxBuilder {
             channel: GuestChannel::default(),
             from_template: false,
             template_dir: crate::template::default_dir(),
+            saved_dir: crate::saved::default_dir(),
         }
     }
 }
@@ -297,6 +299,14 @@ impl SandboxBuilder {
     /// Where templates are kept (default [`template::default_dir`](crate::template::default_dir)).
     pub fn template_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.template_dir = dir.into();
+        self
+    }
+
+    /// Where sandboxes saved to disk are kept (default
+    /// [`saved::default_dir`](crate::saved::default_dir)); a restore after a
+    /// restart looks there.
+    pub fn saved_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.saved_dir = dir.into();
         self
     }
 

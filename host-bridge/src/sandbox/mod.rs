@@ -49,6 +49,8 @@ mod boot;
 mod builder;
 mod clone;
 mod connect;
+mod fork;
+mod restore;
 
 pub use boot::{BootTimings, Origin};
 pub use builder::{
@@ -73,6 +75,8 @@ pub struct Sandbox {
     features: AgentFeatures,
     default_limits: Limits,
     default_user: Option<String>,
+    /// What it was started with: a fork's children get the same policies.
+    builder: SandboxBuilder,
     state_dir: TempDir,
     /// Holds the workspace lock until the VM is gone.
     _workspace: Option<Workspace>,
@@ -269,9 +273,37 @@ impl Sandbox {
         self.vm.pause().await
     }
 
+    /// Saves the whole sandbox to disk (its memory with every program in
+    /// it, `/tmp` and the root's writable layer; a workspace disk is
+    /// flushed) and ends its VM process, which frees its memory. The
+    /// sandbox is then [`SandboxState::OnDisk`]: [`resume`](Sandbox::resume),
+    /// or a call as [`SandboxBuilder::paused_calls`] says, restores it into
+    /// a new VM process, and programs go on where they were. Open output
+    /// streams re-attach from their offsets, without a gap.
+    ///
+    /// Dropping the handle of a sandbox on disk leaves it there: a
+    /// [`SandboxBuilder::restore`] by id (in this process or another, also
+    /// after a reboot) brings it back. Any other end removes its files.
+    ///
+    /// Each save is a new snapshot generation (0600, in
+    /// [`SandboxBuilder::saved_dir`]), written under a temporary name and
+    /// renamed when complete; the newest two are kept, and a restore takes
+    /// the newest that passes its checks (see [`last_restore`](Sandbox::last_restore)).
+    /// Needs QEMU and the serial channel (the default).
+    pub async fn pause_to_disk(&self) -> Result<()> {
+        self.vm.pause_to_disk().await
+    }
+
+    /// What the last restore from disk loaded, and which newer snapshot
+    /// generations it refused and why.
+    pub fn last_restore(&self) -> Option<crate::saved::Restored> {
+        self.vm.last_restore()
+    }
+
     /// Restarts the VM's CPUs and sets the guest's clock to the host's, so
     /// timestamps and certificate checks are right after the pause.
-    /// Resuming a running sandbox does nothing.
+    /// A sandbox on disk is restored first. Resuming a running sandbox does
+    /// nothing.
     pub async fn resume(&self) -> Result<()> {
         self.vm.resume().await
     }
@@ -299,7 +331,7 @@ impl Sandbox {
             return Ok(());
         }
         // A paused guest cannot power itself off.
-        if self.vm.state() == SandboxState::Paused {
+        if self.vm.state().is_paused() {
             self.vm.resume().await?;
         }
         self.vm.begin_stop();
@@ -331,8 +363,17 @@ impl Sandbox {
 impl Drop for Sandbox {
     fn drop(&mut self) {
         self.watchdog.abort();
+        // A sandbox on disk stays there, for a restore by id later.
+        self.vm.keep_if_on_disk();
         self.vm.kill(EndReason::Stopped);
     }
+}
+
+/// The `&'static` name of a disk a saved record names.
+pub(crate) fn disk_id(name: &str) -> Option<&'static str> {
+    [builder::ROOT_DISK, builder::WORKSPACE_DISK]
+        .into_iter()
+        .find(|known| *known == name)
 }
 
 #[cfg(test)]

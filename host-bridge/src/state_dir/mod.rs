@@ -61,6 +61,32 @@ pub(crate) fn create(base: &Path) -> Result<TempDir> {
     Ok(dir)
 }
 
+/// Creates the private directory `base/name` (a sandbox restored under
+/// its id), which must not exist yet, recording the calling process as its
+/// owner.
+pub(crate) fn create_named(base: &Path, name: &str) -> Result<TempDir> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let fail = |source| Error::StateDir {
+        base: base.to_owned(),
+        source,
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(base)
+        .map_err(fail)?;
+    let dir = tempfile::Builder::new()
+        .prefix(name)
+        .rand_bytes(0)
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(base)
+        .map_err(fail)?;
+    OwnerRecord::for_current_process()
+        .and_then(|record| record.write(dir.path()))
+        .map_err(fail)?;
+    Ok(dir)
+}
+
 /// Adds a started VMM process to `dir`'s owner record.
 pub(crate) fn record_vmm_process(dir: &Path, process: ProcessId) -> std::io::Result<()> {
     let mut record = OwnerRecord::read(dir).map_err(std::io::Error::other)?;
@@ -99,6 +125,17 @@ mod tests {
         assert!(record.vmm.is_empty());
         drop(dir);
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_named_directory_is_made_once() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = create_named(base.path(), "sandbox-abc").unwrap();
+        assert_eq!(dir.path(), base.path().join("sandbox-abc"));
+        assert!(OwnerRecord::read(dir.path()).is_ok());
+        assert!(create_named(base.path(), "sandbox-abc").is_err());
+        drop(dir);
+        assert!(create_named(base.path(), "sandbox-abc").is_ok());
     }
 
     #[test]

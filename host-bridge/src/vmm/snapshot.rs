@@ -8,6 +8,10 @@
 //! - a clone maps the same file privately (`share=off`: copy on write),
 //!   starts with `-incoming defer`, and loads the state file.
 //!
+//! A whole sandbox saved to disk (pause to disk, fork) is the other use:
+//! its RAM is private, so the stream carries all of it
+//! ([`save_whole`], [`restore_whole`]); zero pages take a few bytes each.
+//!
 //! The files travel as descriptors (`getfd`, then `fd:NAME` URIs): QEMU's
 //! seccomp sandbox forbids `exec:` URIs, and a descriptor opened by the
 //! host needs no permission of the VMM user.
@@ -27,6 +31,8 @@ const MIGRATION_TIMEOUT: Duration = Duration::from_secs(60);
 const QMP_SOCKET_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often migration progress is polled.
 const POLL: Duration = Duration::from_millis(2);
+/// Migration bandwidth with no practical limit (bytes per second).
+const UNTHROTTLED: u64 = 1 << 40;
 /// The name the state file's descriptor gets in QEMU.
 const FD_NAME: &str = "airlock-state";
 
@@ -41,6 +47,8 @@ pub enum SnapshotError {
     Failed { status: String, detail: String },
     #[error("migration did not finish within {0:?}")]
     Timeout(Duration),
+    #[error("the snapshot was written by QEMU {written_by}; this host runs QEMU {here}")]
+    OtherQemu { written_by: String, here: String },
 }
 
 /// Stops the VM and writes its device state to `state`, leaving its RAM in
@@ -49,7 +57,71 @@ pub async fn save_template(qmp_socket: &Path, state: &File) -> Result<(), Snapsh
     let mut qmp = connect(qmp_socket).await?;
     qmp.execute("stop", None).await?;
     ignore_shared(&mut qmp).await?;
-    qmp.send_fd(FD_NAME, state.as_fd()).await?;
+    migrate_out(&mut qmp, state).await
+}
+
+/// Stops the VM and writes all of it (devices, vCPUs and RAM) to `file`
+/// from its current offset on. Returns the QEMU version that wrote it. The
+/// VM stays stopped: [`cont`] runs it again.
+pub async fn save_whole(qmp_socket: &Path, file: &File) -> Result<String, SnapshotError> {
+    let mut qmp = connect(qmp_socket).await?;
+    let version = version(&mut qmp).await?;
+    qmp.execute("stop", None).await?;
+    migrate_out(&mut qmp, file).await?;
+    Ok(version)
+}
+
+/// Runs a VM stopped by [`save_whole`] again.
+pub async fn cont(qmp_socket: &Path) -> Result<(), SnapshotError> {
+    let mut qmp = connect(qmp_socket).await?;
+    qmp.execute("cont", None).await?;
+    Ok(())
+}
+
+/// Loads a whole VM written by [`save_whole`] from `file` (at its current
+/// offset) into a VM started with `-incoming defer`, then runs it. Refuses
+/// a stream another QEMU version wrote.
+pub async fn restore_whole(
+    qmp_socket: &Path,
+    file: &File,
+    written_by: &str,
+) -> Result<(), SnapshotError> {
+    let mut qmp = connect(qmp_socket).await?;
+    let here = version(&mut qmp).await?;
+    if here != written_by {
+        return Err(SnapshotError::OtherQemu {
+            written_by: written_by.to_owned(),
+            here,
+        });
+    }
+    migrate_in(&mut qmp, file).await
+}
+
+async fn version(qmp: &mut Qmp) -> Result<String, SnapshotError> {
+    let answer = qmp.execute("query-version", None).await?;
+    let part = |name: &str| {
+        answer
+            .pointer(&format!("/qemu/{name}"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    Ok(format!(
+        "{}.{}.{}",
+        part("major"),
+        part("minor"),
+        part("micro")
+    ))
+}
+
+/// Migrates the stopped VM to `file` and waits for the end.
+async fn migrate_out(qmp: &mut Qmp, file: &File) -> Result<(), SnapshotError> {
+    // The VM is stopped: no reason to throttle the stream to a file.
+    qmp.execute(
+        "migrate-set-parameters",
+        Some(json!({ "max-bandwidth": UNTHROTTLED })),
+    )
+    .await?;
+    qmp.send_fd(FD_NAME, file.as_fd()).await?;
     qmp.execute("migrate", Some(json!({ "uri": format!("fd:{FD_NAME}") })))
         .await?;
     let begin = Instant::now();
@@ -76,7 +148,12 @@ pub async fn save_template(qmp_socket: &Path, state: &File) -> Result<(), Snapsh
 pub async fn restore(qmp_socket: &Path, state: &File) -> Result<(), SnapshotError> {
     let mut qmp = connect(qmp_socket).await?;
     ignore_shared(&mut qmp).await?;
-    qmp.send_fd(FD_NAME, state.as_fd()).await?;
+    migrate_in(&mut qmp, state).await
+}
+
+/// Loads the stream in `file` into a VM waiting for it, then runs it.
+async fn migrate_in(qmp: &mut Qmp, file: &File) -> Result<(), SnapshotError> {
+    qmp.send_fd(FD_NAME, file.as_fd()).await?;
     qmp.execute(
         "migrate-incoming",
         Some(json!({ "uri": format!("fd:{FD_NAME}") })),

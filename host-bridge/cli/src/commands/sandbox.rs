@@ -62,7 +62,14 @@ pub enum SandboxCommand {
         dst: String,
     },
     /// Stop a sandbox's CPUs; the next exec or cp resumes it.
-    Pause { id: String },
+    Pause {
+        id: String,
+        /// Save the whole sandbox (memory, programs, files) to disk and end
+        /// its VM process, freeing its memory; resume, exec or cp restores
+        /// it, also after the daemon or the host restarted.
+        #[arg(long)]
+        to_disk: bool,
+    },
     /// Restart a paused sandbox's CPUs.
     Resume { id: String },
     /// Kill a sandbox and forget it.
@@ -100,10 +107,12 @@ pub struct CreateArgs {
     pub idle: Idle,
 }
 
-/// `--idle pause|stop`: the daemon's `IdlePolicy`, as clap parses it.
+/// `--idle pause|pause-to-disk|stop`: the daemon's `IdlePolicy`, as clap
+/// parses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Idle {
     Pause,
+    PauseToDisk,
     Stop,
 }
 
@@ -111,6 +120,7 @@ impl From<Idle> for pb::IdlePolicy {
     fn from(idle: Idle) -> pb::IdlePolicy {
         match idle {
             Idle::Pause => pb::IdlePolicy::Pause,
+            Idle::PauseToDisk => pb::IdlePolicy::PauseToDisk,
             Idle::Stop => pb::IdlePolicy::Stop,
         }
     }
@@ -140,8 +150,8 @@ pub async fn run(args: SandboxArgs) -> u8 {
         SandboxCommand::Exec(exec) => return exec_in(&socket, exec).await,
         SandboxCommand::RunCode(args) => return super::run_code::run(&socket, args).await,
         SandboxCommand::Cp { src, dst } => copy(&socket, &src, &dst).await,
-        SandboxCommand::Pause { id } => match connect(&socket).await {
-            Ok(mut daemon) => daemon.pause(&id).await.map_err(message),
+        SandboxCommand::Pause { id, to_disk } => match connect(&socket).await {
+            Ok(mut daemon) => daemon.pause(&id, to_disk).await.map_err(message),
             Err(message) => Err(message),
         },
         SandboxCommand::Resume { id } => match connect(&socket).await {

@@ -206,10 +206,11 @@ impl Connection {
         Ok(())
     }
 
-    pub async fn pause(&mut self, id: &str) -> Result<(), DaemonError> {
+    /// Pauses `id`; `to_disk` saves it to disk and ends its VM process.
+    pub async fn pause(&mut self, id: &str, to_disk: bool) -> Result<(), DaemonError> {
         let id = id.to_owned();
         self.client
-            .pause(pb::PauseRequest { id })
+            .pause(pb::PauseRequest { id, to_disk })
             .await
             .map_err(from_status)?;
         Ok(())
@@ -631,7 +632,7 @@ mod tests {
         let error = connection.exec(start("other")).await.unwrap_err();
         assert_eq!(error.to_string(), "no sandbox other");
         // No reason: not the daemon's refusal.
-        let error = connection.pause("sb").await.unwrap_err();
+        let error = connection.pause("sb", false).await.unwrap_err();
         assert!(matches!(error, DaemonError::Call(_)), "{error}");
         assert!(error.to_string().contains("no pause here"), "{error}");
     }

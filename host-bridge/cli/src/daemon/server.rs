@@ -387,9 +387,15 @@ impl pb::sandboxes_server::Sandboxes for Service {
         &self,
         request: Request<pb::PauseRequest>,
     ) -> Result<Response<pb::PauseResponse>, Status> {
-        let sandbox = self.sandbox(&request.into_inner().id)?;
+        let request = request.into_inner();
+        let sandbox = self.sandbox(&request.id)?;
         self.run(async move {
-            sandbox.pause().await.map_err(|e| wire::error_status(&e))?;
+            let paused = if request.to_disk {
+                sandbox.pause_to_disk().await
+            } else {
+                sandbox.pause().await
+            };
+            paused.map_err(|e| wire::error_status(&e))?;
             Ok(pb::PauseResponse {})
         })
         .await
@@ -488,9 +494,12 @@ mod tests {
         let connection = client::Connection::connect(&path).await.unwrap();
         let mut raw = connection.raw();
         for status in [
-            raw.pause(pb::PauseRequest { id: "nope".into() })
-                .await
-                .unwrap_err(),
+            raw.pause(pb::PauseRequest {
+                id: "nope".into(),
+                to_disk: false,
+            })
+            .await
+            .unwrap_err(),
             raw.resume(pb::ResumeRequest { id: "nope".into() })
                 .await
                 .unwrap_err(),
@@ -511,7 +520,7 @@ mod tests {
         }
         // The client's view: the message the CLI prints.
         let mut connection = client::Connection::connect(&path).await.unwrap();
-        let error = connection.pause("nope").await.unwrap_err();
+        let error = connection.pause("nope", false).await.unwrap_err();
         assert_eq!(error.to_string(), "no sandbox nope");
         let start = pb::ExecStart {
             id: "nope".into(),

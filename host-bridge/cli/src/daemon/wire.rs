@@ -114,10 +114,11 @@ pub fn idle_policy(policy: pb::IdlePolicy) -> Result<airlock::IdlePolicy, Status
     match policy {
         pb::IdlePolicy::Pause => Ok(airlock::IdlePolicy::Pause),
         pb::IdlePolicy::Stop => Ok(airlock::IdlePolicy::Stop),
+        pb::IdlePolicy::PauseToDisk => Ok(airlock::IdlePolicy::PauseToDisk),
         pb::IdlePolicy::Unspecified => Err(status(
             Code::InvalidArgument,
             pb::ErrorReason::InvalidArgument,
-            "an idle timeout needs an idle policy (pause or stop)",
+            "an idle timeout needs an idle policy (pause, pause-to-disk or stop)",
         )),
     }
 }
@@ -132,6 +133,7 @@ pub fn sandbox_info(info: &airlock::SandboxInfo) -> pb::SandboxInfo {
     let (state, ended) = match &info.state {
         SandboxState::Running => (pb::SandboxState::Running, None),
         SandboxState::Paused => (pb::SandboxState::Paused, None),
+        SandboxState::OnDisk => (pb::SandboxState::OnDisk, None),
         SandboxState::Ended(reason) => (pb::SandboxState::Ended, Some(reason.to_string())),
     };
     pb::SandboxInfo {
@@ -149,6 +151,7 @@ pub fn state_name(state: pb::SandboxState) -> &'static str {
     match state {
         pb::SandboxState::Running => "running",
         pb::SandboxState::Paused => "paused",
+        pb::SandboxState::OnDisk => "on-disk",
         pb::SandboxState::Ended => "ended",
         pb::SandboxState::Unspecified => "unknown",
     }

@@ -1,0 +1,92 @@
+//! Bringing back a sandbox saved to disk whose handle is gone (dropped, or
+//! its process ended: a daemon that was killed, a host that rebooted): a
+//! new state directory under the sandbox's own id, a new QEMU loading the
+//! newest good snapshot generation, and the agent reached as on any start.
+
+use std::time::Instant;
+
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::error::{Error, Result};
+use crate::lifecycle::vm::relaunch;
+use crate::saved::SavedStore;
+use crate::state_dir;
+use crate::vmm::{Backend, VmPaths};
+use crate::workspace::Workspace;
+use crate::Accel;
+
+use super::boot::{Assembly, Launched, Machine, Origin};
+use super::builder::SandboxBuilder;
+use super::connect::Deadline;
+use super::Sandbox;
+
+impl SandboxBuilder {
+    /// Restores the sandbox `id` that was saved to disk
+    /// ([`Sandbox::pause_to_disk`]) in [`saved_dir`](SandboxBuilder::saved_dir),
+    /// with this builder's policies (lifetime, idle, paused calls, limits,
+    /// state directory); the machine itself (kernel, image, memory, disks)
+    /// is the saved one. Its programs go on where they were, and its id,
+    /// files and usage so far are kept (time on disk counts as paused).
+    ///
+    /// A snapshot that fails its checks (truncated, another QEMU or format)
+    /// is refused and the one before it is used; [`Sandbox::last_restore`]
+    /// says which and why.
+    pub async fn restore(self, id: &str) -> Result<Sandbox> {
+        self.restore_in_slot(id, None).await
+    }
+
+    /// [`restore`](SandboxBuilder::restore), holding a manager's slot.
+    #[tracing::instrument(name = "sandbox_restore", skip(self, slot))]
+    pub(crate) async fn restore_in_slot(
+        self,
+        id: &str,
+        slot: Option<OwnedSemaphorePermit>,
+    ) -> Result<Sandbox> {
+        let begin = Instant::now();
+        let store = SavedStore::new(&self.saved_dir);
+        let record = store.record(id)?;
+        let accel: Accel = record
+            .vm
+            .accel
+            .parse()
+            .map_err(|e: crate::ParseAccelError| Error::Config(e.to_string()))?;
+        let workspace = match &record.workspace {
+            Some(path) if !path.exists() => {
+                return Err(Error::Config(format!(
+                    "saved sandbox {id}: its workspace {} is gone",
+                    path.display()
+                )))
+            }
+            Some(path) => Some(Workspace::open(path, self.workspace_bytes)?),
+            None => None,
+        };
+        let snapshot = store.open_newest(&record)?;
+        let dir = state_dir::create_named(&self.state_dir_base, id)?;
+        let paths = VmPaths::in_dir(dir.path());
+        let (qemu, restored) =
+            relaunch(&record.vm, snapshot, &paths, self.vmm_user, self.agent_port).await?;
+        let vmm_started = Instant::now();
+        let deadline = Deadline {
+            at: Instant::now() + self.boot_timeout,
+            timeout: self.boot_timeout,
+        };
+        let launched =
+            Launched::connect(dir, Backend::Qemu(Box::new(qemu)), vmm_started, deadline).await?;
+        let origin = Origin::Restored {
+            generation: restored.generation,
+        };
+        let sandbox = self
+            .assemble(Assembly {
+                launched,
+                origin,
+                accel,
+                workspace,
+                slot,
+                begin,
+                machine: Some(Machine::Saved(Box::new(record))),
+            })
+            .await?;
+        sandbox.vm.set_last_restore(restored);
+        Ok(sandbox)
+    }
+}

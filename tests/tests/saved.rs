@@ -1,0 +1,287 @@
+//! Sandboxes saved to disk and forked: a running program, its output, its
+//! files and the guest clock survive a save and a restore into a new QEMU
+//! process; a damaged newest snapshot is refused and the one before it
+//! used; a dropped handle leaves the sandbox on disk for a restore by id;
+//! a fork's children share the parent's past and nothing after it.
+
+// A test panics with its reason; that is what expect is for here.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime};
+
+use airlock::{Error, Event, Execution, Origin, Sandbox, SandboxBuilder, SandboxState};
+use airlock_tests::{sh, stdout_of};
+
+/// A builder whose saved sandboxes go to `dir`.
+fn builder(dir: &Path) -> SandboxBuilder {
+    airlock_tests::builder().saved_dir(dir)
+}
+
+async fn start(builder: SandboxBuilder) -> Sandbox {
+    builder.start().await.expect("sandbox starts")
+}
+
+/// The counter program's numbers in `output`, checked to be consecutive.
+fn counts(output: &str) -> Vec<u64> {
+    let numbers: Vec<u64> = output
+        .lines()
+        .map(|line| line.parse().expect("a number per line"))
+        .collect();
+    for pair in numbers.windows(2) {
+        assert_eq!(pair[1], pair[0] + 1, "a gap or a repeat in {numbers:?}");
+    }
+    numbers
+}
+
+/// Reads stdout from `execution` until it holds at least `lines` lines.
+async fn read_lines(execution: &mut Execution, text: &mut String, lines: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while text.lines().count() < lines {
+        assert!(Instant::now() < deadline, "no more output: {text:?}");
+        match execution.next_event().await.expect("event") {
+            Some(Event::Stdout(chunk)) => text.push_str(&String::from_utf8_lossy(&chunk)),
+            Some(Event::Dropped(n)) => panic!("{n} bytes dropped"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// The guest's "now", from a file it writes.
+async fn guest_now(sandbox: &Sandbox) -> SystemTime {
+    sandbox.fs().write("/tmp/now", "x").await.expect("write");
+    sandbox.fs().stat("/tmp/now").await.expect("stat").modified
+}
+
+const COUNTER: &str = "i=0; while :; do echo $i; i=$((i+1)); sleep 0.1; done";
+
+#[tokio::test]
+async fn a_running_program_survives_a_pause_to_disk_without_a_gap() {
+    let saved = tempfile::tempdir().unwrap();
+    let sandbox = start(builder(saved.path())).await;
+    sandbox
+        .fs()
+        .write("/tmp/before", "written before the save")
+        .await
+        .unwrap();
+    let mut counter = sandbox.exec(sh(COUNTER).tag("counter")).await.unwrap();
+    let mut seen = String::new();
+    read_lines(&mut counter, &mut seen, 5).await;
+
+    sandbox.pause_to_disk().await.expect("pause to disk");
+    assert_eq!(sandbox.state(), SandboxState::OnDisk);
+    assert!(
+        airlock_tests::processes_mentioning(sandbox.state_dir()).is_empty(),
+        "QEMU still runs for a sandbox on disk"
+    );
+    let dir = saved.path().join(sandbox.id());
+    let snapshot = dir.join("snapshot-1");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&snapshot).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{}", snapshot.display());
+    let on_disk = sandbox.usage();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        sandbox.usage().running - on_disk.running < Duration::from_millis(100),
+        "time on disk counted as running"
+    );
+
+    sandbox.resume().await.expect("resume from disk");
+    assert_eq!(sandbox.state(), SandboxState::Running);
+    assert_eq!(sandbox.last_restore().expect("a restore").generation, 1);
+    // The same stream goes on: it re-attaches from its offset.
+    let before = seen.lines().count();
+    read_lines(&mut counter, &mut seen, before + 10).await;
+    let numbers = counts(&seen);
+    assert_eq!(numbers[0], 0);
+    // A second client attaching from an offset sees the same bytes.
+    let mut attached = sandbox.attach_from("counter", 0).await.unwrap();
+    let mut replay = String::new();
+    read_lines(&mut attached, &mut replay, numbers.len()).await;
+    assert!(replay.starts_with(&seen), "{replay:?} vs {seen:?}");
+
+    assert_eq!(
+        stdout_of(&sandbox, "cat /tmp/before").await,
+        "written before the save"
+    );
+    let host = SystemTime::now();
+    let guest = guest_now(&sandbox).await;
+    let skew = guest
+        .duration_since(host)
+        .or_else(|_| host.duration_since(guest))
+        .unwrap();
+    assert!(skew < Duration::from_secs(1), "guest clock off by {skew:?}");
+
+    // Killing it removes its saved files.
+    sandbox.kill();
+    assert!(!dir.exists(), "saved files left after a kill");
+}
+
+#[tokio::test]
+async fn a_truncated_snapshot_is_refused_and_the_one_before_resumes() {
+    let saved = tempfile::tempdir().unwrap();
+    let sandbox = start(builder(saved.path())).await;
+    sandbox.fs().write("/tmp/one", "1").await.unwrap();
+    sandbox.pause_to_disk().await.expect("first save");
+    assert_eq!(stdout_of(&sandbox, "cat /tmp/one").await, "1");
+    sandbox.fs().write("/tmp/two", "2").await.unwrap();
+    sandbox.pause_to_disk().await.expect("second save");
+    let newest = saved.path().join(sandbox.id()).join("snapshot-2");
+    let length = std::fs::metadata(&newest).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&newest)
+        .unwrap()
+        .set_len(length / 2)
+        .unwrap();
+
+    sandbox
+        .resume()
+        .await
+        .expect("resume from the generation before");
+    let restored = sandbox.last_restore().unwrap();
+    assert_eq!(restored.generation, 1, "{restored:?}");
+    assert_eq!(restored.refused.len(), 1, "{restored:?}");
+    assert!(
+        restored.refused[0].contains("its header says"),
+        "{restored:?}"
+    );
+    // The state of the first save: /tmp/one, not /tmp/two.
+    assert_eq!(
+        stdout_of(&sandbox, "cat /tmp/one; test -e /tmp/two || echo gone").await,
+        "1gone\n"
+    );
+
+    // A file that is no snapshot at all is refused as well; with no good
+    // generation left the sandbox stays on disk.
+    sandbox.pause_to_disk().await.expect("third save");
+    let record = airlock::saved::SavedStore::new(saved.path())
+        .record(sandbox.id())
+        .unwrap();
+    // The refused generation was dropped: the first one and the new one.
+    assert_eq!(record.generations, [1, 2]);
+    for generation in record.generations {
+        let path = saved
+            .path()
+            .join(sandbox.id())
+            .join(format!("snapshot-{generation}"));
+        std::fs::write(path, b"QEVM\0\0\0\x03 not ours").unwrap();
+    }
+    let error = sandbox.resume().await.unwrap_err();
+    assert!(matches!(error, Error::Saved(_)), "{error}");
+    let text = airlock::error_chain(&error);
+    assert!(text.contains("not an Airlock snapshot"), "{text}");
+    assert_eq!(sandbox.state(), SandboxState::OnDisk);
+}
+
+#[tokio::test]
+async fn a_dropped_handle_leaves_the_sandbox_on_disk_for_a_restore_by_id() {
+    let saved = tempfile::tempdir().unwrap();
+    let sandbox = start(builder(saved.path())).await;
+    sandbox.fs().write("/tmp/kept", "kept").await.unwrap();
+    sandbox.exec(sh(COUNTER).tag("counter")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let id = sandbox.id().to_owned();
+    sandbox.pause_to_disk().await.unwrap();
+    let wall = sandbox.usage().wall;
+    drop(sandbox);
+    let listed = airlock::saved::SavedStore::new(saved.path())
+        .list()
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, id);
+
+    let restored = builder(saved.path()).restore(&id).await.expect("restore");
+    assert_eq!(restored.id(), id);
+    assert_eq!(restored.origin(), &Origin::Restored { generation: 1 });
+    assert!(restored.usage().wall >= wall, "usage did not carry over");
+    assert_eq!(stdout_of(&restored, "cat /tmp/kept").await, "kept");
+    // The counter still runs: its output grows.
+    let mut counter = restored.attach("counter").await.unwrap();
+    let mut seen = String::new();
+    read_lines(&mut counter, &mut seen, 8).await;
+    counts(&seen);
+    assert_eq!(stdout_of(&restored, "hostname").await.trim(), id);
+
+    // The same id cannot be restored twice at once.
+    let twice = builder(saved.path()).restore(&id).await.unwrap_err();
+    assert!(matches!(twice, Error::StateDir { .. }), "{twice}");
+    drop(restored);
+    let unknown = builder(saved.path())
+        .restore("sandbox-nope")
+        .await
+        .unwrap_err();
+    assert!(
+        unknown.to_string().contains("no saved sandbox"),
+        "{unknown}"
+    );
+}
+
+#[tokio::test]
+async fn fork_into_three_shares_the_past_and_nothing_after() {
+    let saved = tempfile::tempdir().unwrap();
+    let parent = start(builder(saved.path())).await;
+    parent
+        .fs()
+        .write("/tmp/parent", "from the parent")
+        .await
+        .unwrap();
+    let children = parent.fork(3).await.expect("fork");
+    assert_eq!(children.len(), 3);
+    // The parent runs on.
+    assert_eq!(stdout_of(&parent, "echo still").await, "still\n");
+
+    let mut hostnames = Vec::new();
+    let mut randoms = Vec::new();
+    for (i, child) in children.iter().enumerate() {
+        assert_eq!(
+            child.origin(),
+            &Origin::Fork {
+                parent: parent.id().to_owned()
+            }
+        );
+        assert_eq!(stdout_of(child, "cat /tmp/parent").await, "from the parent");
+        child.fs().write("/tmp/mine", i.to_string()).await.unwrap();
+        hostnames.push(stdout_of(child, "hostname").await);
+        randoms.push(stdout_of(child, "cat /proc/sys/kernel/random/uuid").await);
+    }
+    for (i, child) in children.iter().enumerate() {
+        assert_eq!(stdout_of(child, "cat /tmp/mine").await, i.to_string());
+    }
+    assert_eq!(
+        stdout_of(&parent, "ls /tmp/mine 2>/dev/null || echo none").await,
+        "none\n"
+    );
+    hostnames.push(stdout_of(&parent, "hostname").await);
+    hostnames.sort();
+    hostnames.dedup();
+    assert_eq!(hostnames.len(), 4, "{hostnames:?}");
+    randoms.sort();
+    randoms.dedup();
+    assert_eq!(randoms.len(), 3, "{randoms:?}");
+    // The fork's snapshot file is gone.
+    let left: Vec<_> = std::fs::read_dir(saved.path())
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[tokio::test]
+async fn a_sandbox_with_a_workspace_is_not_forked() {
+    let saved = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let sandbox = start(
+        builder(saved.path())
+            .image(airlock_tests::default_image())
+            .workspace(workspace.path().join("ws.img")),
+    )
+    .await;
+    let error = sandbox.fork(2).await.unwrap_err();
+    assert!(matches!(error, Error::CannotSave { .. }), "{error}");
+    assert_eq!(stdout_of(&sandbox, "echo fine").await, "fine\n");
+}

@@ -18,6 +18,13 @@ fn builder(dir: &Path) -> SandboxBuilder {
     airlock_tests::builder().saved_dir(dir)
 }
 
+/// The same, started as a clone of a template (what `airlock run` does).
+fn clone_builder(dir: &Path) -> SandboxBuilder {
+    builder(dir)
+        .image(airlock_tests::default_image())
+        .from_template(true)
+}
+
 async fn start(builder: SandboxBuilder) -> Sandbox {
     builder.start().await.expect("sandbox starts")
 }
@@ -58,7 +65,12 @@ const COUNTER: &str = "i=0; while :; do echo $i; i=$((i+1)); sleep 0.1; done";
 #[tokio::test]
 async fn a_running_program_survives_a_pause_to_disk_without_a_gap() {
     let saved = tempfile::tempdir().unwrap();
-    let sandbox = start(builder(saved.path())).await;
+    let sandbox = start(clone_builder(saved.path())).await;
+    assert!(
+        matches!(sandbox.origin(), Origin::Clone { .. }),
+        "{:?}",
+        sandbox.origin()
+    );
     sandbox
         .fs()
         .write("/tmp/before", "written before the save")
@@ -220,7 +232,7 @@ async fn a_dropped_handle_leaves_the_sandbox_on_disk_for_a_restore_by_id() {
 #[tokio::test]
 async fn fork_into_three_shares_the_past_and_nothing_after() {
     let saved = tempfile::tempdir().unwrap();
-    let parent = start(builder(saved.path())).await;
+    let parent = start(clone_builder(saved.path())).await;
     parent
         .fs()
         .write("/tmp/parent", "from the parent")

@@ -299,18 +299,29 @@ impl VmShared {
             );
             return;
         }
+        if let Err(error) = self.set_clock(SET_CLOCK_TIMEOUT).await {
+            tracing::warn!(error, "guest clock not set");
+        }
+    }
+
+    /// Sets the guest's clock to the host's wall-clock time, or says why
+    /// it could not within `timeout`.
+    async fn set_clock(&self, timeout: Duration) -> Result<(), String> {
         let unix_nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         let mut client = SystemClient::new(self.raw_channel.clone()).capped();
         let call = client.set_clock(SetClockRequest { unix_nanos });
-        match tokio::time::timeout(SET_CLOCK_TIMEOUT, call).await {
-            Ok(Ok(answer)) => tracing::debug!(
-                adjusted_by_ms = answer.into_inner().adjusted_by_nanos / 1_000_000,
-                "guest clock set"
-            ),
-            Ok(Err(status)) => tracing::warn!(%status, "guest clock not set"),
-            Err(_) => tracing::warn!(timeout = ?SET_CLOCK_TIMEOUT, "guest clock not set in time"),
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(answer)) => {
+                tracing::debug!(
+                    adjusted_by_ms = answer.into_inner().adjusted_by_nanos / 1_000_000,
+                    "guest clock set"
+                );
+                Ok(())
+            }
+            Ok(Err(status)) => Err(status.to_string()),
+            Err(_) => Err(format!("no answer within {timeout:?}")),
         }
     }
 

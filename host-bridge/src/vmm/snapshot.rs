@@ -67,6 +67,9 @@ pub async fn save_whole(qmp_socket: &Path, file: &File) -> Result<String, Snapsh
     let mut qmp = connect(qmp_socket).await?;
     let version = version(&mut qmp).await?;
     qmp.execute("stop", None).await?;
+    // A clone restored its state with `x-ignore-shared` on; its RAM is
+    // private now and must go into the stream.
+    set_ignore_shared(&mut qmp, false).await?;
     migrate_out(&mut qmp, file).await?;
     Ok(version)
 }
@@ -191,9 +194,13 @@ async fn migrate_in(qmp: &mut Qmp, file: &File) -> Result<(), SnapshotError> {
 }
 
 async fn ignore_shared(qmp: &mut Qmp) -> Result<(), QmpError> {
+    set_ignore_shared(qmp, true).await
+}
+
+async fn set_ignore_shared(qmp: &mut Qmp, on: bool) -> Result<(), QmpError> {
     qmp.execute(
         "migrate-set-capabilities",
-        Some(json!({ "capabilities": [{ "capability": "x-ignore-shared", "state": true }] })),
+        Some(json!({ "capabilities": [{ "capability": "x-ignore-shared", "state": on }] })),
     )
     .await
     .map(drop)

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use airlock_proto::v1::health_client::HealthClient;
 use airlock_proto::v1::CheckRequest;
+use airlock_proto::Feature;
 
 use super::{lock, SandboxState, VmShared};
 use crate::error::{Error, Result};
@@ -208,22 +209,26 @@ impl VmShared {
             self.pid.store(vm.qemu_pid(), Ordering::Relaxed);
             *vmm = crate::vmm::Backend::Qemu(Box::new(vm));
         }
-        let mut health = HealthClient::new(self.raw_channel.clone()).capped();
-        let answered = health.check(CheckRequest {});
-        match tokio::time::timeout(RESTORED_ANSWER_TIMEOUT, answered).await {
-            Ok(Ok(_)) => {}
-            failed => {
-                let detail = match failed {
-                    Ok(Err(status)) => status.to_string(),
-                    _ => format!("no answer within {RESTORED_ANSWER_TIMEOUT:?}"),
-                };
-                tracing::warn!(console = %lock(&self.vmm).diagnostics(2048), "the restored agent does not answer");
-                lock(&self.vmm).kill();
-                return Err(Error::Snapshot {
-                    what: "restoring the VM",
-                    detail: format!("the restored agent does not answer: {detail}"),
-                });
+        // The first call after the restore opens the new connection; the
+        // clock push is that call when the agent takes it.
+        let answered = if self.push_clock && self.features.has(Feature::SetClock) {
+            self.set_clock(RESTORED_ANSWER_TIMEOUT).await
+        } else {
+            let mut health = HealthClient::new(self.raw_channel.clone()).capped();
+            match tokio::time::timeout(RESTORED_ANSWER_TIMEOUT, health.check(CheckRequest {})).await
+            {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(status)) => Err(status.to_string()),
+                Err(_) => Err(format!("no answer within {RESTORED_ANSWER_TIMEOUT:?}")),
             }
+        };
+        if let Err(detail) = answered {
+            tracing::warn!(console = %lock(&self.vmm).diagnostics(2048), "the restored agent does not answer");
+            lock(&self.vmm).kill();
+            return Err(Error::Snapshot {
+                what: "restoring the VM",
+                detail: format!("the restored agent does not answer: {detail}"),
+            });
         }
         {
             let mut clock = lock(&self.clock);
@@ -234,9 +239,6 @@ impl VmShared {
         *lock(&self.quiet_since) = Instant::now();
         if !refused.is_empty() {
             self.drop_generations(persistence, &refused);
-        }
-        if self.push_clock {
-            self.push_clock().await;
         }
         self.state.send_replace(SandboxState::Running);
         tracing::info!(

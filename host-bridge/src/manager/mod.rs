@@ -28,6 +28,10 @@ mod refill;
 use pool::{Evicted, Pool};
 pub use pool::{PoolError, PoolStatus};
 
+/// How long a thawed pool member's agent may take to answer before the
+/// member is discarded.
+const HANDOUT_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// One line of [`Sandboxes::list`] and [`PoolStatus::ready`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxInfo {
@@ -186,7 +190,8 @@ impl Sandboxes {
     }
 
     /// Hands out a sandbox from the pool: a frozen member, thawed with the
-    /// host's clock pushed to the guest, or, when the pool has none ready,
+    /// host's clock pushed to the guest and its agent checked (a member
+    /// that does not answer is discarded and the next one tried), or, when the pool has none ready,
     /// one started now from the pool's configuration. The pool refills in
     /// the background. Fails with [`PoolError::NoPool`] without a pool.
     #[tracing::instrument(skip_all)]
@@ -217,11 +222,18 @@ impl Sandboxes {
         self.start(builder).await
     }
 
-    /// Thaws a pool member and tracks it, its clock started afresh.
+    /// Thaws a pool member, checks that its agent answers (a VM that died
+    /// frozen may not be noticed yet), and tracks it, its clock started
+    /// afresh.
     async fn hand_out(&self, member: Sandbox) -> Result<Arc<Sandbox>> {
         member.resume().await?;
-        if let Some(reason) = member.end_reason() {
-            return Err(Error::SandboxEnded { reason });
+        match tokio::time::timeout(HANDOUT_CHECK_TIMEOUT, member.health()).await {
+            Ok(answer) => answer.map(drop)?,
+            Err(_) => {
+                return Err(Error::Protocol(format!(
+                    "the agent did not answer within {HANDOUT_CHECK_TIMEOUT:?} of the thaw"
+                )))
+            }
         }
         member.restart_clock();
         tracing::info!(id = member.id(), "pooled sandbox handed out");

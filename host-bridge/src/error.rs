@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::fs::FsError;
 use crate::lifecycle::vm::Unavailable;
 use crate::lifecycle::EndReason;
+use crate::manager::PoolError;
 use crate::vmm::VmmError;
 use crate::workspace::WorkspaceError;
 
@@ -67,6 +68,10 @@ pub enum Error {
     /// A [`Sandboxes`](crate::Sandboxes) manager is at its maximum.
     #[error("{max} sandboxes are running, the most this manager allows")]
     TooManySandboxes { max: usize },
+
+    /// A [`Sandboxes`](crate::Sandboxes) manager's pool was misused.
+    #[error(transparent)]
+    Pool(#[from] PoolError),
 
     /// No sandbox by this id in the manager.
     #[error("no sandbox {id}")]

@@ -28,6 +28,8 @@
 //! - [`images`] and [`artifacts`]: the image store and the Airlock home,
 //!   re-exported from the `airlock-images` crate, which `airlock-rootfs`
 //!   shares without depending on this library.
+//! - `manager`: [`Sandboxes`], many sandboxes under one maximum, with a warm
+//!   pool of frozen ones to hand out.
 //! - `workspace`: the persistent, exclusively locked disk behind `.workspace()`.
 //!
 //! ```no_run
@@ -85,7 +87,7 @@ pub use exec::{
 };
 pub use fs::Files;
 pub use lifecycle::{EndReason, IdlePolicy, PausedCalls, SandboxState, SandboxUsage};
-pub use manager::{SandboxInfo, Sandboxes};
+pub use manager::{PoolError, PoolStatus, SandboxInfo, Sandboxes};
 pub use sandbox::{
     BootTimings, GuestChannel, Origin, Sandbox, SandboxBuilder, DEFAULT_CONSOLE_LOG_BUDGET,
     DEFAULT_MAX_LIFETIME, DEFAULT_UNRESPONSIVE_AFTER,

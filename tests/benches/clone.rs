@@ -1,15 +1,21 @@
-//! Clone benchmark: starting from a template against a cold boot, in one
-//! run, for the busybox initramfs and the default Debian image; and the
-//! host memory (PSS) of idle clones against an idle cold sandbox.
+//! Clone benchmark: starting from a template against a cold boot and a
+//! start from a manager's warm pool, in one run, for the busybox initramfs
+//! and the default Debian image; and the host memory (PSS) of idle clones
+//! against an idle cold sandbox.
 //!
 //! A start is timed from `start()` to the first stdout chunk of `echo`
-//! (what a user waits for). Targets on a TCG host: clone median at most
-//! 150 ms and at most 10% of the cold start; at most 64 MiB PSS per idle
-//! clone.
+//! (what a user waits for). A start from the pool is timed from
+//! `Sandboxes::start_pooled()` to its return (a thawed, answering sandbox)
+//! and to the first stdout chunk of `echo`, each take after the pool (of
+//! one) has refilled; once more for members that waited frozen past the
+//! connection's keepalive. Targets on a TCG host: clone median at most
+//! 150 ms and at most 10% of the cold start; a start from the pool returned
+//! in at most 20 ms; at most 64 MiB PSS per idle clone.
 //!
 //! Run with `scripts/bench`, or `cargo bench -p airlock-tests --bench
 //! clone [-- --json]`. `AIRLOCK_BENCH_STARTS` sets the number of cold
-//! starts (default 5); clones are four times as many.
+//! starts (default 5); clones and starts from the pool are four times as
+//! many.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -18,7 +24,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use airlock::{Command, Event, Origin, Sandbox, SandboxBuilder};
+use airlock::{Command, Event, Origin, Sandbox, SandboxBuilder, Sandboxes};
 use serde_json::json;
 
 use common::{ms, percentile};
@@ -28,6 +34,13 @@ type MakeBuilder<'a> = Box<dyn Fn() -> SandboxBuilder + 'a>;
 
 /// Clones kept alive together for the memory figure.
 const IDLE_CLONES: usize = 4;
+/// The target of a start from the pool, to its return.
+const POOLED_TARGET: Duration = Duration::from_millis(20);
+/// How long members wait frozen in the long-wait row: past the agent
+/// connection's keepalive timeout (10 s), so the thaw finds it broken.
+const LONG_FROZEN: Duration = Duration::from_secs(15);
+/// Takes after a long wait.
+const LONG_FROZEN_TAKES: usize = 3;
 
 #[tokio::main]
 async fn main() {
@@ -63,6 +76,8 @@ async fn main() {
             builder().from_template(true).template_dir(templates.path())
         })
         .await;
+        let pool_builder = || builder().from_template(true).template_dir(templates.path());
+        let pooled = pooled_starts(clone_n, Duration::ZERO, pool_builder()).await;
         let (cold_median, clone_median) = (percentile(&cold, 50), percentile(&clones, 50));
         text.push_str(&format!(
             "\nstart to first `echo` output, {name} (256 MiB, 1 vCPU)\n"
@@ -83,6 +98,25 @@ async fn main() {
             &fmt_ms(made.0),
             "",
         ));
+        text.push_str(&row(
+            &format!("pool start, returned ({clone_n} runs)"),
+            &fmt_ms(percentile(&pooled.returned, 50)),
+            &fmt_ms(percentile(&pooled.returned, 95)),
+        ));
+        text.push_str(&row(
+            &format!("pool start, to `echo` ({clone_n} runs)"),
+            &fmt_ms(percentile(&pooled.echoed, 50)),
+            &fmt_ms(percentile(&pooled.echoed, 95)),
+        ));
+        text.push_str(&row(
+            "pool start target (returned, median)",
+            &format!("<= {}", fmt_ms(POOLED_TARGET)),
+            if percentile(&pooled.returned, 50) <= POOLED_TARGET {
+                "met"
+            } else {
+                "missed"
+            },
+        ));
         let ratio = ms(clone_median) / ms(cold_median);
         text.push_str(&row(
             "clone / cold (median)",
@@ -98,9 +132,45 @@ async fn main() {
                 "clone_p95_ms": ms(percentile(&clones, 95)),
                 "template_made_ms": ms(made.0),
                 "clone_over_cold": ratio,
+                "pooled_returned_median_ms": ms(percentile(&pooled.returned, 50)),
+                "pooled_returned_p95_ms": ms(percentile(&pooled.returned, 95)),
+                "pooled_echo_median_ms": ms(percentile(&pooled.echoed, 50)),
+                "pooled_echo_p95_ms": ms(percentile(&pooled.echoed, 95)),
             }),
         );
     }
+
+    // A start from the pool whose members waited past the keepalive.
+    let long = pooled_starts(
+        LONG_FROZEN_TAKES,
+        LONG_FROZEN,
+        airlock_tests::builder()
+            .from_template(true)
+            .template_dir(templates.path()),
+    )
+    .await;
+    text.push_str(&format!(
+        "\nstart from the pool after {LONG_FROZEN:?} frozen, busybox initramfs\n"
+    ));
+    text.push_str(&row("measure", "median", "max"));
+    text.push_str(&row(
+        &format!("pool start, returned ({LONG_FROZEN_TAKES} runs)"),
+        &fmt_ms(percentile(&long.returned, 50)),
+        &fmt_ms(percentile(&long.returned, 100)),
+    ));
+    text.push_str(&row(
+        &format!("pool start, to `echo` ({LONG_FROZEN_TAKES} runs)"),
+        &fmt_ms(percentile(&long.echoed, 50)),
+        &fmt_ms(percentile(&long.echoed, 100)),
+    ));
+    report.insert(
+        "pooled_after_long_wait".into(),
+        json!({
+            "frozen_s": LONG_FROZEN.as_secs(),
+            "returned_median_ms": ms(percentile(&long.returned, 50)),
+            "echo_median_ms": ms(percentile(&long.echoed, 50)),
+        }),
+    );
 
     // Memory: idle clones side by side against one idle cold sandbox.
     let mut clones = Vec::new();
@@ -158,6 +228,56 @@ async fn timed_starts(n: usize, builder: impl Fn() -> SandboxBuilder) -> Vec<Dur
     }
     times.sort();
     times
+}
+
+/// Starts from a pool, sorted.
+struct PooledTimes {
+    /// From `start_pooled()` to its return.
+    returned: Vec<Duration>,
+    /// From `start_pooled()` to the first stdout chunk of `echo`.
+    echoed: Vec<Duration>,
+}
+
+/// `n` starts from a pool of one of `builder`'s configuration, each once
+/// the pool has refilled and its member has waited `frozen` more; each
+/// sandbox is killed after its `echo`.
+async fn pooled_starts(n: usize, frozen: Duration, builder: SandboxBuilder) -> PooledTimes {
+    let manager = Sandboxes::with_pool(2, builder, 1).expect("pool");
+    let mut times = PooledTimes {
+        returned: Vec::with_capacity(n),
+        echoed: Vec::with_capacity(n),
+    };
+    for _ in 0..n {
+        let member = refilled(&manager).await;
+        tokio::time::sleep(frozen).await;
+        let began = Instant::now();
+        let sandbox = manager.start_pooled().await.expect("start from the pool");
+        let returned = Instant::now();
+        let first = echo(&sandbox).await;
+        assert_eq!(sandbox.id(), member, "not a pool member");
+        times.returned.push(returned - began);
+        times.echoed.push(first - began);
+        manager.kill(sandbox.id()).expect("kill");
+    }
+    times.returned.sort();
+    times.echoed.sort();
+    times
+}
+
+/// Waits for the pool's one member; returns its id.
+async fn refilled(manager: &Sandboxes) -> String {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let status = manager.pool_status();
+        if let Some(member) = status.ready.first() {
+            return member.id.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pool did not refill: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// From `start()` to the first stdout chunk of `echo`; the VM is then

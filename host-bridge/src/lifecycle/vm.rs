@@ -458,6 +458,20 @@ impl VmShared {
         }
     }
 
+    /// Counts wall time, paused time and the lifetime ceiling from now
+    /// on: a manager's pool hands a sandbox out with its life starting at
+    /// the handout. Guest CPU time keeps counting from the start.
+    pub fn restart_clock(&self) {
+        let mut clock = lock(&self.clock);
+        if clock.ended_at.is_some() {
+            return;
+        }
+        let now = Instant::now();
+        clock.started = now;
+        clock.paused_total = Duration::ZERO;
+        clock.paused_since = clock.paused_since.map(|_| now);
+    }
+
     pub fn usage(&self) -> SandboxUsage {
         if self.end_reason().is_none() {
             self.sample_guest_cpu();

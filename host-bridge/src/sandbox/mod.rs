@@ -266,6 +266,12 @@ impl Sandbox {
         self.vm.usage()
     }
 
+    /// Starts the sandbox's wall clock and lifetime again (a pool's
+    /// handout; see [`Sandboxes`](crate::Sandboxes#the-warm-pool)).
+    pub(crate) fn restart_clock(&self) {
+        self.vm.restart_clock();
+    }
+
     /// Freezes the VM (QEMU's process, with SIGSTOP): the guest uses no CPU and its
     /// memory stays as it is. Calls meanwhile resume it, wait or fail, as
     /// [`SandboxBuilder::paused_calls`] says. Pausing twice does nothing.

@@ -1,0 +1,364 @@
+//! The warm pool's state: its configuration, the frozen members ready to
+//! hand out, the fills in flight, and the rules for topping it up and
+//! backing off after failures. Everything here runs under the manager's
+//! pool lock and never waits; the tasks that fill it are in `refill`.
+//!
+//! Nothing here drops a [`Sandbox`] or ends a fill: what leaves the pool is
+//! returned as a [`Drained`] for the caller to dispose of after the lock is
+//! released (dropping a sandbox kills its VM and removes its directory).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+
+use super::SandboxInfo;
+use crate::lifecycle::SandboxState;
+use crate::sandbox::{Sandbox, SandboxBuilder};
+
+/// How many fills run at once: each is a VM start, and a pool's purpose
+/// is to leave the host's CPUs to the sandboxes in use.
+pub(super) const PARALLEL_FILLS: usize = 2;
+/// The wait after a first failed fill; it doubles with each failure in a
+/// row, up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Why a pool call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PoolError {
+    /// The pool would not fit in the manager.
+    #[error("a pool of {size} does not fit in a manager of at most {max} sandboxes")]
+    TooLarge { size: usize, max: usize },
+    /// [`Sandboxes::start_pooled`](crate::Sandboxes::start_pooled) on a
+    /// manager without a pool.
+    #[error("this manager has no pool; set one with Sandboxes::set_pool")]
+    NoPool,
+    /// The pool refills from tokio tasks.
+    #[error("a pool refills in the background; set it from within a tokio runtime")]
+    NoRuntime,
+}
+
+/// What a pool holds, from [`Sandboxes::pool_status`](crate::Sandboxes::pool_status).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct PoolStatus {
+    /// How many frozen members the pool keeps (0 without a pool).
+    pub size: usize,
+    /// The frozen members ready to hand out, in the order they go.
+    pub ready: Vec<SandboxInfo>,
+    /// Members being started.
+    pub filling: usize,
+    /// Why the last fill failed, until one succeeds; fills wait a little
+    /// longer after each failure in a row (1 s, doubling up to 30 s).
+    pub last_error: Option<String>,
+}
+
+/// What left the pool, to dispose of outside its lock.
+#[derive(Debug, Default)]
+#[must_use = "members must be dropped and fills ended outside the lock"]
+pub(super) struct Drained {
+    pub members: Vec<Sandbox>,
+    pub fills: Vec<JoinHandle<()>>,
+    pub keeper: Option<JoinHandle<()>>,
+}
+
+impl Drained {
+    /// Ends the fills and the keeper, and kills the members.
+    pub fn dispose(self) {
+        for fill in &self.fills {
+            fill.abort();
+        }
+        if let Some(keeper) = &self.keeper {
+            keeper.abort();
+        }
+        for member in &self.members {
+            tracing::debug!(id = member.id(), "pooled sandbox discarded");
+        }
+        drop(self.members);
+    }
+}
+
+/// A member taken out to make room for a start.
+#[derive(Debug)]
+pub(super) enum Evicted {
+    Ready(Box<Sandbox>),
+    Filling(JoinHandle<()>),
+}
+
+/// A fill to start: its number, the pool generation it belongs to, and
+/// the configuration.
+#[derive(Debug)]
+pub(super) struct FillOrder {
+    pub id: u64,
+    pub generation: u64,
+    pub builder: SandboxBuilder,
+}
+
+#[derive(Debug)]
+struct Config {
+    builder: SandboxBuilder,
+    size: usize,
+}
+
+/// The pool, under the manager's lock.
+#[derive(Debug, Default)]
+pub(super) struct Pool {
+    config: Option<Config>,
+    /// Bumped on every change of configuration, so a fill of an old one
+    /// is discarded when it finishes.
+    generation: u64,
+    ready: VecDeque<Sandbox>,
+    fills: BTreeMap<u64, JoinHandle<()>>,
+    next_fill: u64,
+    /// Failed fills in a row, when the next may start, and the last error.
+    failures: u32,
+    retry_at: Option<Instant>,
+    last_error: Option<String>,
+    keeper: Option<JoinHandle<()>>,
+}
+
+impl Pool {
+    /// Sets the configuration; the members and fills of the previous one
+    /// are drained.
+    pub fn configure(&mut self, builder: SandboxBuilder, size: usize) -> Drained {
+        let keeper = self.keeper.take();
+        let mut drained = self.clear();
+        // The keeper serves every configuration.
+        self.keeper = keeper;
+        drained.keeper = None;
+        self.config = Some(Config { builder, size });
+        drained
+    }
+
+    /// Turns the pool off and drains it, the keeper included.
+    pub fn clear(&mut self) -> Drained {
+        self.config = None;
+        self.generation += 1;
+        self.failures = 0;
+        self.retry_at = None;
+        self.last_error = None;
+        Drained {
+            members: self.ready.drain(..).collect(),
+            fills: std::mem::take(&mut self.fills).into_values().collect(),
+            keeper: self.keeper.take(),
+        }
+    }
+
+    pub fn has_keeper(&self) -> bool {
+        self.keeper.is_some()
+    }
+
+    pub fn set_keeper(&mut self, keeper: JoinHandle<()>) {
+        self.keeper = Some(keeper);
+    }
+
+    /// The configuration members start from.
+    pub fn builder(&self) -> Option<SandboxBuilder> {
+        self.config.as_ref().map(|config| config.builder.clone())
+    }
+
+    /// Takes out the members that ended while frozen (killed, or at their
+    /// lifetime ceiling).
+    pub fn prune_ended(&mut self) -> Drained {
+        let mut ended = Vec::new();
+        for member in std::mem::take(&mut self.ready) {
+            if matches!(member.state(), SandboxState::Ended(_)) {
+                ended.push(member);
+            } else {
+                self.ready.push_back(member);
+            }
+        }
+        Drained {
+            members: ended,
+            ..Drained::default()
+        }
+    }
+
+    /// The next member to hand out: the oldest.
+    pub fn take(&mut self) -> Option<Sandbox> {
+        self.ready.pop_front()
+    }
+
+    /// A member to give up for a start when the manager is full: a ready
+    /// one first (the oldest), else the fill started last.
+    pub fn evict(&mut self) -> Option<Evicted> {
+        if let Some(member) = self.ready.pop_front() {
+            return Some(Evicted::Ready(Box::new(member)));
+        }
+        let last = *self.fills.keys().next_back()?;
+        self.fills.remove(&last).map(Evicted::Filling)
+    }
+
+    /// How many fills to start now, given `free_slots` in the manager.
+    pub fn fills_wanted(&self, free_slots: usize, now: Instant) -> usize {
+        let Some(config) = &self.config else { return 0 };
+        if self.retry_at.is_some_and(|at| now < at) {
+            return 0;
+        }
+        fills_wanted(config.size, self.ready.len(), self.fills.len(), free_slots)
+    }
+
+    /// Numbers a new fill of the current configuration.
+    pub fn order_fill(&mut self) -> Option<FillOrder> {
+        let builder = self.builder()?;
+        self.next_fill += 1;
+        Some(FillOrder {
+            id: self.next_fill,
+            generation: self.generation,
+            builder,
+        })
+    }
+
+    /// Records a fill's task (under the same lock as its spawn, so it is
+    /// recorded before it can finish).
+    pub fn fill_started(&mut self, id: u64, task: JoinHandle<()>) {
+        self.fills.insert(id, task);
+    }
+
+    /// A fill ended: its member joins the pool, or its error is recorded.
+    /// A member of an old configuration, or of a fill that was given up,
+    /// is returned for disposal.
+    pub fn fill_finished(
+        &mut self,
+        id: u64,
+        generation: u64,
+        result: crate::Result<Sandbox>,
+        now: Instant,
+    ) -> Drained {
+        let ours = self.fills.remove(&id).is_some() && generation == self.generation;
+        match result {
+            Ok(member) if ours && !matches!(member.state(), SandboxState::Ended(_)) => {
+                tracing::debug!(id = member.id(), "pooled sandbox ready");
+                self.failures = 0;
+                self.retry_at = None;
+                self.last_error = None;
+                self.ready.push_back(member);
+                Drained::default()
+            }
+            Ok(member) => Drained {
+                members: vec![member],
+                ..Drained::default()
+            },
+            Err(error) if ours => {
+                let reason = crate::error_chain(&error);
+                self.failures = self.failures.saturating_add(1);
+                let wait = backoff(self.failures);
+                tracing::warn!(%reason, retry_in = ?wait, "a pool fill failed");
+                self.retry_at = Some(now + wait);
+                self.last_error = Some(reason);
+                Drained::default()
+            }
+            Err(_) => Drained::default(),
+        }
+    }
+
+    pub fn status(&self) -> PoolStatus {
+        PoolStatus {
+            size: self.config.as_ref().map_or(0, |config| config.size),
+            ready: self.ready.iter().map(SandboxInfo::of).collect(),
+            filling: self.fills.len(),
+            last_error: self.last_error.clone(),
+        }
+    }
+}
+
+/// Fills to start: what the pool lacks, within the fills allowed at once
+/// and the manager's free slots.
+fn fills_wanted(size: usize, ready: usize, filling: usize, free_slots: usize) -> usize {
+    size.saturating_sub(ready + filling)
+        .min(PARALLEL_FILLS.saturating_sub(filling))
+        .min(free_slots)
+}
+
+/// The wait before the next fill after `failures` failures in a row.
+fn backoff(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    FIRST_BACKOFF
+        .saturating_mul(1 << doublings)
+        .min(MAX_BACKOFF)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fills_top_up_what_the_pool_lacks() {
+        assert_eq!(fills_wanted(2, 0, 0, 8), 2);
+        assert_eq!(fills_wanted(2, 1, 0, 8), 1);
+        assert_eq!(fills_wanted(2, 1, 1, 8), 0);
+        assert_eq!(fills_wanted(2, 2, 0, 8), 0);
+        assert_eq!(fills_wanted(0, 0, 0, 8), 0);
+    }
+
+    #[test]
+    fn fills_never_exceed_the_free_slots() {
+        assert_eq!(fills_wanted(2, 0, 0, 1), 1);
+        assert_eq!(fills_wanted(2, 0, 0, 0), 0);
+    }
+
+    #[test]
+    fn fills_run_a_few_at_a_time() {
+        assert_eq!(fills_wanted(8, 0, 0, 8), PARALLEL_FILLS);
+        assert_eq!(fills_wanted(8, 0, PARALLEL_FILLS, 8), 0);
+        assert_eq!(fills_wanted(8, 5, 1, 8), PARALLEL_FILLS - 1);
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_its_ceiling() {
+        assert_eq!(backoff(1), Duration::from_secs(1));
+        assert_eq!(backoff(2), Duration::from_secs(2));
+        assert_eq!(backoff(3), Duration::from_secs(4));
+        assert_eq!(backoff(6), MAX_BACKOFF);
+        assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn an_empty_pool_wants_nothing_and_hands_out_nothing() {
+        let mut pool = Pool::default();
+        assert_eq!(pool.fills_wanted(8, Instant::now()), 0);
+        assert!(pool.take().is_none());
+        assert!(pool.evict().is_none());
+        assert!(pool.order_fill().is_none());
+        assert_eq!(pool.status(), PoolStatus::default());
+    }
+
+    #[tokio::test]
+    async fn a_failed_fill_backs_off_and_is_reported() {
+        let mut pool = Pool::default();
+        let _ = pool.configure(SandboxBuilder::default(), 2);
+        let now = Instant::now();
+        assert_eq!(pool.fills_wanted(8, now), 2);
+        let order = pool.order_fill().unwrap();
+        pool.fill_started(order.id, tokio::spawn(async {}));
+        assert_eq!(pool.status().filling, 1);
+        let failed = Err(crate::Error::Config("no kernel".into()));
+        let drained = pool.fill_finished(order.id, order.generation, failed, now);
+        assert!(drained.members.is_empty());
+        let status = pool.status();
+        assert_eq!(status.filling, 0);
+        assert!(
+            status.last_error.as_deref().unwrap().contains("no kernel"),
+            "{status:?}"
+        );
+        assert_eq!(pool.fills_wanted(8, now), 0, "backing off");
+        assert_eq!(pool.fills_wanted(8, now + FIRST_BACKOFF), 2);
+    }
+
+    #[tokio::test]
+    async fn a_new_configuration_discards_the_old_ones_fills() {
+        let mut pool = Pool::default();
+        let _ = pool.configure(SandboxBuilder::default(), 1);
+        let old = pool.order_fill().unwrap();
+        pool.fill_started(old.id, tokio::spawn(async {}));
+        let drained = pool.configure(SandboxBuilder::default(), 1);
+        assert_eq!(drained.fills.len(), 1);
+        assert!(drained.members.is_empty() && drained.keeper.is_none());
+        let failed = Err(crate::Error::Config("stale".into()));
+        let _ = pool.fill_finished(old.id, old.generation, failed, Instant::now());
+        assert_eq!(pool.status().last_error, None, "an old fill is not ours");
+        assert_eq!(pool.status().size, 1);
+    }
+}

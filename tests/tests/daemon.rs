@@ -38,12 +38,18 @@ impl Home {
         self.path().join("daemon.sock")
     }
 
+    /// Where its daemon keeps sandboxes saved to disk.
+    fn saved_dir(&self) -> PathBuf {
+        self.path().join("saved")
+    }
+
     /// Runs `airlock sandbox ARGS`, feeding `stdin` when given.
     fn sandbox(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
         let mut child = Command::new(airlock_bin())
             .arg("sandbox")
             .args(args)
             .env("AIRLOCK_STATE_DIR", self.path())
+            .env("AIRLOCK_SAVED_DIR", self.saved_dir())
             .stdin(if stdin.is_some() {
                 Stdio::piped()
             } else {
@@ -233,6 +239,143 @@ fn a_sandbox_lives_across_invocations_until_killed() {
         processes_mentioning(home.path())
     );
     assert!(!vm_dir.exists(), "the second VM's state directory remains");
+}
+
+#[test]
+fn a_sandbox_paused_to_disk_survives_a_killed_daemon_and_forks() {
+    let home = Home::new();
+    let id = home.ok(&["create", "--no-image", "--memory", "256"]);
+    let id = id.trim().to_owned();
+    // A file, and a program that keeps running in the background.
+    home.ok(&[
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "echo kept >/tmp/kept; setsid sh -c 'i=0; while :; do echo $i >/tmp/count; \
+         i=$((i+1)); sleep 0.1; done' </dev/null >/dev/null 2>&1 &",
+    ]);
+    home.ok(&["pause", "--to-disk", &id]);
+    let table = home.ok(&["ls"]);
+    assert_eq!(ls_line(&table, &id).unwrap()[1], "on-disk", "{table}");
+    let vm_dir = home.path().join(&id);
+    assert!(
+        processes_mentioning(&vm_dir).is_empty(),
+        "QEMU still runs for a sandbox on disk"
+    );
+
+    // The daemon dies without a chance to clean up; the next call starts
+    // a new one, which finds the sandbox on disk and restores it.
+    assert!(home.signal_daemons("KILL"), "the daemon did not die");
+    let table = home.ok(&["ls"]);
+    assert_eq!(ls_line(&table, &id).unwrap()[1], "on-disk", "{table}");
+    assert_eq!(home.ok(&["exec", &id, "--", "cat", "/tmp/kept"]), "kept\n");
+    let count = || -> u64 {
+        home.ok(&["exec", &id, "--", "cat", "/tmp/count"])
+            .trim()
+            .parse()
+            .expect("a count")
+    };
+    let first = count();
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(count() > first, "the background program stopped");
+    let table = home.ok(&["ls"]);
+    assert_eq!(ls_line(&table, &id).unwrap()[1], "running", "{table}");
+
+    // Fork into two: each child has the file and its own name.
+    let children = home.ok(&["fork", &id, "-n", "2"]);
+    let children: Vec<&str> = children.lines().collect();
+    assert_eq!(children.len(), 2, "{children:?}");
+    for child in &children {
+        assert_ne!(*child, id);
+        assert_eq!(
+            home.ok(&["exec", child, "--", "cat", "/tmp/kept"]),
+            "kept\n"
+        );
+        assert_eq!(home.ok(&["exec", child, "--", "hostname"]).trim(), *child);
+    }
+
+    // Saved again, then killed: its files go.
+    home.ok(&["pause", "--to-disk", &id]);
+    assert!(home.saved_dir().join(&id).exists());
+    home.ok(&["kill", &id]);
+    assert!(!home.saved_dir().join(&id).exists(), "saved files left");
+    let refused = home.sandbox(&["exec", &id, "--", "true"], None);
+    assert!(!refused.status.success());
+}
+
+#[test]
+fn serve_with_a_pool_hands_out_a_frozen_sandbox() {
+    let home = Home::new();
+    let mut daemon = Command::new(airlock_bin())
+        .args(["serve", "--pool", "1", "--max", "3", "--socket"])
+        .arg(home.socket())
+        .env("AIRLOCK_STATE_DIR", home.path())
+        .env("AIRLOCK_SAVED_DIR", home.saved_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(home.path().join("daemon.log")).expect("log"))
+        .spawn()
+        .expect("airlock serve");
+    // The pool's member: a QEMU, frozen (SIGSTOP), whose sandbox nobody
+    // has asked for yet.
+    let frozen = |name: &str| {
+        processes_mentioning(&home.path().join(name))
+            .iter()
+            .any(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .ok()
+                    .and_then(|stat| {
+                        stat.rsplit_once(") ")
+                            .map(|(_, rest)| rest.starts_with('T'))
+                    })
+                    .unwrap_or(false)
+            })
+    };
+    let vms = || {
+        std::fs::read_dir(home.path())
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|name| name.starts_with("sandbox-"))
+                    .filter(|name| !processes_mentioning(&home.path().join(name)).is_empty())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    assert!(
+        wait_until(Duration::from_secs(120), || {
+            let vms = vms();
+            vms.len() == 1 && frozen(&vms[0])
+        }),
+        "the pool did not fill: {:?}",
+        vms()
+    );
+    let member = vms().remove(0);
+    assert!(
+        ls_line(&home.ok(&["ls"]), &member).is_none(),
+        "a pool member is listed"
+    );
+
+    // A create with no options takes it.
+    let id = home.ok(&["create"]).trim().to_owned();
+    assert_eq!(id, member, "daemon log:\n{}", home.daemon_log());
+    assert_eq!(home.ok(&["exec", &id, "--", "echo", "pooled"]), "pooled\n");
+    // And the pool refills beside it.
+    assert!(
+        wait_until(Duration::from_secs(120), || vms().len() == 2),
+        "the pool did not refill: {:?}",
+        vms()
+    );
+    // A create with other options boots its own.
+    let other = home.ok(&["create", "--no-image", "--memory", "256"]);
+    assert_ne!(other.trim(), id);
+    let _ = Command::new("kill")
+        .args(["-TERM", &daemon.id().to_string()])
+        .status();
+    let _ = daemon.wait();
 }
 
 /// What a program sees of its limits and privilege: its cgroup's

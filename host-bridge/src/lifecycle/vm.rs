@@ -57,6 +57,9 @@ struct Clock {
     last_guest_cpu: Duration,
     /// Guest CPU time of earlier VM processes (before a save to disk).
     guest_cpu_base: Duration,
+    /// Time spent saved to disk, which the lifetime ceiling leaves out.
+    on_disk_total: Duration,
+    on_disk_since: Option<Instant>,
 }
 
 /// The shared VM.
@@ -122,6 +125,8 @@ impl VmShared {
                 ended_at: None,
                 last_guest_cpu: Duration::ZERO,
                 guest_cpu_base: Duration::ZERO,
+                on_disk_total: Duration::ZERO,
+                on_disk_since: None,
             }),
             in_flight: AtomicUsize::new(0),
             quiet_since: Mutex::new(Instant::now()),
@@ -134,6 +139,14 @@ impl VmShared {
             last_restore: Mutex::new(None),
             keep_saved: AtomicBool::new(false),
         })
+    }
+
+    /// Holds a manager's slot until the VM ends (a sandbox made before a
+    /// manager took it, a fork's child).
+    pub fn hold_slot(&self, slot: OwnedSemaphorePermit) {
+        if self.end_reason().is_none() {
+            *lock(&self.slot) = Some(slot);
+        }
     }
 
     /// The backend's main process id, for logs.
@@ -152,8 +165,15 @@ impl VmShared {
         }
     }
 
-    pub fn started(&self) -> Instant {
-        lock(&self.clock).started
+    /// How long the sandbox has lived, time saved to disk left out: what
+    /// the lifetime ceiling measures.
+    pub fn age(&self) -> Duration {
+        let clock = lock(&self.clock);
+        let on_disk = clock.on_disk_total
+            + clock
+                .on_disk_since
+                .map_or(Duration::ZERO, |since| since.elapsed());
+        clock.started.elapsed().saturating_sub(on_disk)
     }
 
     /// How many pauses have begun: a change between two readings means the
@@ -469,6 +489,7 @@ impl VmShared {
         let now = Instant::now();
         clock.started = now;
         clock.paused_total = Duration::ZERO;
+        clock.on_disk_total = Duration::ZERO;
         clock.paused_since = clock.paused_since.map(|_| now);
     }
 

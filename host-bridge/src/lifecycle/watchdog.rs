@@ -88,7 +88,7 @@ async fn watch(vm: Weak<VmShared>, policy: Policy) {
             vm.bound_console_log(policy.console_log_budget);
         }
         if let Some(limit) = policy.max_lifetime {
-            if vm.started().elapsed() >= limit {
+            if vm.age() >= limit {
                 tracing::warn!(?limit, "sandbox reached its maximum lifetime; killing it");
                 vm.kill(EndReason::LifetimeExceeded { limit });
                 return;

@@ -295,13 +295,50 @@ impl Sandboxes {
 
     /// Kills every sandbox, the pool's included, stops tracking them, and
     /// turns the pool off (set it again with
-    /// [`set_pool`](Sandboxes::set_pool)).
+    /// [`set_pool`](Sandboxes::set_pool)). A sandbox saved to disk is left
+    /// there, to be [`restore`](Sandboxes::restore)d later.
     pub fn kill_all(&self) {
         self.clear_pool();
         let all = std::mem::take(&mut *self.running());
         for sandbox in all.values() {
-            sandbox.kill();
+            sandbox.release();
         }
+    }
+
+    /// Restores the sandbox `id` saved to disk (see
+    /// [`SandboxBuilder::restore`]) and tracks it; for a sandbox whose
+    /// handle is gone, say after a restart of this process.
+    pub async fn restore(&self, builder: SandboxBuilder, id: &str) -> Result<Arc<Sandbox>> {
+        self.forget_ended();
+        if self.running().contains_key(id) {
+            return self.get(id);
+        }
+        let slot = self.inner.acquire_slot().await?;
+        let sandbox = Arc::new(builder.restore_in_slot(id, Some(slot)).await?);
+        self.track(&sandbox);
+        Ok(sandbox)
+    }
+
+    /// Forks the sandbox `id` into `n` new ones (see [`Sandbox::fork`]),
+    /// each holding a slot, and tracks them.
+    pub async fn fork(&self, id: &str, n: usize) -> Result<Vec<Arc<Sandbox>>> {
+        self.forget_ended();
+        let parent = self.get(id)?;
+        let mut slots = Vec::with_capacity(n);
+        for _ in 0..n {
+            slots.push(self.inner.acquire_slot().await?);
+        }
+        let children = parent.fork(n).await?;
+        Ok(children
+            .into_iter()
+            .zip(slots)
+            .map(|(child, slot)| {
+                child.hold_slot(slot);
+                let child = Arc::new(child);
+                self.track(&child);
+                child
+            })
+            .collect())
     }
 }
 

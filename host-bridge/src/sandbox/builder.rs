@@ -220,7 +220,7 @@ impl SandboxBuilder {
     }
 
     /// The hard ceiling on the sandbox's wall-clock life, paused time
-    /// included (default [`DEFAULT_MAX_LIFETIME`], one hour): when it is
+    /// included but not time saved to disk (default [`DEFAULT_MAX_LIFETIME`], one hour): when it is
     /// reached the VM is killed, whatever it is doing, and the sandbox ends
     /// with [`EndReason::LifetimeExceeded`](crate::EndReason::LifetimeExceeded). `None` removes the ceiling.
     pub fn max_lifetime(mut self, limit: Option<Duration>) -> Self {

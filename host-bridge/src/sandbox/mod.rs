@@ -321,6 +321,18 @@ impl Sandbox {
         self.vm.kill(EndReason::Stopped);
     }
 
+    /// Ends the sandbox as a drop does: one on disk stays there (for a
+    /// restore by id), any other is killed.
+    pub(crate) fn release(&self) {
+        self.vm.keep_if_on_disk();
+        self.vm.kill(EndReason::Stopped);
+    }
+
+    /// Holds a manager's slot until the VM ends.
+    pub(crate) fn hold_slot(&self, slot: tokio::sync::OwnedSemaphorePermit) {
+        self.vm.hold_slot(slot);
+    }
+
     /// Powers the VM off gracefully: the agent syncs and powers off; after
     /// `grace` the VM is killed regardless. The state directory is removed.
     pub async fn shutdown(self, grace: Duration) -> Result<()> {

@@ -61,6 +61,11 @@ impl SandboxBuilder {
             None => None,
         };
         let snapshot = store.open_newest(&record)?;
+        // The process that held it may have died without cleaning up (a
+        // daemon killed with SIGKILL): its state directory goes first.
+        if self.state_dir_base.join(id).exists() {
+            crate::gc::collect_before_start(self.state_dir_base.clone()).await;
+        }
         let dir = state_dir::create_named(&self.state_dir_base, id)?;
         let paths = VmPaths::in_dir(dir.path());
         let (qemu, restored) =

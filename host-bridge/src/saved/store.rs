@@ -59,6 +59,10 @@ pub struct SavedUsage {
     pub wall_ms: u64,
     pub running_ms: u64,
     pub guest_cpu_ms: u64,
+    /// Time spent on disk before this save (not counted by the lifetime
+    /// ceiling).
+    #[serde(default)]
+    pub on_disk_ms: u64,
     /// When it was saved (Unix time, ms): time on disk counts as paused.
     pub saved_at_unix_ms: u64,
 }

@@ -72,8 +72,17 @@ pub enum SandboxCommand {
     },
     /// Restart a paused sandbox's CPUs.
     Resume { id: String },
-    /// Kill a sandbox and forget it.
+    /// Kill a sandbox and forget it (one saved to disk: remove its files).
     Kill { id: String },
+    /// Make N new sandboxes with a running sandbox's memory, programs and
+    /// files; each gets its own id, hostname and entropy. Prints their ids.
+    Fork {
+        id: String,
+        /// How many.
+        #[arg(short = 'n', long = "count", default_value_t = 1,
+              value_parser = clap::value_parser!(u32).range(1..))]
+        count: u32,
+    },
 }
 
 /// `airlock sandbox create` options.
@@ -162,6 +171,14 @@ pub async fn run(args: SandboxArgs) -> u8 {
             Ok(mut daemon) => daemon.kill(&id).await.map_err(message),
             Err(message) => Err(message),
         },
+        SandboxCommand::Fork { id, count } => match connect(&socket).await {
+            Ok(mut daemon) => daemon.fork(&id, count).await.map_err(message).map(|ids| {
+                for id in ids {
+                    println!("{id}");
+                }
+            }),
+            Err(message) => Err(message),
+        },
     };
     match outcome {
         Ok(()) => 0,
@@ -184,9 +201,34 @@ fn message(error: daemon::DaemonError) -> String {
 }
 
 async fn create_sandbox(socket: &Path, args: CreateArgs) -> Result<(), String> {
+    let request = create_request(args)?;
+    let id = connect(socket)
+        .await?
+        .create(request)
+        .await
+        .map_err(message)?;
+    println!("{id}");
+    Ok(())
+}
+
+/// What `airlock sandbox create` with no options asks the daemon for: the
+/// configuration `airlock serve --pool` keeps warm.
+pub fn default_create_request() -> Result<pb::CreateRequest, String> {
+    #[derive(clap::Parser)]
+    struct Defaults {
+        #[command(flatten)]
+        create: CreateArgs,
+    }
+    let defaults =
+        <Defaults as clap::Parser>::try_parse_from(["create"]).map_err(|e| e.to_string())?;
+    create_request(defaults.create)
+}
+
+/// The daemon's request for `args`.
+fn create_request(args: CreateArgs) -> Result<pb::CreateRequest, String> {
     let image = args.vm.image_file()?.as_deref().map(absolute).transpose()?;
     let workspace = args.vm.workspace.as_deref().map(absolute).transpose()?;
-    let request = pb::CreateRequest {
+    Ok(pb::CreateRequest {
         image: image.map(|path| path.to_string_lossy().into_owned()),
         workspace: workspace.map(|path| path.to_string_lossy().into_owned()),
         memory_mib: args.vm.memory,
@@ -197,21 +239,14 @@ async fn create_sandbox(socket: &Path, args: CreateArgs) -> Result<(), String> {
             timeout_secs,
             policy: pb::IdlePolicy::from(args.idle).into(),
         }),
-    };
-    let id = connect(socket)
-        .await?
-        .create(request)
-        .await
-        .map_err(message)?;
-    println!("{id}");
-    Ok(())
+    })
 }
 
 /// One line of `airlock sandbox ls` (and one object of `--json`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 struct SandboxEntry {
     id: String,
-    /// `running`, `paused` or `ended`.
+    /// `running`, `paused`, `on-disk` or `ended`.
     state: &'static str,
     /// Why it ended, once it has.
     ended: Option<String>,

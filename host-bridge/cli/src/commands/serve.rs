@@ -21,6 +21,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u16).range(1..))]
     pub max: u16,
+
+    /// Keep N sandboxes of the default configuration (what `airlock sandbox
+    /// create` with no options asks for) restored and frozen; a create
+    /// takes one in milliseconds and the pool refills in the background.
+    /// Pool members count against --max.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub pool: u16,
 }
 
 /// Serves until SIGTERM or SIGINT; returns the exit code.
@@ -50,7 +57,20 @@ pub async fn run(args: ServeArgs) -> u8 {
         };
         tracing::info!(signal = name, "stopping");
     };
-    match daemon::serve(socket, usize::from(args.max), shutdown).await {
+    let pool = match args.pool {
+        0 => None,
+        size => match super::sandbox::default_create_request() {
+            Ok(request) => Some(daemon::PoolConfig {
+                request,
+                size: usize::from(size),
+            }),
+            Err(message) => {
+                eprintln!("airlock: the pool's configuration: {message}");
+                return EXIT_AIRLOCK_ERROR;
+            }
+        },
+    };
+    match daemon::serve(socket, usize::from(args.max), pool, shutdown).await {
         Ok(()) => {
             tracing::info!("stopped");
             0

@@ -216,6 +216,16 @@ impl Connection {
         Ok(())
     }
 
+    /// Forks `id` into `count` new sandboxes; returns their ids.
+    pub async fn fork(&mut self, id: &str, count: u32) -> Result<Vec<String>, DaemonError> {
+        let request = pb::ForkRequest {
+            id: id.to_owned(),
+            count,
+        };
+        let answer = self.client.fork(request).await.map_err(from_status)?;
+        Ok(answer.into_inner().ids)
+    }
+
     pub async fn resume(&mut self, id: &str) -> Result<(), DaemonError> {
         let id = id.to_owned();
         self.client
@@ -483,6 +493,12 @@ mod tests {
             &self,
             _: Request<pb::KillRequest>,
         ) -> Result<Response<pb::KillResponse>, Status> {
+            Err(Status::unimplemented(""))
+        }
+        async fn fork(
+            &self,
+            _: Request<pb::ForkRequest>,
+        ) -> Result<Response<pb::ForkResponse>, Status> {
             Err(Status::unimplemented(""))
         }
         type RunCodeStream = Pin<Box<dyn Stream<Item = Result<CodeEvent, Status>> + Send>>;

@@ -49,6 +49,10 @@ pub enum DaemonError {
     #[error("unexpected answer from the daemon: {0}")]
     Unexpected(String),
 
+    /// The warm pool asked for cannot be kept.
+    #[error("cannot keep the warm pool: {message}")]
+    Pool { message: String },
+
     /// Another daemon holds the socket.
     #[error(
         "another airlock daemon is serving {}; stop it first or pass another --socket",

@@ -30,4 +30,4 @@ pub mod wire;
 
 pub use client::{default_socket, Connection, ExecInputs, ExecStream};
 pub use error::DaemonError;
-pub use server::{serve, DaemonSocket};
+pub use server::{serve, DaemonSocket, PoolConfig};

@@ -23,6 +23,7 @@ use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::wire::{self, MAX_MESSAGE_BYTES};
 use super::DaemonError;
+use airlock::saved::SavedStore;
 use airlock::{Sandbox, SandboxBuilder, Sandboxes};
 
 /// How long the daemon waits before accepting again after `accept` failed
@@ -116,19 +117,46 @@ impl Drop for DaemonSocket {
     }
 }
 
+/// A warm pool the daemon keeps: `size` sandboxes of the configuration
+/// `request` describes, handed out to creates that ask for exactly it.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    pub request: pb::CreateRequest,
+    pub size: usize,
+}
+
 /// Serves `airlock.daemon.v1.Sandboxes` on `socket` with a manager of at
-/// most `max` sandboxes until `shutdown` completes; then kills every
-/// sandbox, ends every call's task, and removes the socket.
+/// most `max` sandboxes (and a warm pool, if `pool` says so) until
+/// `shutdown` completes; then kills every sandbox (one saved to disk stays
+/// there, for a restore after the next start), ends every call's task, and
+/// removes the socket.
 pub async fn serve(
     mut socket: DaemonSocket,
     max: usize,
+    pool: Option<PoolConfig>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
     let sandboxes = Arc::new(Sandboxes::new(max));
+    let pool_request = match pool {
+        Some(PoolConfig { request, size }) => {
+            let builder = builder(request.clone()).map_err(|status| DaemonError::Pool {
+                message: status.message().to_owned(),
+            })?;
+            sandboxes
+                .set_pool(builder, size)
+                .map_err(|error| DaemonError::Pool {
+                    message: airlock::error_chain(&error),
+                })?;
+            tracing::info!(size, "keeping a warm pool");
+            Some(request)
+        }
+        None => None,
+    };
     let tasks = Arc::new(Mutex::new(JoinSet::new()));
     let service = Service {
         sandboxes: Arc::clone(&sandboxes),
         tasks: Arc::clone(&tasks),
+        pool_request,
     };
     let listener = socket.listener.take().ok_or(DaemonError::Closed)?;
     // A failed accept (say, out of file descriptors) is retried, not fatal.
@@ -191,6 +219,8 @@ struct Service {
     sandboxes: Arc<Sandboxes>,
     /// Every call's work, ended when the daemon stops.
     tasks: Arc<Mutex<JoinSet<()>>>,
+    /// The create request the warm pool serves, if there is a pool.
+    pool_request: Option<pb::CreateRequest>,
 }
 
 impl Service {
@@ -218,10 +248,34 @@ impl Service {
         tasks.spawn(task);
     }
 
-    /// The sandbox `id` names.
-    fn sandbox(&self, id: &str) -> Result<Arc<Sandbox>, Status> {
-        self.sandboxes.get(id).map_err(|e| wire::error_status(&e))
+    /// The sandbox `id` names: one the daemon holds, else one saved to
+    /// disk (by this daemon before it restarted, say), restored now.
+    async fn sandbox(&self, id: &str) -> Result<Arc<Sandbox>, Status> {
+        match self.sandboxes.get(id) {
+            Ok(sandbox) => Ok(sandbox),
+            Err(airlock::Error::NoSuchSandbox { .. }) if is_saved(id) => {
+                let sandboxes = Arc::clone(&self.sandboxes);
+                let id = id.to_owned();
+                self.run(async move {
+                    tracing::info!(%id, "restoring a sandbox saved to disk");
+                    sandboxes
+                        .restore(Sandbox::builder(), &id)
+                        .await
+                        .map_err(|e| wire::error_status(&e))
+                })
+                .await
+                .map(Response::into_inner)
+            }
+            Err(error) => Err(wire::error_status(&error)),
+        }
     }
+}
+
+/// Whether `id` is a sandbox saved to disk.
+fn is_saved(id: &str) -> bool {
+    SavedStore::new(airlock::saved::default_dir())
+        .record(id)
+        .is_ok()
 }
 
 fn shutting_down() -> Status {
@@ -247,13 +301,17 @@ impl pb::sandboxes_server::Sandboxes for Service {
         &self,
         request: Request<pb::CreateRequest>,
     ) -> Result<Response<pb::CreateResponse>, Status> {
-        let builder = builder(request.into_inner())?;
+        let request = request.into_inner();
+        let pooled = self.pool_request.as_ref() == Some(&request);
+        let builder = builder(request)?;
         let sandboxes = Arc::clone(&self.sandboxes);
         self.run(async move {
-            let sandbox = sandboxes
-                .start(builder)
-                .await
-                .map_err(|e| wire::error_status(&e))?;
+            let started = if pooled {
+                sandboxes.start_pooled().await
+            } else {
+                sandboxes.start(builder).await
+            };
+            let sandbox = started.map_err(|e| wire::error_status(&e))?;
             tracing::info!(id = sandbox.id(), "created");
             Ok(pb::CreateResponse {
                 id: sandbox.id().to_owned(),
@@ -266,14 +324,24 @@ impl pb::sandboxes_server::Sandboxes for Service {
         &self,
         _: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
-        Ok(Response::new(pb::ListResponse {
-            sandboxes: self
-                .sandboxes
-                .list()
-                .iter()
-                .map(wire::sandbox_info)
-                .collect(),
-        }))
+        let mut sandboxes: Vec<pb::SandboxInfo> = self
+            .sandboxes
+            .list()
+            .iter()
+            .map(wire::sandbox_info)
+            .collect();
+        // Sandboxes saved to disk whose handle is gone (a restart) are
+        // listed too; the next call on one restores it.
+        let saved = SavedStore::new(airlock::saved::default_dir())
+            .list()
+            .unwrap_or_default();
+        for record in saved {
+            if !sandboxes.iter().any(|info| info.id == record.id) {
+                sandboxes.push(wire::saved_info(&record));
+            }
+        }
+        sandboxes.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(Response::new(pb::ListResponse { sandboxes }))
     }
 
     type ExecStream = ReceiverStream<Result<ProcessEvent, Status>>;
@@ -296,7 +364,7 @@ impl pb::sandboxes_server::Sandboxes for Service {
             }
         };
         let command = super::exec::command(&start).map_err(|e| wire::options_status(&e))?;
-        let sandbox = self.sandbox(&start.id)?;
+        let sandbox = self.sandbox(&start.id).await?;
         let id = start.id;
         let execution = self
             .run(async move {
@@ -321,7 +389,7 @@ impl pb::sandboxes_server::Sandboxes for Service {
     ) -> Result<Response<Self::RunCodeStream>, Status> {
         let request = request.into_inner();
         let cell = wire::cell(&request)?;
-        let sandbox = self.sandbox(&request.id)?;
+        let sandbox = self.sandbox(&request.id).await?;
         let language = match request.language.as_str() {
             "" => airlock::Language::default(),
             name => name.parse().unwrap_or_default(),
@@ -348,7 +416,7 @@ impl pb::sandboxes_server::Sandboxes for Service {
         request: Request<pb::CopyInRequest>,
     ) -> Result<Response<pb::CopyInResponse>, Status> {
         let request = request.into_inner();
-        let sandbox = self.sandbox(&request.id)?;
+        let sandbox = self.sandbox(&request.id).await?;
         self.run(async move {
             sandbox
                 .fs()
@@ -368,7 +436,7 @@ impl pb::sandboxes_server::Sandboxes for Service {
         request: Request<pb::CopyOutRequest>,
     ) -> Result<Response<pb::CopyOutResponse>, Status> {
         let request = request.into_inner();
-        let sandbox = self.sandbox(&request.id)?;
+        let sandbox = self.sandbox(&request.id).await?;
         self.run(async move {
             sandbox
                 .fs()
@@ -388,7 +456,7 @@ impl pb::sandboxes_server::Sandboxes for Service {
         request: Request<pb::PauseRequest>,
     ) -> Result<Response<pb::PauseResponse>, Status> {
         let request = request.into_inner();
-        let sandbox = self.sandbox(&request.id)?;
+        let sandbox = self.sandbox(&request.id).await?;
         self.run(async move {
             let paused = if request.to_disk {
                 sandbox.pause_to_disk().await
@@ -405,7 +473,7 @@ impl pb::sandboxes_server::Sandboxes for Service {
         &self,
         request: Request<pb::ResumeRequest>,
     ) -> Result<Response<pb::ResumeResponse>, Status> {
-        let sandbox = self.sandbox(&request.into_inner().id)?;
+        let sandbox = self.sandbox(&request.into_inner().id).await?;
         self.run(async move {
             sandbox.resume().await.map_err(|e| wire::error_status(&e))?;
             Ok(pb::ResumeResponse {})
@@ -418,11 +486,46 @@ impl pb::sandboxes_server::Sandboxes for Service {
         request: Request<pb::KillRequest>,
     ) -> Result<Response<pb::KillResponse>, Status> {
         let id = request.into_inner().id;
-        self.sandboxes
-            .kill(&id)
-            .map_err(|e| wire::error_status(&e))?;
+        match self.sandboxes.kill(&id) {
+            Ok(()) => {}
+            // One saved to disk and not restored: its files go.
+            Err(airlock::Error::NoSuchSandbox { .. }) if is_saved(&id) => {
+                SavedStore::new(airlock::saved::default_dir())
+                    .remove(&id)
+                    .map_err(|e| wire::error_status(&e.into()))?;
+            }
+            Err(error) => return Err(wire::error_status(&error)),
+        }
         tracing::info!(%id, "killed");
         Ok(Response::new(pb::KillResponse {}))
+    }
+
+    async fn fork(
+        &self,
+        request: Request<pb::ForkRequest>,
+    ) -> Result<Response<pb::ForkResponse>, Status> {
+        let request = request.into_inner();
+        if request.count == 0 {
+            return Err(wire::status(
+                Code::InvalidArgument,
+                pb::ErrorReason::InvalidArgument,
+                "a fork makes at least one sandbox",
+            ));
+        }
+        // Resolved first, so a parent saved to disk is restored.
+        self.sandbox(&request.id).await?;
+        let sandboxes = Arc::clone(&self.sandboxes);
+        self.run(async move {
+            let count = usize::try_from(request.count).unwrap_or(usize::MAX);
+            let children = sandboxes
+                .fork(&request.id, count)
+                .await
+                .map_err(|e| wire::error_status(&e))?;
+            let ids: Vec<String> = children.iter().map(|c| c.id().to_owned()).collect();
+            tracing::info!(parent = request.id, ?ids, "forked");
+            Ok(pb::ForkResponse { ids })
+        })
+        .await
     }
 }
 
@@ -470,7 +573,7 @@ mod tests {
         );
 
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(socket, 2, async {
+        let server = tokio::spawn(serve(socket, 2, None, async {
             let _ = stopped.await;
         }));
         let mut connection = client::Connection::connect(&path).await.unwrap();
@@ -488,7 +591,7 @@ mod tests {
         let path = dir.path().join("daemon.sock");
         let socket = DaemonSocket::bind(&path).await.unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(socket, 2, async {
+        let server = tokio::spawn(serve(socket, 2, None, async {
             let _ = stopped.await;
         }));
         let connection = client::Connection::connect(&path).await.unwrap();

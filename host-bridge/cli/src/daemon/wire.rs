@@ -48,6 +48,13 @@ pub fn error_status(error: &airlock::Error) -> Status {
         Error::Config(_) => (Code::InvalidArgument, R::InvalidArgument),
         Error::Paused => (Code::FailedPrecondition, R::Paused),
         Error::SandboxEnded { .. } | Error::VmGone { .. } => (Code::FailedPrecondition, R::Ended),
+        Error::CannotSave { .. } => (Code::FailedPrecondition, R::InvalidArgument),
+        Error::Saved(airlock::saved::SavedError::NotSaved { .. }) => {
+            (Code::NotFound, R::NoSuchSandbox)
+        }
+        Error::Pool(airlock::PoolError::TooLarge { .. }) => {
+            (Code::InvalidArgument, R::InvalidArgument)
+        }
         _ => (Code::Internal, R::Internal),
     };
     status(code, reason, error_chain(error))
@@ -146,7 +153,19 @@ pub fn sandbox_info(info: &airlock::SandboxInfo) -> pb::SandboxInfo {
     }
 }
 
-/// `running`, `paused` or `ended`, as `sandbox ls` prints a state.
+/// A sandbox saved to disk that the daemon does not hold, for the wire.
+pub fn saved_info(record: &airlock::saved::SavedRecord) -> pb::SandboxInfo {
+    pb::SandboxInfo {
+        id: record.id.clone(),
+        state: pb::SandboxState::OnDisk.into(),
+        ended: None,
+        wall_ms: record.usage.wall_ms,
+        running_ms: record.usage.running_ms,
+        guest_cpu_ms: record.usage.guest_cpu_ms,
+    }
+}
+
+/// `running`, `paused`, `on-disk` or `ended`, as `sandbox ls` prints a state.
 pub fn state_name(state: pb::SandboxState) -> &'static str {
     match state {
         pb::SandboxState::Running => "running",

@@ -105,6 +105,7 @@ impl VmShared {
                     clock.paused_since = Some(Instant::now());
                     clock.pauses += 1;
                 }
+                clock.on_disk_since = Some(Instant::now());
                 clock.guest_cpu_base = clock.last_guest_cpu;
             }
             self.state.send_replace(SandboxState::OnDisk);
@@ -235,6 +236,9 @@ impl VmShared {
             if let Some(since) = clock.paused_since.take() {
                 clock.paused_total += since.elapsed();
             }
+            if let Some(since) = clock.on_disk_since.take() {
+                clock.on_disk_total += since.elapsed();
+            }
         }
         *lock(&self.quiet_since) = Instant::now();
         if !refused.is_empty() {
@@ -307,6 +311,7 @@ impl VmShared {
             wall_ms: ms(usage.wall),
             running_ms: ms(usage.running),
             guest_cpu_ms: ms(usage.guest_cpu),
+            on_disk_ms: ms(lock(&self.clock).on_disk_total),
             saved_at_unix_ms: unix_ms(),
         }
     }
@@ -323,6 +328,7 @@ impl VmShared {
         }
         clock.paused_total = wall.saturating_sub(running);
         clock.guest_cpu_base = Duration::from_millis(usage.guest_cpu_ms);
+        clock.on_disk_total = Duration::from_millis(usage.on_disk_ms) + on_disk;
         clock.last_guest_cpu = clock.guest_cpu_base;
     }
 }

@@ -297,3 +297,73 @@ async fn a_sandbox_with_a_workspace_is_not_forked() {
     assert!(matches!(error, Error::CannotSave { .. }), "{error}");
     assert_eq!(stdout_of(&sandbox, "echo fine").await, "fine\n");
 }
+
+#[tokio::test]
+async fn an_idle_sandbox_can_be_saved_to_disk_and_the_next_call_restores_it() {
+    let saved = tempfile::tempdir().unwrap();
+    let sandbox = start(
+        builder(saved.path())
+            .idle_timeout(Duration::from_secs(1), airlock::IdlePolicy::PauseToDisk),
+    )
+    .await;
+    sandbox.fs().write("/tmp/idle", "still here").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sandbox.state() != SandboxState::OnDisk {
+        assert!(Instant::now() < deadline, "not saved after going idle");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(airlock_tests::processes_mentioning(sandbox.state_dir()).is_empty());
+    // The default policy restores on the next call.
+    assert_eq!(stdout_of(&sandbox, "cat /tmp/idle").await, "still here");
+    assert_eq!(sandbox.state(), SandboxState::Running);
+}
+
+/// Saves and restores, two sandboxes at a time, each cycle checking that
+/// a counter file kept its value and that nothing is left behind.
+#[tokio::test]
+async fn soak_pause_to_disk_and_resume_two_at_a_time() {
+    const CYCLES: usize = 25;
+    let saved = tempfile::tempdir().unwrap();
+    let run = |n: usize| {
+        let saved = saved.path().to_owned();
+        async move {
+            let sandbox = start(clone_builder(&saved)).await;
+            for cycle in 0..CYCLES {
+                sandbox
+                    .fs()
+                    .write("/tmp/cycle", cycle.to_string())
+                    .await
+                    .unwrap();
+                sandbox.pause_to_disk().await.unwrap_or_else(|e| {
+                    panic!("sandbox {n}, cycle {cycle}: {}", airlock::error_chain(&e))
+                });
+                assert!(airlock_tests::processes_mentioning(sandbox.state_dir()).is_empty());
+                let got = sandbox
+                    .exec(sh("cat /tmp/cycle"))
+                    .await
+                    .unwrap_or_else(|e| {
+                        panic!("sandbox {n}, cycle {cycle}: {}", airlock::error_chain(&e))
+                    })
+                    .output()
+                    .await
+                    .unwrap();
+                assert_eq!(String::from_utf8_lossy(&got.stdout), cycle.to_string());
+                let record = airlock::saved::SavedStore::new(&saved)
+                    .record(sandbox.id())
+                    .unwrap();
+                assert!(record.generations.len() <= 2, "{record:?}");
+            }
+            let dir = sandbox.state_dir().to_owned();
+            sandbox.kill();
+            drop(sandbox);
+            assert!(airlock_tests::processes_mentioning(&dir).is_empty());
+        }
+    };
+    futures::future::join(run(0), run(1)).await;
+    let left: Vec<_> = std::fs::read_dir(saved.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "files left: {left:?}");
+}

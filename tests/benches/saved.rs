@@ -3,8 +3,10 @@
 //!
 //! - pause to disk: `pause_to_disk()` until it returns (the snapshot is
 //!   synced and the VM process gone), with the snapshot's size and MiB/s;
-//! - resume: from an `exec` of `echo` on the sandbox on disk (the call
-//!   restores it) to the echo's first output, what a user waits for;
+//! - resume: from `resume()` to the first output of an `echo` run right
+//!   after, what a user waits for; with its parts: the new QEMU started
+//!   and loaded the snapshot, and `resume()` returned (the agent answered
+//!   on a new connection and took the host's clock);
 //! - fork: `fork(1)` and `fork(3)` until the children are ready, then to
 //!   the first child's `echo` output.
 //!
@@ -64,6 +66,8 @@ async fn main() {
         echo(&sandbox).await;
         let mut pauses = Vec::new();
         let mut resumes = Vec::new();
+        let mut loads = Vec::new();
+        let mut answers = Vec::new();
         let mut stream_bytes = 0;
         for _ in 0..cycles {
             let began = Instant::now();
@@ -78,11 +82,15 @@ async fn main() {
                     sandbox.console_tail(3000)
                 );
             }
+            answers.push(began.elapsed());
+            loads.push(sandbox.last_restore().expect("restored").took);
             let first = echo(&sandbox).await;
             resumes.push(first - began);
         }
         pauses.sort();
         resumes.sort();
+        loads.sort();
+        answers.sort();
         let mib = stream_bytes as f64 / 1048576.0;
         let (pause, resume) = (percentile(&pauses, 50), percentile(&resumes, 50));
         text.push_str(&row(
@@ -98,6 +106,18 @@ async fn main() {
             &format!("{:.0}", mib / pause.as_secs_f64()),
         ));
         text.push_str(&row(
+            &format!("{name}:   new QEMU started and loaded"),
+            &fmt_ms(percentile(&loads, 50)),
+            &fmt_ms(percentile(&loads, 95)),
+            &format!("{:.0}", mib / percentile(&loads, 50).as_secs_f64()),
+        ));
+        text.push_str(&row(
+            &format!("{name}:   resume() returned (agent answered)"),
+            &fmt_ms(percentile(&answers, 50)),
+            &fmt_ms(percentile(&answers, 95)),
+            "",
+        ));
+        text.push_str(&row(
             &format!("{name}: resume to first `echo` output"),
             &fmt_ms(resume),
             &fmt_ms(percentile(&resumes, 95)),
@@ -109,6 +129,8 @@ async fn main() {
                 "snapshot_bytes": stream_bytes,
                 "pause_median_ms": ms(pause),
                 "pause_p95_ms": ms(percentile(&pauses, 95)),
+                "resume_load_median_ms": ms(percentile(&loads, 50)),
+                "resume_answered_median_ms": ms(percentile(&answers, 50)),
                 "resume_to_echo_median_ms": ms(resume),
                 "resume_to_echo_p95_ms": ms(percentile(&resumes, 95)),
             }),

@@ -65,6 +65,15 @@ pub enum Error {
     #[error("the sandbox is paused; resume it first")]
     Paused,
 
+    /// The sandbox was saved to disk ([`Sandbox::pause_to_disk`](crate::Sandbox::pause_to_disk))
+    /// while this call was open, which ended its VM process and the call's
+    /// connection; the next call restores the sandbox. (Output streams of
+    /// programs re-attach by themselves.)
+    #[error(
+        "{call}: the sandbox was saved to disk while the call was open; the next call restores it"
+    )]
+    SavedDuringCall { call: &'static str },
+
     /// A [`Sandboxes`](crate::Sandboxes) manager is at its maximum.
     #[error("{max} sandboxes are running, the most this manager allows")]
     TooManySandboxes { max: usize },
@@ -151,6 +160,7 @@ impl Error {
         match held_back {
             Some(Unavailable::Ended(reason)) => return Error::SandboxEnded { reason },
             Some(Unavailable::Paused) => return Error::Paused,
+            Some(Unavailable::SavedDuringCall) => return Error::SavedDuringCall { call },
             None => {}
         }
         Error::Agent {

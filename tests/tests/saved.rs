@@ -367,3 +367,35 @@ async fn soak_pause_to_disk_and_resume_two_at_a_time() {
         .collect();
     assert!(left.is_empty(), "files left: {left:?}");
 }
+
+#[tokio::test]
+async fn a_call_open_across_a_save_fails_with_the_reason_and_the_next_call_restores() {
+    let saved = tempfile::tempdir().unwrap();
+    let sandbox = start(builder(saved.path()).memory_mib(512)).await;
+    let host = tempfile::tempdir().unwrap();
+    let big = host.path().join("big");
+    let data: Vec<u8> = (0..64u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+        .collect();
+    std::fs::write(&big, &data).unwrap();
+    let fs = sandbox.fs();
+    let upload = fs.write_file("/tmp/big", &big);
+    let save = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        sandbox.pause_to_disk().await
+    };
+    let (uploaded, saved_now) = tokio::join!(upload, save);
+    saved_now.expect("save");
+    let error = uploaded.expect_err("the upload outlived the VM process it went to");
+    let text = airlock::error_chain(&error);
+    assert!(
+        text.contains("saved to disk while the call was open"),
+        "{text}"
+    );
+    // Nothing half-written is left, and the next call restores the sandbox.
+    assert_eq!(
+        stdout_of(&sandbox, "test -e /tmp/big && echo there || echo absent").await,
+        "absent\n"
+    );
+    assert_eq!(sandbox.state(), SandboxState::Running);
+}

@@ -78,10 +78,15 @@ impl Service<http::Request<Body>> for AgentChannel {
             // between the two.
             let guard = vm.begin_call();
             vm.admit(policy).await?;
+            let saves = vm.saves();
             match inner.oneshot(request).await {
-                Ok(response) => Ok(response.map(|body| TrackedBody { inner: body, guard })),
-                Err(error) => match vm.end_reason() {
-                    Some(reason) => Err(Unavailable::Ended(reason).into()),
+                Ok(response) => Ok(response.map(|body| TrackedBody {
+                    inner: body,
+                    guard,
+                    saves,
+                })),
+                Err(error) => match vm.why_broken(saves) {
+                    Some(why) => Err(why.into()),
                     None => Err(error.into()),
                 },
             }
@@ -95,6 +100,8 @@ impl Service<http::Request<Body>> for AgentChannel {
 pub(crate) struct TrackedBody {
     inner: Body,
     guard: CallGuard,
+    /// The VM's save count when the call began.
+    saves: u64,
 }
 
 impl HttpBody for TrackedBody {
@@ -107,8 +114,8 @@ impl HttpBody for TrackedBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         match Pin::new(&mut self.inner).poll_frame(cx) {
             Poll::Ready(Some(Err(status))) => {
-                let status = match self.guard.vm().end_reason() {
-                    Some(reason) => ended_status(reason),
+                let status = match self.guard.vm().why_broken(self.saves) {
+                    Some(why) => unavailable_status(why),
                     None => status,
                 };
                 Poll::Ready(Some(Err(status)))
@@ -126,8 +133,9 @@ impl HttpBody for TrackedBody {
     }
 }
 
-fn ended_status(reason: super::EndReason) -> Status {
-    let unavailable = Unavailable::Ended(reason);
+/// A broken stream's status, naming what broke it; the code stays
+/// `UNAVAILABLE`, which output streams re-attach on.
+fn unavailable_status(unavailable: Unavailable) -> Status {
     let mut status = Status::unavailable(unavailable.to_string());
     status.set_source(Arc::new(unavailable));
     status

@@ -43,6 +43,11 @@ pub(crate) enum Unavailable {
     Ended(EndReason),
     #[error("the sandbox is paused")]
     Paused,
+    #[error(
+        "the sandbox was saved to disk while the call was open (its VM process ended); \
+         the next call restores it"
+    )]
+    SavedDuringCall,
 }
 
 /// Time accounting, under one lock.
@@ -53,6 +58,8 @@ struct Clock {
     paused_total: Duration,
     /// Pauses begun so far.
     pauses: u64,
+    /// Saves to disk so far.
+    saves: u64,
     ended_at: Option<Instant>,
     last_guest_cpu: Duration,
     /// Guest CPU time of earlier VM processes (before a save to disk).
@@ -122,6 +129,7 @@ impl VmShared {
                 paused_since: None,
                 paused_total: Duration::ZERO,
                 pauses: 0,
+                saves: 0,
                 ended_at: None,
                 last_guest_cpu: Duration::ZERO,
                 guest_cpu_base: Duration::ZERO,
@@ -180,6 +188,22 @@ impl VmShared {
     /// VM was paused in between (it may be running again).
     pub fn pauses(&self) -> u64 {
         lock(&self.clock).pauses
+    }
+
+    /// How many times the VM was saved to disk: a change between two
+    /// readings means its process (and every connection) ended in between.
+    pub fn saves(&self) -> u64 {
+        lock(&self.clock).saves
+    }
+
+    /// Why a call that broke, begun when [`saves`](VmShared::saves) was
+    /// `saves_before`, could not finish, if the sandbox's life explains it.
+    pub fn why_broken(&self, saves_before: u64) -> Option<Unavailable> {
+        if let Some(reason) = self.end_reason() {
+            return Some(Unavailable::Ended(reason));
+        }
+        (self.saves() != saves_before || self.state() == SandboxState::OnDisk)
+            .then_some(Unavailable::SavedDuringCall)
     }
 
     /// Waits up to `wait` for the VM to end, and says why it did.

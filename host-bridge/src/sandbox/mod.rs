@@ -285,7 +285,9 @@ impl Sandbox {
     /// sandbox is then [`SandboxState::OnDisk`]: [`resume`](Sandbox::resume),
     /// or a call as [`SandboxBuilder::paused_calls`] says, restores it into
     /// a new VM process, and programs go on where they were. Open output
-    /// streams re-attach from their offsets, without a gap.
+    /// streams re-attach from their offsets, without a gap; any other call
+    /// open at the save (an upload, say) fails with
+    /// [`Error::SavedDuringCall`], having changed nothing half-way.
     ///
     /// Dropping the handle of a sandbox on disk leaves it there: a
     /// [`SandboxBuilder::restore`] by id (in this process or another, also

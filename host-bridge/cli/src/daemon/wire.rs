@@ -49,6 +49,7 @@ pub fn error_status(error: &airlock::Error) -> Status {
         Error::Paused => (Code::FailedPrecondition, R::Paused),
         Error::SandboxEnded { .. } | Error::VmGone { .. } => (Code::FailedPrecondition, R::Ended),
         Error::CannotSave { .. } => (Code::FailedPrecondition, R::InvalidArgument),
+        Error::SavedDuringCall { .. } => (Code::Unavailable, R::SavedDuringCall),
         Error::Saved(airlock::saved::SavedError::NotSaved { .. }) => {
             (Code::NotFound, R::NoSuchSandbox)
         }

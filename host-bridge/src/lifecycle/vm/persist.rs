@@ -106,6 +106,7 @@ impl VmShared {
                     clock.pauses += 1;
                 }
                 clock.on_disk_since = Some(Instant::now());
+                clock.saves += 1;
                 clock.guest_cpu_base = clock.last_guest_cpu;
             }
             self.state.send_replace(SandboxState::OnDisk);

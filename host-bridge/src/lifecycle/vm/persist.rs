@@ -92,9 +92,17 @@ impl VmShared {
         let header = self
             .write_snapshot(persistence, &writing, &record.id, frozen)
             .await?;
-        let header = persistence
+        let header = match persistence
             .store
-            .commit(&mut record, generation, writing, header)?;
+            .commit(&mut record, generation, writing, header)
+        {
+            Ok(header) => header,
+            Err(error) => {
+                // The VM is stopped but whole: it runs on as before.
+                self.run_again(persistence, frozen).await;
+                return Err(error.into());
+            }
+        };
         *lock(&persistence.record) = record;
         self.sample_guest_cpu();
         {
@@ -146,16 +154,25 @@ impl VmShared {
                 created_unix_secs: unix_ms() / 1000,
             }),
             Err(error) => {
-                if let Err(cont) = vmm::snapshot::cont(qmp).await {
-                    tracing::warn!(error = %crate::error_chain(&cont), "cannot run the VM again after a failed save");
-                }
-                if frozen {
-                    lock(&self.vmm).freeze(true)?;
-                }
+                self.run_again(persistence, frozen).await;
                 Err(Error::Snapshot {
                     what: "saving the VM",
                     detail: crate::error_chain(&error),
                 })
+            }
+        }
+    }
+
+    /// Runs a VM stopped by a save that failed, as it ran before (frozen
+    /// again if it was). A failure here is logged: the watchdog's probe
+    /// ends a VM that no longer answers.
+    async fn run_again(&self, persistence: &Persistence, frozen: bool) {
+        if let Err(error) = vmm::snapshot::cont(&persistence.paths.qmp_socket).await {
+            tracing::warn!(error = %crate::error_chain(&error), "cannot run the VM again after a failed save");
+        }
+        if frozen {
+            if let Err(error) = lock(&self.vmm).freeze(true) {
+                tracing::warn!(%error, "cannot freeze the VM again after a failed save");
             }
         }
     }
@@ -187,6 +204,10 @@ impl VmShared {
             what: "running the VM again after saving it",
             detail: crate::error_chain(&error),
         })?;
+        // The guest's clock stood still while it was stopped.
+        if !frozen && self.push_clock {
+            self.push_clock().await;
+        }
         Ok(writing.commit(header)?)
     }
 

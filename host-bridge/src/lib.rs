@@ -82,8 +82,8 @@ pub use code::{
 };
 pub use error::{error_chain, Error, Result};
 pub use exec::{
-    Command, Event, Execution, Exit, ExitStatus, Limits, Output, ProcessHandle, ProcessInfo,
-    ProcessState, Signal, Stdin, Target, TerminalSize, Usage,
+    Command, Event, ExecStamps, Execution, Exit, ExitStatus, Limits, Output, ProcessHandle,
+    ProcessInfo, ProcessState, Signal, Stdin, Target, TerminalSize, Usage,
 };
 pub use fs::Files;
 pub use lifecycle::{EndReason, IdlePolicy, PausedCalls, SandboxState, SandboxUsage};

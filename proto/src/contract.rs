@@ -13,7 +13,7 @@ use std::fmt;
 
 /// The revision of `airlock.agent.v1` that this crate describes: the
 /// revision of the newest [`Feature`].
-pub const PROTOCOL_REVISION: u32 = 7;
+pub const PROTOCOL_REVISION: u32 = 8;
 
 /// The vsock port the agent listens on unless the kernel command line says
 /// otherwise ([`cmdline::PORT`]).
@@ -173,11 +173,14 @@ pub enum Feature {
     RunCode,
     /// `Files.SnapshotTree`, `TreeChanges` and `DownloadPaths`.
     TreeChanges,
+    /// The agent's timestamps of a program (`Started.received_us`,
+    /// `spawned_us`; `Exited.first_output_us`, `exited_us`).
+    ExecStamps,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Feature; 10] = [
+    pub const ALL: [Feature; 11] = [
         Feature::ExtendedStart,
         Feature::Attach,
         Feature::List,
@@ -188,6 +191,7 @@ impl Feature {
         Feature::Personalize,
         Feature::RunCode,
         Feature::TreeChanges,
+        Feature::ExecStamps,
     ];
 
     /// The protocol revision that added this feature.
@@ -199,6 +203,7 @@ impl Feature {
             Feature::Pty | Feature::SetClock => 5,
             Feature::Personalize => 6,
             Feature::RunCode | Feature::TreeChanges => 7,
+            Feature::ExecStamps => 8,
         }
     }
 
@@ -221,6 +226,7 @@ impl fmt::Display for Feature {
             Feature::Personalize => "personalizing a guest (entropy, hostname, id)",
             Feature::RunCode => "running code in contexts",
             Feature::TreeChanges => "tracking file changes",
+            Feature::ExecStamps => "the agent's timestamps of a program",
         })
     }
 }

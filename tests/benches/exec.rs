@@ -126,14 +126,34 @@ async fn main() {
     // Exec latency: `true`, start to exit event, sequential.
     let mut times = Vec::with_capacity(LATENCY_RUNS);
     let mut agent_times = Vec::with_capacity(LATENCY_RUNS);
+    let mut to_started = Vec::with_capacity(LATENCY_RUNS);
+    let mut setups = Vec::with_capacity(LATENCY_RUNS);
+    let mut runs = Vec::with_capacity(LATENCY_RUNS);
+    let mut outside = Vec::with_capacity(LATENCY_RUNS);
     for _ in 0..LATENCY_RUNS {
         let began = Instant::now();
-        let exit = run_true(&sandbox).await;
-        times.push(began.elapsed());
-        agent_times.push(exit);
+        let execution = sandbox.exec(Command::new("true")).await.expect("exec true");
+        to_started.push(began.elapsed());
+        let exit = execution.wait().await.expect("wait true");
+        let took = began.elapsed();
+        assert!(exit.status.success(), "true failed: {exit:?}");
+        times.push(took);
+        agent_times.push(exit.duration);
+        let stamps = exit.stamps.expect("the agent's stamps");
+        setups.push(stamps.setup);
+        runs.push(stamps.run);
+        outside.push(took.saturating_sub(stamps.setup + stamps.run));
     }
-    times.sort();
-    agent_times.sort();
+    for figures in [
+        &mut times,
+        &mut agent_times,
+        &mut to_started,
+        &mut setups,
+        &mut runs,
+        &mut outside,
+    ] {
+        figures.sort();
+    }
     let (lat_median, lat_p99) = (percentile(&times, 50), percentile(&times, 99));
     let agent_median = percentile(&agent_times, 50);
     table.heading(&format!(
@@ -167,6 +187,27 @@ async fn main() {
         &fmt_ms(agent_median),
         "",
     );
+    table.row("breakdown (medians of each part):", "", "");
+    table.row(
+        "  host: exec call until the started event",
+        &fmt_ms(percentile(&to_started, 50)),
+        "",
+    );
+    table.row(
+        "  agent: request in until spawned (setup)",
+        &fmt_ms(percentile(&setups, 50)),
+        "",
+    );
+    table.row(
+        "  agent: spawned until the exit was seen",
+        &fmt_ms(percentile(&runs, 50)),
+        "",
+    );
+    table.row(
+        "  rest: channel, both gRPC stacks, host",
+        &fmt_ms(percentile(&outside, 50)),
+        "",
+    );
 
     // Exec throughput at 1, 8 and 64 concurrent sessions.
     table.heading(&format!(
@@ -185,6 +226,41 @@ async fn main() {
         table.row(&level.to_string(), &format!("{per_sec:.1}"), "");
         throughput_json.insert(level.to_string(), json!(per_sec));
     }
+
+    // The same with two vCPUs: does the agent use the second one?
+    let two = airlock_tests::builder()
+        .vcpus(2)
+        .start()
+        .await
+        .expect("2-vCPU sandbox");
+    run_true(&two).await;
+    table.heading(&format!(
+        "exec throughput with 2 vCPUs: {EXECS_PER_LEVEL} `true` execs per level, one VM"
+    ));
+    table.header("concurrent sessions", "execs/s", "vs 1");
+    let mut two_json = serde_json::Map::new();
+    let mut at_one = 0.0;
+    for level in [1usize, 8] {
+        let began = Instant::now();
+        futures::stream::iter(0..EXECS_PER_LEVEL)
+            .map(|_| run_true(&two))
+            .buffer_unordered(level)
+            .collect::<Vec<_>>()
+            .await;
+        let per_sec = EXECS_PER_LEVEL as f64 / began.elapsed().as_secs_f64();
+        if level == 1 {
+            at_one = per_sec;
+        }
+        table.row(
+            &level.to_string(),
+            &format!("{per_sec:.1}"),
+            &ratio(per_sec / at_one),
+        );
+        two_json.insert(level.to_string(), json!(per_sec));
+    }
+    two.shutdown(Duration::from_secs(10))
+        .await
+        .expect("shutdown");
 
     // Stdout throughput beside the raw echo and the guest writing to /dev/null.
     let echo_mbps = echo_throughput(&mut stream, STDOUT_BYTES / MIB).await;
@@ -261,8 +337,13 @@ async fn main() {
                 "guest_spawn_ms": ms(guest_spawn),
                 "floor_ms": ms(floor),
                 "median_vs_floor": ms(lat_median) / ms(floor),
+                "to_started_median_ms": ms(percentile(&to_started, 50)),
+                "agent_setup_median_ms": ms(percentile(&setups, 50)),
+                "agent_run_median_ms": ms(percentile(&runs, 50)),
+                "outside_agent_median_ms": ms(percentile(&outside, 50)),
             },
             "execs_per_second": Value::Object(throughput_json),
+            "execs_per_second_2_vcpus": Value::Object(two_json),
             "stdout": {
                 "bytes": STDOUT_BYTES,
                 "exec_mb_per_s": stdout_mbps,
@@ -381,6 +462,11 @@ async fn first_output(sandbox: &Sandbox, command: &Command) -> Duration {
 
 /// Runs `true` to its exit; returns the agent's own start-to-exit time.
 async fn run_true(sandbox: &Sandbox) -> Duration {
+    run_true_exit(sandbox).await.duration
+}
+
+/// Runs `true` and returns its exit (with the agent's stamps).
+async fn run_true_exit(sandbox: &Sandbox) -> airlock::Exit {
     let exit = sandbox
         .exec(Command::new("true"))
         .await
@@ -389,7 +475,7 @@ async fn run_true(sandbox: &Sandbox) -> Duration {
         .await
         .expect("wait true");
     assert!(exit.status.success(), "true failed: {exit:?}");
-    exit.duration
+    exit
 }
 
 /// The guest's own time per iteration of `script`, timed inside the guest

@@ -24,6 +24,7 @@ fn main() -> ExitCode {
             env_and_cwd_reach_the_program,
             output_right_before_exit_is_never_lost,
             commands_run_concurrently_over_one_connection,
+            the_agent_says_where_an_execs_time_went,
         ])
         .run()
 }
@@ -118,4 +119,31 @@ async fn commands_run_concurrently_over_one_connection(sandbox: &Sandbox) {
         assert_eq!(out.stdout, format!("{i}\n").as_bytes());
         assert_eq!(out.stderr, format!("{i}\n").as_bytes());
     }
+}
+
+async fn the_agent_says_where_an_execs_time_went(sandbox: &Sandbox) {
+    let began = std::time::Instant::now();
+    let exit = sandbox
+        .exec(&sh("sleep 0.3; echo late"))
+        .await
+        .expect("start")
+        .wait()
+        .await
+        .expect("exit");
+    let host = began.elapsed();
+    let stamps = exit.stamps.expect("the agent's stamps");
+    // The program slept 300 ms before its output, then exited.
+    let first = stamps.to_first_output.expect("it wrote output");
+    assert!(first >= std::time::Duration::from_millis(300), "{stamps:?}");
+    assert!(stamps.run >= first, "{stamps:?}");
+    // The agent's parts fit in what the host saw.
+    assert!(stamps.setup + stamps.run <= host, "{stamps:?} vs {host:?}");
+    let silent = sandbox
+        .exec(&sh("true"))
+        .await
+        .expect("start")
+        .wait()
+        .await
+        .expect("exit");
+    assert_eq!(silent.stamps.expect("stamps").to_first_output, None);
 }

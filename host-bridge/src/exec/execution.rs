@@ -25,7 +25,7 @@ use tonic::Streaming;
 
 use super::process::{ProcessHandle, Target};
 use super::signal::Signal;
-use super::status::{Exit, ExitStatus};
+use super::status::{ExecStamps, Exit, ExitStatus};
 use super::terminal::TerminalSize;
 use crate::error::{Error, Result};
 use crate::features::AgentFeatures;
@@ -94,6 +94,8 @@ pub struct Execution {
     reattach: Option<AgentChannel>,
     /// The VM's pause count when the last event arrived.
     pauses_seen: u64,
+    /// The agent's `received_us` and `spawned_us` (0 from older agents).
+    started_stamps: (u64, u64),
 }
 
 /// How many times in a row a broken stream is re-attached before its
@@ -124,6 +126,7 @@ impl Execution {
                 exit: None,
                 offset: 0,
                 pauses_seen: vm.as_ref().map_or(0, |vm| vm.pauses()),
+                started_stamps: (started.received_us, started.spawned_us),
                 vm,
             }),
             other => Err(Error::Protocol(format!(
@@ -208,7 +211,9 @@ impl Execution {
             }
             Some((process_event::Event::Dropped(dropped), _)) => Event::Dropped(dropped.bytes),
             Some((process_event::Event::Exited(exited), _)) => {
-                let exit = Exit::from_proto(&exited)?;
+                let mut exit = Exit::from_proto(&exited)?;
+                let (received, spawned) = self.started_stamps;
+                exit.stamps = ExecStamps::of(received, spawned, &exited);
                 self.exit = Some(exit);
                 Event::Exited(exit)
             }
@@ -227,9 +232,9 @@ impl Execution {
     /// Whether the sandbox is paused or was paused since the last event:
     /// what makes a broken stream worth re-attaching.
     fn paused_since_last_event(&self) -> bool {
-        self.vm.as_ref().is_some_and(|vm| {
-            vm.state() == crate::SandboxState::Paused || vm.pauses() != self.pauses_seen
-        })
+        self.vm
+            .as_ref()
+            .is_some_and(|vm| vm.state().is_paused() || vm.pauses() != self.pauses_seen)
     }
 
     /// Replaces the broken stream with `Process.Connect` from the offset

@@ -28,5 +28,5 @@ pub use execution::{Event, Execution, Output};
 pub use limits::{Limits, Usage};
 pub use process::{ProcessHandle, ProcessInfo, ProcessState, Target};
 pub use signal::Signal;
-pub use status::{Exit, ExitStatus};
+pub use status::{ExecStamps, Exit, ExitStatus};
 pub use terminal::TerminalSize;

@@ -66,6 +66,41 @@ pub struct Exit {
     /// What the program's tree used (where the agent has cgroups and speaks
     /// protocol revision 4).
     pub usage: Option<Usage>,
+    /// Where the time went inside the guest, by the agent's clock (an
+    /// agent of protocol revision 8, on the stream that started the
+    /// program or re-attached to it).
+    pub stamps: Option<ExecStamps>,
+}
+
+/// Where a program's time went inside the guest, by the agent's own clock:
+/// with the host's view of the same exec, what is left is the channel and
+/// the two gRPC stacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecStamps {
+    /// From the request's arrival in the agent until the program was
+    /// spawned: its cgroup and limits, pipes, fork and exec.
+    pub setup: Duration,
+    /// From the spawn until the agent read its first output, if it wrote
+    /// any.
+    pub to_first_output: Option<Duration>,
+    /// From the spawn until the agent saw the exit.
+    pub run: Duration,
+}
+
+impl ExecStamps {
+    /// The stamps of `Started` (`received_us`, `spawned_us`) and `Exited`,
+    /// if the agent sent them.
+    pub(crate) fn of(received_us: u64, spawned_us: u64, exited: &Exited) -> Option<ExecStamps> {
+        if received_us == 0 || spawned_us < received_us || exited.exited_us < spawned_us {
+            return None;
+        }
+        Some(ExecStamps {
+            setup: Duration::from_micros(spawned_us - received_us),
+            to_first_output: (exited.first_output_us >= spawned_us)
+                .then(|| Duration::from_micros(exited.first_output_us - spawned_us)),
+            run: Duration::from_micros(exited.exited_us - spawned_us),
+        })
+    }
 }
 
 impl Exit {
@@ -77,6 +112,7 @@ impl Exit {
             oom_killed: false,
             duration: Duration::ZERO,
             usage: None,
+            stamps: None,
         }
     }
 
@@ -92,6 +128,7 @@ impl Exit {
             oom_killed: exited.oom_killed,
             duration: Duration::from_micros(exited.duration_us),
             usage: exited.usage.as_ref().map(Usage::from),
+            stamps: None,
         })
     }
 }
@@ -140,6 +177,8 @@ mod tests {
                 memory_peak_bytes: 4096,
                 pids_peak: 3,
             }),
+            first_output_us: 0,
+            exited_us: 0,
         })
         .unwrap();
         assert_eq!(exit, ExitStatus::Signal(9));
@@ -148,5 +187,31 @@ mod tests {
         assert_eq!(exit.usage.map(|u| u.cpu), Some(Duration::from_millis(2)));
         assert_eq!(exit.to_string(), "killed by signal 9 (timed out)");
         assert!(Exit::from_proto(&Exited::default()).is_err());
+    }
+
+    #[test]
+    fn stamps_are_durations_on_the_agents_clock() {
+        let exited = Exited {
+            first_output_us: 10_300,
+            exited_us: 12_000,
+            ..Exited::default()
+        };
+        let stamps = ExecStamps::of(9_000, 10_000, &exited).unwrap();
+        assert_eq!(stamps.setup, Duration::from_millis(1));
+        assert_eq!(stamps.to_first_output, Some(Duration::from_micros(300)));
+        assert_eq!(stamps.run, Duration::from_millis(2));
+        let silent = Exited {
+            exited_us: 12_000,
+            ..Exited::default()
+        };
+        assert_eq!(
+            ExecStamps::of(9_000, 10_000, &silent)
+                .unwrap()
+                .to_first_output,
+            None
+        );
+        // An older agent sends none; nonsense is not reported.
+        assert_eq!(ExecStamps::of(0, 0, &exited), None);
+        assert_eq!(ExecStamps::of(9_000, 20_000, &exited), None);
     }
 }

@@ -55,7 +55,13 @@ impl Attachment {
         let pid = self.entry.pid();
         if !self.started_sent {
             self.started_sent = true;
-            return Some(Ok(event(process_event::Event::Started(Started { pid }), 0)));
+            let stamps = self.entry.stamps();
+            let started = Started {
+                pid,
+                received_us: stamps.received_us,
+                spawned_us: stamps.spawned_us,
+            };
+            return Some(Ok(event(process_event::Event::Started(started), 0)));
         }
         let item = match self.entry.next_for(self.id).await {
             Next::Dropped(bytes) => Ok(event(
@@ -72,7 +78,7 @@ impl Attachment {
             Next::End(End::Exited(report)) => {
                 self.done = true;
                 Ok(event(
-                    process_event::Event::Exited(exited_message(&report)),
+                    process_event::Event::Exited(exited_message(&report, self.entry.stamps())),
                     0,
                 ))
             }

@@ -80,6 +80,20 @@ pub struct Identity {
     pub argv: Vec<String>,
     /// When it was spawned.
     pub started: Instant,
+    /// When the request that started it arrived and when it was spawned,
+    /// on the guest's boot clock (microseconds), for the host's breakdown.
+    pub received_us: u64,
+    pub spawned_us: u64,
+}
+
+/// When things happened to a program, on the guest's boot clock
+/// (microseconds); 0 for what has not happened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stamps {
+    pub received_us: u64,
+    pub spawned_us: u64,
+    pub first_output_us: u64,
+    pub exited_us: u64,
 }
 
 /// The attached client.
@@ -99,6 +113,9 @@ struct State {
     next_client: u64,
     end: Option<End>,
     finished_at: Option<Instant>,
+    /// When the first output arrived and when the end was recorded.
+    first_output_us: u64,
+    exited_us: u64,
     /// The terminal's master side, until the end is recorded.
     terminal: Option<Master>,
 }
@@ -201,6 +218,9 @@ impl Entry {
                 let cursor = state.attached.map(|c| c.cursor);
                 let behind = cursor.map_or(0, |c| state.output.end().saturating_sub(c));
                 if behind < ATTACHED_LIMIT as u64 {
+                    if state.first_output_us == 0 {
+                        state.first_output_us = crate::clock::boottime_us();
+                    }
                     state.output.push(chunk, cursor);
                     let attached = cursor.is_some();
                     drop(state);
@@ -220,6 +240,7 @@ impl Entry {
             let mut state = self.lock();
             state.end = Some(end);
             state.finished_at = Some(Instant::now());
+            state.exited_us = crate::clock::boottime_us();
             // The terminal is of no more use; its descriptor goes.
             state.terminal = None;
         }
@@ -307,6 +328,17 @@ impl Entry {
         self.lock().finished_at
     }
 
+    /// When things happened to it, for the host's breakdown.
+    pub fn stamps(&self) -> Stamps {
+        let state = self.lock();
+        Stamps {
+            received_us: self.id.received_us,
+            spawned_us: self.id.spawned_us,
+            first_output_us: state.first_output_us,
+            exited_us: state.exited_us,
+        }
+    }
+
     /// Output bytes held for replay.
     pub fn held(&self) -> usize {
         self.lock().output.held()
@@ -317,7 +349,15 @@ impl Entry {
         let state = self.lock();
         let (state_code, exit) = match state.end {
             None => (ProcessState::Running, None),
-            Some(End::Exited(ref report)) => (ProcessState::Exited, Some(exited_message(report))),
+            Some(End::Exited(ref report)) => {
+                let stamps = Stamps {
+                    received_us: self.id.received_us,
+                    spawned_us: self.id.spawned_us,
+                    first_output_us: state.first_output_us,
+                    exited_us: state.exited_us,
+                };
+                (ProcessState::Exited, Some(exited_message(report, stamps)))
+            }
             Some(End::Lost) => (ProcessState::Exited, None),
         };
         ProcessInfo {
@@ -333,8 +373,8 @@ impl Entry {
     }
 }
 
-/// The protocol's `Exited` for a report.
-pub fn exited_message(report: &ExitReport) -> Exited {
+/// The protocol's `Exited` for a report, with the program's `stamps`.
+pub fn exited_message(report: &ExitReport, stamps: Stamps) -> Exited {
     let status = match report.exit {
         Exit::Code(code) => exited::Status::Code(code),
         Exit::Signal(signal) => exited::Status::Signal(signal),
@@ -345,6 +385,8 @@ pub fn exited_message(report: &ExitReport) -> Exited {
         oom_killed: report.oom_killed,
         duration_us: u64::try_from(report.duration.as_micros()).unwrap_or(u64::MAX),
         usage: report.usage,
+        first_output_us: stamps.first_output_us,
+        exited_us: stamps.exited_us,
     }
 }
 
@@ -366,6 +408,8 @@ mod tests {
                 tag: Some("t".into()),
                 argv: vec!["prog".into()],
                 started: Instant::now(),
+                received_us: 0,
+                spawned_us: 0,
             },
             None,
             None,

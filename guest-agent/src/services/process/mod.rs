@@ -93,6 +93,7 @@ impl ProcessService {
 
     /// Spawns `spec`, enters it in the table and attaches the caller.
     async fn start(&self, spec: Spec) -> Result<EventStream, ProcessError> {
+        let received_us = crate::clock::boottime_us();
         let claim = self.table.reserve_tag(spec.tag().map(str::to_owned))?;
         let cgroup = self.cgroups.as_ref().and_then(|c| match c.create() {
             Ok(cgroup) => Some(cgroup),
@@ -123,6 +124,7 @@ impl ProcessService {
             source: std::io::Error::other(e.to_string()),
         })?;
         let started = Instant::now();
+        let spawned_us = crate::clock::boottime_us();
         let Spawned {
             mut child,
             exit: exit_rx,
@@ -168,6 +170,8 @@ impl ProcessService {
                 tag: spec.tag().map(str::to_owned),
                 argv: spec.argv().to_vec(),
                 started,
+                received_us,
+                spawned_us,
             },
             io.stdin,
             io.terminal,

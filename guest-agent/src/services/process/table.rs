@@ -214,6 +214,8 @@ mod tests {
                 tag: tag.map(str::to_owned),
                 argv: vec!["p".into()],
                 started: Instant::now(),
+                received_us: 0,
+                spawned_us: 0,
             },
             None,
             None,

@@ -541,7 +541,10 @@ mod tests {
         use pb::exec_request::Input;
         let (tx, rx) = mpsc::channel(4);
         tokio::spawn(async move {
-            let started = Started { pid: 7 };
+            let started = Started {
+                pid: 7,
+                ..Started::default()
+            };
             tx.send(event(process_event::Event::Started(started)))
                 .await
                 .unwrap();

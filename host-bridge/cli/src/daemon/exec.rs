@@ -36,7 +36,11 @@ pub(super) async fn run(
     let handle = execution.handle();
     let pid = execution.pid();
     let started = ProcessEvent {
-        event: Some(process_event::Event::Started(Started { pid })),
+        // The agent's timestamps stay in the daemon.
+        event: Some(process_event::Event::Started(Started {
+            pid,
+            ..Started::default()
+        })),
         offset: 0,
     };
     if events.send(Ok(started)).await.is_err() {

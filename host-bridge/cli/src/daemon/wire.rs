@@ -280,6 +280,7 @@ pub fn exited(exit: &Exit) -> Exited {
         oom_killed: exit.oom_killed,
         duration_us: u64::try_from(exit.duration.as_micros()).unwrap_or(u64::MAX),
         usage: None,
+        ..Exited::default()
     }
 }
 

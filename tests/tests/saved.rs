@@ -54,6 +54,26 @@ async fn read_lines(execution: &mut Execution, text: &mut String, lines: usize) 
     }
 }
 
+/// Rewrites the QEMU version a snapshot file's header names, with a
+/// checksum that matches again (what another QEMU's file looks like).
+fn rewrite_qemu_version(path: &Path, version: &str) {
+    use sha2::{Digest, Sha256};
+    let mut bytes = std::fs::read(path).unwrap();
+    let length = u32::from_le_bytes(bytes[16..20].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[20..20 + length]).unwrap();
+    header["qemu_version"] = version.into();
+    let json = serde_json::to_vec(&header).unwrap();
+    let mut head = bytes[..16].to_vec();
+    head.extend_from_slice(&u32::try_from(json.len()).unwrap().to_le_bytes());
+    head.extend_from_slice(&json);
+    let checksum = Sha256::digest(&head);
+    head.extend_from_slice(&checksum);
+    assert!(head.len() <= 4096);
+    head.resize(4096, 0);
+    bytes.splice(..4096, head);
+    std::fs::write(path, bytes).unwrap();
+}
+
 /// The guest's "now", from a file it writes.
 async fn guest_now(sandbox: &Sandbox) -> SystemTime {
     sandbox.fs().write("/tmp/now", "x").await.expect("write");
@@ -164,13 +184,40 @@ async fn a_truncated_snapshot_is_refused_and_the_one_before_resumes() {
         "1gone\n"
     );
 
+    // A snapshot another QEMU wrote (a header that checks out, naming
+    // another version) is refused too, and the generation before it used.
+    sandbox.fs().write("/tmp/three", "3").await.unwrap();
+    sandbox.pause_to_disk().await.expect("save by another QEMU");
+    let record = airlock::saved::SavedStore::new(saved.path())
+        .record(sandbox.id())
+        .unwrap();
+    let newest = *record.generations.last().unwrap();
+    let path = saved
+        .path()
+        .join(sandbox.id())
+        .join(format!("snapshot-{newest}"));
+    rewrite_qemu_version(&path, "0.9.1");
+    sandbox
+        .resume()
+        .await
+        .expect("resume from the generation before");
+    let restored = sandbox.last_restore().unwrap();
+    assert!(
+        restored.refused.len() == 1 && restored.refused[0].contains("written by QEMU 0.9.1"),
+        "{restored:?}"
+    );
+    assert_eq!(
+        stdout_of(&sandbox, "test -e /tmp/three || echo gone").await,
+        "gone\n"
+    );
+
     // A file that is no snapshot at all is refused as well; with no good
     // generation left the sandbox stays on disk.
     sandbox.pause_to_disk().await.expect("third save");
     let record = airlock::saved::SavedStore::new(saved.path())
         .record(sandbox.id())
         .unwrap();
-    // The refused generation was dropped: the first one and the new one.
+    // Refused generations were dropped: the first one and the new one.
     assert_eq!(record.generations, [1, 2]);
     for generation in record.generations {
         let path = saved
@@ -238,6 +285,9 @@ async fn fork_into_three_shares_the_past_and_nothing_after() {
         .write("/tmp/parent", "from the parent")
         .await
         .unwrap();
+    let mut counter = parent.exec(sh(COUNTER).tag("counter")).await.unwrap();
+    let mut seen = String::new();
+    read_lines(&mut counter, &mut seen, 3).await;
     let children = parent.fork(3).await.expect("fork");
     assert_eq!(children.len(), 3);
     // The parent runs on.
@@ -259,7 +309,18 @@ async fn fork_into_three_shares_the_past_and_nothing_after() {
     }
     for (i, child) in children.iter().enumerate() {
         assert_eq!(stdout_of(child, "cat /tmp/mine").await, i.to_string());
+        // The parent's running program runs on in each child, its output
+        // from the start replayed.
+        let mut copy = child.attach("counter").await.unwrap();
+        let mut output = String::new();
+        read_lines(&mut copy, &mut output, seen.lines().count() + 5).await;
+        assert!(output.starts_with(&seen), "{output:?} vs {seen:?}");
+        counts(&output);
     }
+    // And in the parent, without a gap.
+    let before = seen.lines().count();
+    read_lines(&mut counter, &mut seen, before + 5).await;
+    counts(&seen);
     assert_eq!(
         stdout_of(&parent, "ls /tmp/mine 2>/dev/null || echo none").await,
         "none\n"
@@ -398,4 +459,51 @@ async fn a_call_open_across_a_save_fails_with_the_reason_and_the_next_call_resto
         "absent\n"
     );
     assert_eq!(sandbox.state(), SandboxState::Running);
+}
+
+#[tokio::test]
+async fn a_workspace_sandbox_is_saved_and_restored_with_its_files() {
+    let saved = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let disk = workspace.path().join("ws.img");
+    let builder = || {
+        builder(saved.path())
+            .image(airlock_tests::default_image())
+            .workspace(&disk)
+    };
+    let sandbox = start(builder()).await;
+    sandbox
+        .fs()
+        .write("/root/kept", "in the workspace")
+        .await
+        .unwrap();
+    sandbox
+        .fs()
+        .write("/tmp/volatile", "in memory")
+        .await
+        .unwrap();
+    let id = sandbox.id().to_owned();
+    sandbox.pause_to_disk().await.expect("save");
+    // On disk, it still holds its workspace.
+    let second = builder().start().await.unwrap_err();
+    assert!(second.to_string().contains("workspace"), "{second}");
+    drop(sandbox);
+
+    let restored = builder().restore(&id).await.expect("restore");
+    assert_eq!(
+        stdout_of(&restored, "cat /root/kept; echo; cat /tmp/volatile").await,
+        "in the workspace\nin memory"
+    );
+    restored
+        .fs()
+        .write("/root/after", "written after")
+        .await
+        .unwrap();
+    restored.shutdown(Duration::from_secs(10)).await.unwrap();
+    // A cold boot on the same workspace sees both.
+    let next = start(builder()).await;
+    assert_eq!(
+        stdout_of(&next, "cat /root/kept /root/after").await,
+        "in the workspacewritten after"
+    );
 }

@@ -181,13 +181,13 @@ impl Execution {
         let mut attempts = 0;
         let next = loop {
             match next_proto_event(self.call, &mut self.events, self.vm.as_ref()).await {
-                Err(Error::Agent { status, .. })
+                Err(error)
                     if attempts < REATTACH_ATTEMPTS
                         && self.reattach.is_some()
                         && self.paused_since_last_event()
-                        && is_broken_connection(&status) =>
+                        && breaks_the_stream(&error) =>
                 {
-                    tracing::debug!(pid = self.pid, offset = self.offset, %status, "output stream broke; re-attaching");
+                    tracing::debug!(pid = self.pid, offset = self.offset, %error, "output stream broke; re-attaching");
                     tokio::time::sleep(REATTACH_BACKOFF * 2u32.pow(attempts)).await;
                     attempts += 1;
                     if let Err(error) = self.reattach().await {
@@ -320,6 +320,16 @@ impl Execution {
 
 /// Whether `status` is the connection breaking under a call (rather than
 /// the agent's answer to it).
+/// Whether `error` is a broken connection (a stream worth re-attaching
+/// when a pause or a save explains it).
+fn breaks_the_stream(error: &Error) -> bool {
+    match error {
+        Error::Agent { status, .. } => is_broken_connection(status),
+        Error::SavedDuringCall { .. } => true,
+        _ => false,
+    }
+}
+
 fn is_broken_connection(status: &tonic::Status) -> bool {
     matches!(
         status.code(),

@@ -60,7 +60,7 @@ impl SandboxBuilder {
             Some(path) => Some(Workspace::open(path, self.workspace_bytes)?),
             None => None,
         };
-        let snapshot = store.open_newest(&record)?;
+        let snapshot = store.open_newest(&record, &crate::vmm::qemu_version()?)?;
         // The process that held it may have died without cleaning up (a
         // daemon killed with SIGKILL): its state directory goes first.
         if self.state_dir_base.join(id).exists() {

@@ -62,6 +62,12 @@ pub enum SavedError {
     Encode(String),
     #[error("no saved sandbox {id}")]
     NotSaved { id: String },
+    #[error("snapshot {path} was written by QEMU {written_by}; this host runs QEMU {here}")]
+    OtherQemu {
+        path: PathBuf,
+        written_by: String,
+        here: String,
+    },
     #[error("sandbox {id} has no snapshot that passes its checks: {reasons}")]
     NoGoodSnapshot { id: String, reasons: String },
 }

@@ -226,11 +226,28 @@ impl SavedStore {
         file::write_atomically(&self.sandbox_dir(&record.id).join(RECORD), &bytes)
     }
 
-    /// The newest generation of `record` that passes its checks.
-    pub(crate) fn open_newest(&self, record: &SavedRecord) -> Result<GoodSnapshot, SavedError> {
+    /// The newest generation of `record` that passes its checks and was
+    /// written by QEMU `qemu_version` (the one this host runs).
+    pub(crate) fn open_newest(
+        &self,
+        record: &SavedRecord,
+        qemu_version: &str,
+    ) -> Result<GoodSnapshot, SavedError> {
         let mut skipped = Vec::new();
         for &generation in record.generations.iter().rev() {
-            match file::open(&self.snapshot_path(&record.id, generation)) {
+            let path = self.snapshot_path(&record.id, generation);
+            let opened = file::open(&path).and_then(|(file, header)| {
+                if header.qemu_version == qemu_version {
+                    Ok((file, header))
+                } else {
+                    Err(SavedError::OtherQemu {
+                        path: path.clone(),
+                        written_by: header.qemu_version,
+                        here: qemu_version.to_owned(),
+                    })
+                }
+            });
+            match opened {
                 Ok((file, header)) => {
                     return Ok(GoodSnapshot {
                         file,
@@ -439,7 +456,7 @@ mod tests {
         assert_eq!(saved.generations, [2, 3]);
         assert_eq!(store.record("sandbox-a").unwrap(), saved);
         assert!(!store.snapshot_path("sandbox-a", 1).exists());
-        let newest = store.open_newest(&saved).unwrap();
+        let newest = store.open_newest(&saved, "7.2.22").unwrap();
         assert_eq!((newest.generation, newest.header.stream_bytes), (3, 5));
         assert!(newest.skipped.is_empty());
         assert_eq!(store.list().unwrap(), [saved]);
@@ -457,13 +474,17 @@ mod tests {
             .open(store.snapshot_path("sandbox-b", 2))
             .unwrap();
         newest.set_len(4100).unwrap();
-        let good = store.open_newest(&saved).unwrap();
+        let good = store.open_newest(&saved, "7.2.22").unwrap();
         assert_eq!(good.generation, 1);
         assert_eq!(good.skipped.len(), 1);
         assert!(good.skipped[0].1.to_string().contains("its header says"));
 
+        // Another QEMU's snapshot is refused as well.
+        let error = store.open_newest(&saved, "8.0.0").unwrap_err().to_string();
+        assert!(error.contains("written by QEMU 7.2.22"), "{error}");
+
         std::fs::write(store.snapshot_path("sandbox-b", 1), b"junk").unwrap();
-        let error = store.open_newest(&saved).unwrap_err().to_string();
+        let error = store.open_newest(&saved, "7.2.22").unwrap_err().to_string();
         assert!(
             error.contains("generation 2") && error.contains("generation 1"),
             "{error}"

@@ -88,6 +88,8 @@ pub enum VmmError {
     DeviceExited { status: String, log: String },
     #[error("QEMU has already exited")]
     Exited,
+    #[error("cannot tell the version of {program} from {output:?}")]
+    Version { program: PathBuf, output: String },
     #[error("cannot signal QEMU")]
     Signal(#[source] nix::Error),
     #[error("waiting for a VMM process")]
@@ -121,6 +123,40 @@ pub enum VmmError {
 /// The QEMU binary this host runs.
 pub(crate) fn locate_qemu() -> Result<PathBuf, VmmError> {
     binaries::QEMU.locate()
+}
+
+/// The version of the QEMU this host runs, `major.minor.micro` as QMP's
+/// `query-version` gives it, from `--version`; asked once per process.
+pub(crate) fn qemu_version() -> Result<String, VmmError> {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    if let Some(version) = VERSION.get() {
+        return Ok(version.clone());
+    }
+    let program = locate_qemu()?;
+    let output = std::process::Command::new(&program)
+        .arg("--version")
+        .output()
+        .map_err(|source| VmmError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let version = parse_qemu_version(&text).ok_or_else(|| VmmError::Version {
+        program,
+        output: text.trim().to_owned(),
+    })?;
+    Ok(VERSION.get_or_init(|| version).clone())
+}
+
+/// `7.2.22` from `QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u13)`.
+fn parse_qemu_version(text: &str) -> Option<String> {
+    let after = text.split("version ").nth(1)?;
+    let version: String = after
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let parts = version.split('.').count();
+    (parts == 3 && version.split('.').all(|p| !p.is_empty())).then_some(version)
 }
 
 /// Which backend a sandbox runs on.
@@ -284,5 +320,22 @@ impl Backend {
     /// time after a pause (a process shares the host's).
     pub fn has_own_clock(&self) -> bool {
         matches!(self, Backend::Qemu(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_qemu_version;
+
+    #[test]
+    fn qemu_versions_read_as_qmp_reports_them() {
+        let line = "QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u13)\nCopyright";
+        assert_eq!(parse_qemu_version(line).as_deref(), Some("7.2.22"));
+        assert_eq!(
+            parse_qemu_version("QEMU emulator version 10.0.2\n").as_deref(),
+            Some("10.0.2")
+        );
+        assert_eq!(parse_qemu_version("QEMU emulator version 9.1"), None);
+        assert_eq!(parse_qemu_version("something else"), None);
     }
 }

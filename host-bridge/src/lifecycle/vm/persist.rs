@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 
 use airlock_proto::v1::health_client::HealthClient;
 use airlock_proto::v1::CheckRequest;
-use airlock_proto::Feature;
 
 use super::{lock, SandboxState, VmShared};
 use crate::error::{Error, Result};
@@ -217,7 +216,9 @@ impl VmShared {
         let persistence = self.persistence()?;
         let record = lock(&persistence.record).clone();
         let begin = Instant::now();
-        let snapshot = persistence.store.open_newest(&record)?;
+        let snapshot = persistence
+            .store
+            .open_newest(&record, &vmm::qemu_version()?)?;
         let refused: Vec<u64> = snapshot.skipped.iter().map(|(g, _)| *g).collect();
         let (vm, restored) = relaunch(
             &record.vm,
@@ -232,18 +233,18 @@ impl VmShared {
             self.pid.store(vm.qemu_pid(), Ordering::Relaxed);
             *vmm = crate::vmm::Backend::Qemu(Box::new(vm));
         }
-        // The first call after the restore opens the new connection; the
-        // clock push is that call when the agent takes it.
-        let answered = if self.push_clock && self.features.has(Feature::SetClock) {
-            self.set_clock(RESTORED_ANSWER_TIMEOUT).await
-        } else {
-            let mut health = HealthClient::new(self.raw_channel.clone()).capped();
-            match tokio::time::timeout(RESTORED_ANSWER_TIMEOUT, health.check(CheckRequest {})).await
-            {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(status)) => Err(status.to_string()),
-                Err(_) => Err(format!("no answer within {RESTORED_ANSWER_TIMEOUT:?}")),
-            }
+        // The first call opens the new connection (which takes long under
+        // TCG); the clock push follows on it, so its time is not stale.
+        let mut health = HealthClient::new(self.raw_channel.clone()).capped();
+        let answered = match tokio::time::timeout(
+            RESTORED_ANSWER_TIMEOUT,
+            health.check(CheckRequest {}),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(status)) => Err(status.to_string()),
+            Err(_) => Err(format!("no answer within {RESTORED_ANSWER_TIMEOUT:?}")),
         };
         if let Err(detail) = answered {
             tracing::warn!(console = %lock(&self.vmm).diagnostics(2048), "the restored agent does not answer");
@@ -265,6 +266,9 @@ impl VmShared {
         *lock(&self.quiet_since) = Instant::now();
         if !refused.is_empty() {
             self.drop_generations(persistence, &refused);
+        }
+        if self.push_clock {
+            self.push_clock().await;
         }
         self.state.send_replace(SandboxState::Running);
         tracing::info!(

@@ -98,6 +98,9 @@ struct Inner {
     pool: Mutex<Pool>,
     /// Wakes the pool's keeper.
     wake: Arc<Notify>,
+    /// Serializes restores from disk, so two calls naming one saved
+    /// sandbox restore it once.
+    restoring: tokio::sync::Mutex<()>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -114,6 +117,7 @@ impl Sandboxes {
                 running: Mutex::new(BTreeMap::new()),
                 pool: Mutex::new(Pool::default()),
                 wake: Arc::new(Notify::new()),
+                restoring: tokio::sync::Mutex::new(()),
             }),
         }
     }
@@ -309,6 +313,7 @@ impl Sandboxes {
     /// [`SandboxBuilder::restore`]) and tracks it; for a sandbox whose
     /// handle is gone, say after a restart of this process.
     pub async fn restore(&self, builder: SandboxBuilder, id: &str) -> Result<Arc<Sandbox>> {
+        let _one_at_a_time = self.inner.restoring.lock().await;
         self.forget_ended();
         if self.running().contains_key(id) {
             return self.get(id);

@@ -24,10 +24,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use airlock::{Command, Event, Origin, Sandbox, SandboxBuilder, Sandboxes};
+use airlock::{Origin, Sandbox, SandboxBuilder, Sandboxes};
 use serde_json::json;
 
-use common::{ms, percentile};
+use common::{first_echo, ms, percentile};
 
 /// A configuration to start, made afresh for each start.
 type MakeBuilder<'a> = Box<dyn Fn() -> SandboxBuilder + 'a>;
@@ -182,7 +182,7 @@ async fn main() {
             .start()
             .await
             .expect("clone");
-        echo(&sandbox).await;
+        first_echo(&sandbox).await;
         clones.push(sandbox);
     }
     let cold = airlock_tests::builder()
@@ -190,7 +190,7 @@ async fn main() {
         .start()
         .await
         .expect("cold");
-    echo(&cold).await;
+    first_echo(&cold).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let clone_pss: Vec<u64> = clones.iter().map(qemu_pss).collect();
     let cold_pss = qemu_pss(&cold);
@@ -253,7 +253,7 @@ async fn pooled_starts(n: usize, frozen: Duration, builder: SandboxBuilder) -> P
         let began = Instant::now();
         let sandbox = manager.start_pooled().await.expect("start from the pool");
         let returned = Instant::now();
-        let first = echo(&sandbox).await;
+        let first = first_echo(&sandbox).await;
         assert_eq!(sandbox.id(), member, "not a pool member");
         times.returned.push(returned - began);
         times.echoed.push(first - began);
@@ -285,23 +285,8 @@ async fn refilled(manager: &Sandboxes) -> String {
 async fn time_to_echo(builder: SandboxBuilder) -> (Duration, Origin) {
     let began = Instant::now();
     let sandbox = builder.start().await.expect("start");
-    let first = echo(&sandbox).await;
+    let first = first_echo(&sandbox).await;
     (first - began, sandbox.origin().clone())
-}
-
-/// Runs `echo ready` to its end; returns when its first output came.
-async fn echo(sandbox: &Sandbox) -> Instant {
-    let mut execution = sandbox
-        .exec(Command::new("echo").arg("ready"))
-        .await
-        .expect("exec echo");
-    let mut first = None;
-    while let Some(event) = execution.next_event().await.expect("echo events") {
-        if let Event::Stdout(_) = event {
-            first.get_or_insert_with(Instant::now);
-        }
-    }
-    first.expect("echo printed")
 }
 
 /// The proportional set size of the sandbox's QEMU, in bytes.

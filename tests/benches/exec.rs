@@ -15,6 +15,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+#[allow(dead_code)]
 mod common;
 mod peer;
 

@@ -24,10 +24,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use airlock::{Command, Event, Sandbox};
+use airlock::{Command, Sandbox};
 use serde_json::json;
 
-use common::{ms, percentile};
+use common::{first_echo, ms, percentile};
 
 /// Data the loaded sandbox holds in `/tmp` (guest RAM).
 const LOADED_MIB: u64 = 96;
@@ -63,7 +63,7 @@ async fn main() {
             let script = format!("head -c {}M /dev/urandom > /tmp/load", load);
             run(&sandbox, &script).await;
         }
-        echo(&sandbox).await;
+        first_echo(&sandbox).await;
         let mut pauses = Vec::new();
         let mut resumes = Vec::new();
         let mut loads = Vec::new();
@@ -84,7 +84,7 @@ async fn main() {
             }
             answers.push(began.elapsed());
             loads.push(sandbox.last_restore().expect("restored").took);
-            let first = echo(&sandbox).await;
+            let first = first_echo(&sandbox).await;
             resumes.push(first - began);
         }
         pauses.sort();
@@ -140,7 +140,7 @@ async fn main() {
     text.push_str("\nfork of a running sandbox, default Debian image\n");
     text.push_str(&row("measure", "median", "p95", ""));
     let parent = builder().start().await.expect("start");
-    echo(&parent).await;
+    first_echo(&parent).await;
     for n in [1usize, 3] {
         let mut ready = Vec::new();
         let mut first_output = Vec::new();
@@ -148,7 +148,7 @@ async fn main() {
             let began = Instant::now();
             let children = parent.fork(n).await.expect("fork");
             ready.push(began.elapsed());
-            first_output.push(echo(&children[0]).await - began);
+            first_output.push(first_echo(&children[0]).await - began);
         }
         ready.sort();
         first_output.sort();
@@ -201,21 +201,6 @@ async fn run(sandbox: &Sandbox, script: &str) {
         .await
         .expect("output");
     assert!(output.status.success(), "{script}: {output:?}");
-}
-
-/// Runs `echo ready` to its end; returns when its first output came.
-async fn echo(sandbox: &Sandbox) -> Instant {
-    let mut execution = sandbox
-        .exec(Command::new("echo").arg("ready"))
-        .await
-        .expect("exec echo");
-    let mut first = None;
-    while let Some(event) = execution.next_event().await.expect("echo events") {
-        if let Event::Stdout(_) = event {
-            first.get_or_insert_with(Instant::now);
-        }
-    }
-    first.expect("echo printed")
 }
 
 fn row(a: &str, b: &str, c: &str, d: &str) -> String {

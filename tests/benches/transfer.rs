@@ -8,6 +8,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+#[allow(dead_code)]
 mod common;
 
 use std::time::{Duration, Instant};

@@ -17,9 +17,9 @@ use tonic::transport::Channel;
 use crate::error::{Error, Result};
 use crate::features::AgentFeatures;
 use crate::lifecycle::channel::AgentChannel;
-use crate::lifecycle::vm::{Persistence, VmShared};
+use crate::lifecycle::vm::{relaunch, Persistence, VmShared};
 use crate::lifecycle::watchdog;
-use crate::saved::{SavedRecord, SavedStore, SavedUsage, SavedVm};
+use crate::saved::{GoodSnapshot, Restored, SavedRecord, SavedStore, SavedUsage, SavedVm};
 use crate::state_dir;
 use crate::transport::CapMessages;
 use crate::vmm::{
@@ -168,6 +168,27 @@ impl SandboxBuilder {
             machine,
         })
         .await
+    }
+
+    /// Starts a new QEMU for `machine` in `dir`, loads `snapshot` into it
+    /// and waits for its agent (within the boot timeout): the common part
+    /// of a restore and of a fork's child.
+    pub(super) async fn relaunch_in(
+        &self,
+        dir: TempDir,
+        machine: &SavedVm,
+        snapshot: GoodSnapshot,
+    ) -> Result<(Launched, Restored)> {
+        let paths = VmPaths::in_dir(dir.path());
+        let (qemu, restored) =
+            relaunch(machine, snapshot, &paths, self.vmm_user, self.agent_port).await?;
+        let deadline = Deadline {
+            at: Instant::now() + self.boot_timeout,
+            timeout: self.boot_timeout,
+        };
+        let vmm = Backend::Qemu(Box::new(qemu));
+        let launched = Launched::connect(dir, vmm, Instant::now(), deadline).await?;
+        Ok((launched, restored))
     }
 
     /// The machine a launched VM runs, as a saved sandbox records it:

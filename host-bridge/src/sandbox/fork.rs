@@ -12,15 +12,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::lifecycle::vm::relaunch;
 use crate::saved::{self, GoodSnapshot, SavedStore, SavedVm};
 use crate::state_dir;
-use crate::vmm::{Backend, VmPaths};
 use crate::Accel;
 
-use super::boot::{Assembly, Launched, Machine, Origin};
+use super::boot::{Assembly, Machine, Origin};
 use super::builder::SandboxBuilder;
-use super::connect::Deadline;
 use super::Sandbox;
 
 /// Tells apart the fork files of one process.
@@ -97,15 +94,7 @@ impl SandboxBuilder {
             skipped: Vec::new(),
         };
         let dir = state_dir::create(&self.state_dir_base)?;
-        let paths = VmPaths::in_dir(dir.path());
-        let (qemu, _) = relaunch(machine, snapshot, &paths, self.vmm_user, self.agent_port).await?;
-        let vmm_started = Instant::now();
-        let deadline = Deadline {
-            at: Instant::now() + self.boot_timeout,
-            timeout: self.boot_timeout,
-        };
-        let launched =
-            Launched::connect(dir, Backend::Qemu(Box::new(qemu)), vmm_started, deadline).await?;
+        let (launched, _) = self.relaunch_in(dir, machine, snapshot).await?;
         self.assemble(Assembly {
             launched,
             origin: Origin::Fork {

@@ -8,16 +8,13 @@ use std::time::Instant;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::error::{Error, Result};
-use crate::lifecycle::vm::relaunch;
 use crate::saved::SavedStore;
 use crate::state_dir;
-use crate::vmm::{Backend, VmPaths};
 use crate::workspace::Workspace;
 use crate::Accel;
 
-use super::boot::{Assembly, Launched, Machine, Origin};
+use super::boot::{Assembly, Machine, Origin};
 use super::builder::SandboxBuilder;
-use super::connect::Deadline;
 use super::Sandbox;
 
 impl SandboxBuilder {
@@ -67,16 +64,7 @@ impl SandboxBuilder {
             crate::gc::collect_before_start(self.state_dir_base.clone()).await;
         }
         let dir = state_dir::create_named(&self.state_dir_base, id)?;
-        let paths = VmPaths::in_dir(dir.path());
-        let (qemu, restored) =
-            relaunch(&record.vm, snapshot, &paths, self.vmm_user, self.agent_port).await?;
-        let vmm_started = Instant::now();
-        let deadline = Deadline {
-            at: Instant::now() + self.boot_timeout,
-            timeout: self.boot_timeout,
-        };
-        let launched =
-            Launched::connect(dir, Backend::Qemu(Box::new(qemu)), vmm_started, deadline).await?;
+        let (launched, restored) = self.relaunch_in(dir, &record.vm, snapshot).await?;
         let origin = Origin::Restored {
             generation: restored.generation,
         };

@@ -40,31 +40,18 @@ pub fn default_base() -> PathBuf {
 /// Creates a fresh private directory under `base`, recording the calling
 /// process as its owner.
 pub(crate) fn create(base: &Path) -> Result<TempDir> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    let fail = |source| Error::StateDir {
-        base: base.to_owned(),
-        source,
-    };
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(base)
-        .map_err(fail)?;
-    let dir = tempfile::Builder::new()
-        .prefix(DIR_PREFIX)
-        .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir_in(base)
-        .map_err(fail)?;
-    OwnerRecord::for_current_process()
-        .and_then(|record| record.write(dir.path()))
-        .map_err(fail)?;
-    Ok(dir)
+    make(base, DIR_PREFIX, true)
 }
 
 /// Creates the private directory `base/name` (a sandbox restored under
 /// its id), which must not exist yet, recording the calling process as its
 /// owner.
 pub(crate) fn create_named(base: &Path, name: &str) -> Result<TempDir> {
+    make(base, name, false)
+}
+
+/// `base/<prefix><random>`, or exactly `base/<prefix>` without `random`.
+fn make(base: &Path, prefix: &str, random: bool) -> Result<TempDir> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     let fail = |source| Error::StateDir {
         base: base.to_owned(),
@@ -75,12 +62,14 @@ pub(crate) fn create_named(base: &Path, name: &str) -> Result<TempDir> {
         .mode(0o755)
         .create(base)
         .map_err(fail)?;
-    let dir = tempfile::Builder::new()
-        .prefix(name)
-        .rand_bytes(0)
-        .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir_in(base)
-        .map_err(fail)?;
+    let mut builder = tempfile::Builder::new();
+    builder
+        .prefix(prefix)
+        .permissions(std::fs::Permissions::from_mode(0o700));
+    if !random {
+        builder.rand_bytes(0);
+    }
+    let dir = builder.tempdir_in(base).map_err(fail)?;
     OwnerRecord::for_current_process()
         .and_then(|record| record.write(dir.path()))
         .map_err(fail)?;

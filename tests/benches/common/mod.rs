@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use airlock::{Command, Execution, Sandbox, SandboxBuilder};
+use airlock::{Command, Event, Execution, Sandbox, SandboxBuilder};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
@@ -121,4 +121,20 @@ pub fn pseudo_random(len: usize) -> Vec<u8> {
     }
     out.truncate(len);
     out
+}
+
+/// Runs `echo ready` to its end; returns when its first output came (what
+/// a user waits for after a start or a resume).
+pub async fn first_echo(sandbox: &Sandbox) -> Instant {
+    let mut execution = sandbox
+        .exec(Command::new("echo").arg("ready"))
+        .await
+        .expect("exec echo");
+    let mut first = None;
+    while let Some(event) = execution.next_event().await.expect("echo events") {
+        if let Event::Stdout(_) = event {
+            first.get_or_insert_with(Instant::now);
+        }
+    }
+    first.expect("echo printed")
 }

@@ -154,7 +154,13 @@ fn mount_one(m: &Mount) -> Result<(), MountError> {
                 refused = m.data.unwrap_or_default(),
                 "kernel refused mount options; mounting without them"
             );
-            mount(Some(m.fstype), m.target, Some(m.fstype), m.flags, None::<&str>)
+            mount(
+                Some(m.fstype),
+                m.target,
+                Some(m.fstype),
+                m.flags,
+                None::<&str>,
+            )
         }
         other => other,
     };

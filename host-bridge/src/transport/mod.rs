@@ -59,6 +59,13 @@ pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
 /// (hyper's default, set explicitly).
 pub const MAX_HEADER_LIST_BYTES: u32 = 16 << 10;
 
+/// The largest HTTP/2 frame the host accepts from the agent, which the
+/// agent then uses for its DATA frames (HTTP/2's default is 16 KiB). A
+/// 128 KiB file chunk then goes out as one frame, not eight: on a
+/// virtio-serial port every frame boundary is work for the guest's one
+/// vCPU (a frame header, a write of its own unless gathered).
+pub const MAX_FRAME_BYTES: u32 = 256 << 10;
+
 /// Applies [`MAX_MESSAGE_BYTES`] to a generated gRPC client.
 pub(crate) trait CapMessages {
     /// The client with its decoding limit set.
@@ -172,6 +179,7 @@ impl AgentTransport {
         Endpoint::from_static("http://airlock-agent")
             .tcp_nodelay(true)
             .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
+            .max_frame_size(MAX_FRAME_BYTES)
             .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
             .keep_alive_timeout(KEEPALIVE_TIMEOUT)
             .keep_alive_while_idle(true)

@@ -15,16 +15,22 @@
 //!
 //! The `SIGCHLD` handler is installed before the first spawn, and the reap
 //! loop runs once at start, so no exit is missed.
+//!
+//! The reap task never blocks its runtime thread on that mutex: a spawn
+//! holds it for the whole `fork`/`exec` (milliseconds under emulation), and
+//! a worker thread parked on it would stall every other call meanwhile. It
+//! tries the lock and, while a spawn has it, waits for the spawn's end
+//! signal (`Reaper::spawned`) and tries again.
 
 use std::collections::HashMap;
 use std::process::{Child, Command};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 
 use nix::errno::Errno;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
 /// How a child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +55,8 @@ type Table = HashMap<i32, oneshot::Sender<Exit>>;
 #[derive(Debug, Clone)]
 pub struct Reaper {
     table: Arc<Mutex<Table>>,
+    /// Signalled each time a spawn (or anyone else) lets go of `table`.
+    spawned: Arc<Notify>,
 }
 
 impl Reaper {
@@ -57,12 +65,16 @@ impl Reaper {
     pub fn start() -> Result<Self, ReaperError> {
         let mut sigchld = signal(SignalKind::child()).map_err(ReaperError::Signal)?;
         let table = Arc::new(Mutex::new(Table::new()));
+        let spawned = Arc::new(Notify::new());
         let reaper = Self {
             table: Arc::clone(&table),
+            spawned: Arc::clone(&spawned),
         };
         tokio::spawn(async move {
             loop {
-                reap_all(&table);
+                while !try_reap_all(&table) {
+                    spawned.notified().await;
+                }
                 if sigchld.recv().await.is_none() {
                     tracing::error!("SIGCHLD stream ended; no more children will be reaped");
                     break;
@@ -77,6 +89,7 @@ impl Reaper {
     pub(crate) fn for_tests() -> Self {
         Self {
             table: Arc::new(Mutex::new(Table::new())),
+            spawned: Arc::new(Notify::new()),
         }
     }
 
@@ -88,27 +101,50 @@ impl Reaper {
         &self,
         command: &mut Command,
     ) -> std::io::Result<(Child, oneshot::Receiver<Exit>)> {
-        let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
-        let child = command.spawn()?;
-        let (tx, rx) = oneshot::channel();
-        let pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
-        table.insert(pid, tx);
-        Ok((child, rx))
+        self.with_table(|table| {
+            command.spawn().map(|child| {
+                let (tx, rx) = oneshot::channel();
+                let pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
+                table.insert(pid, tx);
+                (child, rx)
+            })
+        })
     }
 
     /// Runs `f` if `pid` is a child that has not been reaped yet, holding
     /// the reap lock so the pid cannot be reaped (and reused) meanwhile:
     /// what `f` does to `pid` reaches the right process.
     pub fn while_unreaped<T>(&self, pid: u32, f: impl FnOnce() -> T) -> Option<T> {
-        let table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
         let pid = i32::try_from(pid).ok()?;
-        table.contains_key(&pid).then(f)
+        self.with_table(|table| table.contains_key(&pid).then(f))
+    }
+
+    /// Runs `f` on the table, then tells a reap task that may have found
+    /// it taken (a permit is kept if the task is not waiting yet).
+    fn with_table<T>(&self, f: impl FnOnce(&mut Table) -> T) -> T {
+        let out = {
+            let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+            f(&mut table)
+        };
+        self.spawned.notify_one();
+        out
     }
 }
 
+/// Reaps every child that has exited if no spawn holds the table; false
+/// if one does (the reap task then waits for it: see the module docs).
+fn try_reap_all(table: &Mutex<Table>) -> bool {
+    let mut guard = match table.try_lock() {
+        Ok(guard) => guard,
+        Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        Err(TryLockError::WouldBlock) => return false,
+    };
+    reap_all(&mut guard);
+    true
+}
+
 /// Reaps every child that has exited, without blocking.
-fn reap_all(table: &Mutex<Table>) {
-    let mut table = table.lock().unwrap_or_else(PoisonError::into_inner);
+fn reap_all(table: &mut Table) {
     loop {
         let (pid, exit) = match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::Exited(pid, code)) => (pid, Exit::Code(code)),
@@ -177,6 +213,40 @@ mod tests {
         drop(child); // closes its stdin: `read` ends
         assert_eq!(rx.await.unwrap(), Exit::Code(1));
         assert_eq!(reaper.while_unreaped(pid, || 5), None);
+
+        // A child that exits while the table is held (for a spawn, in the
+        // agent) is reaped once it is free, and meanwhile the runtime runs
+        // on: the reap task waits for the table instead of blocking the
+        // runtime's one thread on it.
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c").arg("exit 3");
+        let holder = reaper.clone();
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let (_child, rx) = reaper.spawn(&mut cmd).unwrap();
+        let pid = _child.id();
+        let holding = std::thread::spawn(move || {
+            holder.while_unreaped(pid, || {
+                held_tx.send(()).unwrap();
+                // Let go at the latest after 3 s, so a stalled runtime
+                // fails the check below instead of hanging the test.
+                let _ = release_rx.recv_timeout(std::time::Duration::from_secs(3));
+            })
+        });
+        held_rx.recv().unwrap();
+        // The child exits and SIGCHLD arrives while the table is held.
+        let began = std::time::Instant::now();
+        for _ in 0..5 {
+            tokio::time::sleep(std::time::Duration::from_millis(40)).await;
+        }
+        assert!(
+            began.elapsed() < std::time::Duration::from_millis(1500),
+            "the runtime stalled while the table was held: {:?}",
+            began.elapsed()
+        );
+        let _ = release_tx.send(());
+        assert!(holding.join().unwrap().is_some(), "held while unreaped");
+        assert_eq!(rx.await.unwrap(), Exit::Code(3));
 
         // A failed spawn registers nothing.
         let mut cmd = Command::new("/nonexistent/airlock-test-program");

@@ -1,8 +1,12 @@
-//! `airlock-rootfs initramfs`: the guest's initramfs, a gzip'd newc cpio.
+//! `airlock-rootfs initramfs`: the guest's initramfs, a newc cpio.
 //!
 //! Data flow: [`KernelBuild::open`] (the kernel directory) + [`Busybox::load`] + the agent
-//! binary -> [`assemble`] into an [`Archive`] -> gzip (fixed header) into a temporary file
-//! beside the output -> rename into place. Same inputs, same bytes.
+//! binary -> [`assemble`] into an [`Archive`] -> a temporary file beside the output ->
+//! rename into place. Same inputs, same bytes.
+//!
+//! The archive is not compressed: the guest kernel unpacks it on every cold boot, and under
+//! emulation inflating a gzip'd one took 270 ms of the boot against 130 ms for the plain
+//! archive. The file (about 10 MB) is read once into the page cache and shared by every VM.
 //!
 //! Layout inside the archive:
 //!
@@ -18,8 +22,6 @@
 use std::io::{self, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-
-use flate2::{Compression, GzBuilder};
 
 use crate::archive::{Archive, ArchiveError};
 use crate::busybox::{self, Busybox, BusyboxError};
@@ -57,7 +59,7 @@ pub struct InitramfsOptions {
     pub kernel_dir: PathBuf,
     /// The guest agent binary, installed as `/init`.
     pub agent: PathBuf,
-    /// The `.cpio.gz` file to write.
+    /// The `.cpio` file to write.
     pub out: PathBuf,
     /// A static busybox binary.
     pub busybox: PathBuf,
@@ -144,7 +146,7 @@ pub fn build(options: &InitramfsOptions) -> Result<InitramfsSummary, InitramfsEr
     }
     let applets = busybox.applets.len();
     let archive = assemble(&kernel, agent, &busybox)?;
-    let bytes = write_gzip(&archive, &options.out)?;
+    let bytes = write_cpio(&archive, &options.out)?;
     Ok(InitramfsSummary {
         path: options.out.clone(),
         release: kernel.release,
@@ -201,9 +203,9 @@ pub fn assemble(
     Ok(archive)
 }
 
-/// Gzips `archive` into a temporary file beside `out`, then renames it over `out`.
-/// Returns the compressed size.
-fn write_gzip(archive: &Archive, out: &Path) -> Result<u64, InitramfsError> {
+/// Writes `archive` into a temporary file beside `out`, then renames it over `out`.
+/// Returns its size.
+fn write_cpio(archive: &Archive, out: &Path) -> Result<u64, InitramfsError> {
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -213,14 +215,7 @@ fn write_gzip(archive: &Archive, out: &Path) -> Result<u64, InitramfsError> {
         .prefix(".airlock-initramfs-")
         .tempfile_in(parent)
         .map_err(io_err("create a temporary file in", parent))?;
-    // No file name and a zero mtime in the gzip header: the bytes depend on content only.
-    let encoder = GzBuilder::new()
-        .mtime(0)
-        .write(io::BufWriter::new(temp.as_file()), Compression::best());
-    let mut buffered = archive
-        .write(encoder)?
-        .finish()
-        .map_err(io_err("write", temp.path()))?;
+    let mut buffered = archive.write(io::BufWriter::new(temp.as_file()))?;
     buffered.flush().map_err(io_err("write", temp.path()))?;
     drop(buffered);
     temp.as_file()
@@ -249,7 +244,6 @@ mod tests {
     use super::*;
     use crate::archive::Node;
     use crate::kernel_dir::tests::write_fake;
-    use std::io::Read;
 
     fn fake_busybox() -> Busybox {
         Busybox {
@@ -326,7 +320,7 @@ mod tests {
     }
 
     #[test]
-    fn build_writes_a_deterministic_gzip_cpio() -> anyhow::Result<()> {
+    fn build_writes_a_deterministic_cpio() -> anyhow::Result<()> {
         let dir = tempfile::tempdir()?;
         let kernel_dir = dir.path().join("kernel");
         fake_kernel(&kernel_dir)?;
@@ -337,8 +331,8 @@ mod tests {
         if !busybox_path.exists() {
             anyhow::bail!("/bin/busybox missing; run `apt-get install -y busybox-static`");
         }
-        let first = build(&options("a/initrd.gz"))?;
-        let second = build(&options("b/initrd.gz"))?;
+        let first = build(&options("a/initrd.cpio"))?;
+        let second = build(&options("b/initrd.cpio"))?;
         let a = std::fs::read(&first.path)?;
         assert_eq!(
             a,
@@ -351,21 +345,19 @@ mod tests {
         let mode = std::fs::metadata(&first.path)?.permissions().mode() & 0o777;
         assert_eq!(mode, 0o644);
 
-        let mut cpio = Vec::new();
-        flate2::read::GzDecoder::new(a.as_slice()).read_to_end(&mut cpio)?;
-        assert!(cpio.starts_with(b"070701"), "not a newc archive");
+        assert!(a.starts_with(b"070701"), "not a newc archive");
         let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("a"))?
             .filter_map(Result::ok)
             .map(|e| e.file_name())
             .collect();
-        assert_eq!(leftovers, ["initrd.gz"], "temporary files left behind");
+        assert_eq!(leftovers, ["initrd.cpio"], "temporary files left behind");
         Ok(())
     }
 
     #[test]
     fn missing_kernel_dir_says_how_to_make_one() -> anyhow::Result<()> {
         let dir = tempfile::tempdir()?;
-        let options = InitramfsOptions::new(dir.path(), "/bin/true", dir.path().join("x.gz"));
+        let options = InitramfsOptions::new(dir.path(), "/bin/true", dir.path().join("x.cpio"));
         let message = build(&options)
             .err()
             .map(|e| e.to_string())

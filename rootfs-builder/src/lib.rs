@@ -27,7 +27,7 @@
 //! let summary = initramfs::build(&initramfs::InitramfsOptions::new(
 //!     &build.dir,
 //!     "target/x86_64-unknown-linux-musl/release/airlock-agent",
-//!     "/var/cache/airlock/initramfs.cpio.gz",
+//!     "/var/cache/airlock/initramfs.cpio",
 //! ))?;
 //! println!("{} ({} bytes)", summary.path.display(), summary.bytes);
 //! # Ok(())

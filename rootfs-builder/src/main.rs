@@ -54,7 +54,7 @@ enum Command {
         /// Guest agent binary, installed as /init (should be static).
         #[arg(long, value_name = "PATH")]
         agent: PathBuf,
-        /// Output file (.cpio.gz).
+        /// Output file (a newc cpio, not compressed).
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
         /// Static busybox binary (Debian's busybox-static).

@@ -152,7 +152,7 @@ impl Reachable {
         let kernel = copy(&airlock::artifacts::default_kernel(), "vmlinuz", 0o644);
         let initramfs = copy(
             &airlock::artifacts::default_initramfs(),
-            "initramfs.cpio.gz",
+            "initramfs.cpio",
             0o644,
         );
         Reachable {

@@ -110,7 +110,7 @@ async fn another_agent_build_gets_its_own_template() {
     let templates = tempfile::tempdir().unwrap();
     let copy = tempfile::tempdir().unwrap();
     // The same bytes in another file: to the cache, another build.
-    let initramfs = copy.path().join("initramfs.cpio.gz");
+    let initramfs = copy.path().join("initramfs.cpio");
     std::fs::copy(airlock::artifacts::default_initramfs(), &initramfs).unwrap();
     let builder = || {
         airlock_tests::builder()

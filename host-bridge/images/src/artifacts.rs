@@ -37,7 +37,7 @@ pub fn default_kernel() -> PathBuf {
 }
 
 /// The default initramfs (agent as `/init`, busybox, modules):
-/// `<home>/initramfs.cpio.gz`.
+/// `<home>/initramfs.cpio`.
 pub fn default_initramfs() -> PathBuf {
-    home().join("initramfs.cpio.gz")
+    home().join("initramfs.cpio")
 }

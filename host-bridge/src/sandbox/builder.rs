@@ -121,7 +121,7 @@ impl SandboxBuilder {
         self
     }
 
-    /// The initramfs holding the agent (default: `initramfs.cpio.gz` in [`artifacts::home`]).
+    /// The initramfs holding the agent (default: `initramfs.cpio` in [`artifacts::home`]).
     pub fn initramfs(mut self, path: impl Into<PathBuf>) -> Self {
         self.initramfs = path.into();
         self

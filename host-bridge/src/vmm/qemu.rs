@@ -266,7 +266,7 @@ mod tests {
             memory_mib: 512,
             vcpus: 2,
             kernel: "/k/vmlinuz".into(),
-            initramfs: "/k/initramfs.cpio.gz".into(),
+            initramfs: "/k/initramfs.cpio".into(),
             kernel_cmdline: "console=ttyS0 airlock.port=1024".into(),
             agent_port: AgentPort::Vsock("/s/vhost-user.sock".into()),
             memory: GuestMemory::SharedMemfd,

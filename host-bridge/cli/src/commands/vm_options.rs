@@ -70,7 +70,7 @@ pub struct BootOptions {
     #[arg(long, value_name = "PATH")]
     pub kernel: Option<PathBuf>,
 
-    /// Initramfs with the agent (default: <Airlock home>/initramfs.cpio.gz).
+    /// Initramfs with the agent (default: <Airlock home>/initramfs.cpio).
     #[arg(long, value_name = "PATH")]
     pub initramfs: Option<PathBuf>,
 

@@ -14,7 +14,11 @@ use tracing_subscriber::EnvFilter;
 /// and HTTP/2 is fresh pages, each a page fault on first touch. Under
 /// emulation that made allocating and filling a 64 KiB buffer 20 times
 /// slower than the copy itself, and bounded every stream the agent
-/// carries.
+/// carries. Built without its transparent-huge-page advice (`no_thp`): with
+/// it, a 32 MiB stream to a slow client grew the agent by 20 to 30 MiB of
+/// huge pages (`guest-agent/tests/output.rs` allows 16), and the option
+/// that turns it off at run time would also turn huge pages off for every
+/// program the agent starts.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -47,7 +47,7 @@ async fn start_and_echo(
     Ok((ready, dir))
 }
 
-/// Runs `starts` starts of `builder`, [`AT_ONCE`] at a time, and checks
+/// Runs `starts` starts of `builder`, `AT_ONCE` at a time, and checks
 /// that all ran their command and left nothing behind.
 pub async fn soak(what: &str, builder: SandboxBuilder, starts: usize, clone: bool) {
     let began = Instant::now();

@@ -66,11 +66,11 @@ pub struct BootOptions {
     #[arg(long, value_name = "ACCEL")]
     pub accel: Option<airlock::Accel>,
 
-    /// Guest kernel (default: <Airlock home>/kernel/vmlinuz).
+    /// Guest kernel (default: kernel/vmlinuz in the Airlock home).
     #[arg(long, value_name = "PATH")]
     pub kernel: Option<PathBuf>,
 
-    /// Initramfs with the agent (default: <Airlock home>/initramfs.cpio).
+    /// Initramfs with the agent (default: initramfs.cpio in the Airlock home).
     #[arg(long, value_name = "PATH")]
     pub initramfs: Option<PathBuf>,
 

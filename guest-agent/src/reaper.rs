@@ -19,8 +19,8 @@
 //! The reap task never blocks its runtime thread on that mutex: a spawn
 //! holds it for the whole `fork`/`exec` (milliseconds under emulation), and
 //! a worker thread parked on it would stall every other call meanwhile. It
-//! tries the lock and, while a spawn has it, waits for the spawn's end
-//! signal (`Reaper::spawned`) and tries again.
+//! tries the lock and, while a spawn has it, waits for the holder's release
+//! signal (`Reaper::released`) and tries again.
 
 use std::collections::HashMap;
 use std::process::{Child, Command};
@@ -56,7 +56,7 @@ type Table = HashMap<i32, oneshot::Sender<Exit>>;
 pub struct Reaper {
     table: Arc<Mutex<Table>>,
     /// Signalled each time a spawn (or anyone else) lets go of `table`.
-    spawned: Arc<Notify>,
+    released: Arc<Notify>,
 }
 
 impl Reaper {
@@ -65,15 +65,15 @@ impl Reaper {
     pub fn start() -> Result<Self, ReaperError> {
         let mut sigchld = signal(SignalKind::child()).map_err(ReaperError::Signal)?;
         let table = Arc::new(Mutex::new(Table::new()));
-        let spawned = Arc::new(Notify::new());
+        let released = Arc::new(Notify::new());
         let reaper = Self {
             table: Arc::clone(&table),
-            spawned: Arc::clone(&spawned),
+            released: Arc::clone(&released),
         };
         tokio::spawn(async move {
             loop {
                 while !try_reap_all(&table) {
-                    spawned.notified().await;
+                    released.notified().await;
                 }
                 if sigchld.recv().await.is_none() {
                     tracing::error!("SIGCHLD stream ended; no more children will be reaped");
@@ -89,7 +89,7 @@ impl Reaper {
     pub(crate) fn for_tests() -> Self {
         Self {
             table: Arc::new(Mutex::new(Table::new())),
-            spawned: Arc::new(Notify::new()),
+            released: Arc::new(Notify::new()),
         }
     }
 
@@ -126,7 +126,7 @@ impl Reaper {
             let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
             f(&mut table)
         };
-        self.spawned.notify_one();
+        self.released.notify_one();
         out
     }
 }
@@ -223,8 +223,8 @@ mod tests {
         let holder = reaper.clone();
         let (held_tx, held_rx) = std::sync::mpsc::channel();
         let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-        let (_child, rx) = reaper.spawn(&mut cmd).unwrap();
-        let pid = _child.id();
+        let (child, rx) = reaper.spawn(&mut cmd).unwrap();
+        let pid = child.id();
         let holding = std::thread::spawn(move || {
             holder.while_unreaped(pid, || {
                 held_tx.send(()).unwrap();

@@ -7,6 +7,7 @@ const PROTOS: &[&str] = &[
     "airlock/agent/v1/code.proto",
     "airlock/agent/v1/files.proto",
     "airlock/agent/v1/health.proto",
+    "airlock/agent/v1/network.proto",
     "airlock/agent/v1/process.proto",
     "airlock/agent/v1/system.proto",
     "airlock/daemon/v1/daemon.proto",

@@ -13,7 +13,7 @@ use std::fmt;
 
 /// The revision of `airlock.agent.v1` that this crate describes: the
 /// revision of the newest [`Feature`].
-pub const PROTOCOL_REVISION: u32 = 8;
+pub const PROTOCOL_REVISION: u32 = 9;
 
 /// The vsock port the agent listens on unless the kernel command line says
 /// otherwise ([`cmdline::PORT`]).
@@ -109,13 +109,17 @@ pub mod paths {
 
 /// The kernel modules the guest needs when the kernel has them as modules:
 /// the virtio-mmio bus of `-M microvm`, its block and console devices,
-/// virtio vsock, and overlayfs. Their dependencies come along.
-pub const GUEST_MODULES: [&str; 5] = [
+/// virtio vsock, overlayfs, and for `Network`: a dummy link to route
+/// through and nftables' NAT redirect. Their dependencies come along.
+pub const GUEST_MODULES: [&str; 8] = [
     "virtio_mmio",
     "virtio_blk",
     "virtio_console",
     "vmw_vsock_virtio_transport",
     "overlay",
+    "dummy",
+    "nft_chain_nat",
+    "nft_redir",
 ];
 
 /// Running code in interpreter contexts (`airlock.agent.v1.Code`).
@@ -176,11 +180,13 @@ pub enum Feature {
     /// The agent's timestamps of a program (`Started.received_us`,
     /// `spawned_us`; `Exited.first_output_us`, `exited_us`).
     ExecStamps,
+    /// The `Network` service: guest connections and DNS carried to the host.
+    Network,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Feature; 11] = [
+    pub const ALL: [Feature; 12] = [
         Feature::ExtendedStart,
         Feature::Attach,
         Feature::List,
@@ -192,6 +198,7 @@ impl Feature {
         Feature::RunCode,
         Feature::TreeChanges,
         Feature::ExecStamps,
+        Feature::Network,
     ];
 
     /// The protocol revision that added this feature.
@@ -204,6 +211,7 @@ impl Feature {
             Feature::Personalize => 6,
             Feature::RunCode | Feature::TreeChanges => 7,
             Feature::ExecStamps => 8,
+            Feature::Network => 9,
         }
     }
 
@@ -227,6 +235,7 @@ impl fmt::Display for Feature {
             Feature::RunCode => "running code in contexts",
             Feature::TreeChanges => "tracking file changes",
             Feature::ExecStamps => "the agent's timestamps of a program",
+            Feature::Network => "network for the guest's programs",
         })
     }
 }

@@ -137,6 +137,7 @@ async fn serve(pid1: bool, init_started_us: u64, listen: Listen) -> Result<(), A
     let router = services::router(Services {
         code: CodeService::new(reaper.clone(), process.cgroups()),
         files: services::FilesService::new(),
+        network: services::NetworkService::new(pid1),
         health: HealthService::new(init_started_us, serving_since_us)
             .with_programs_cgroup(process.cgroup_parent())
             .with_sandbox_id(sandbox_id.clone()),

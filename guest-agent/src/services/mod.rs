@@ -1,18 +1,19 @@
 //! The gRPC services of `airlock.agent.v1`, one module each:
-//! [`code`], [`files`], [`health`], [`process`], [`system`]. [`router`]
+//! [`code`], [`files`], [`health`], [`network`], [`process`], [`system`]. [`router`]
 //! mounts them on a tonic server, with HTTP/2 keepalives, for
 //! `crate::server` to serve.
 
 pub mod code;
 pub mod files;
 pub mod health;
+pub mod network;
 pub mod process;
 pub mod system;
 
 use airlock_proto::contract::serial::{KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT};
 use airlock_proto::v1::{
     code_server::CodeServer, files_server::FilesServer, health_server::HealthServer,
-    process_server::ProcessServer, system_server::SystemServer,
+    network_server::NetworkServer, process_server::ProcessServer, system_server::SystemServer,
 };
 use tonic::transport::server::Router;
 use tonic::transport::Server;
@@ -20,6 +21,7 @@ use tonic::transport::Server;
 pub use code::CodeService;
 pub use files::FilesService;
 pub use health::HealthService;
+pub use network::NetworkService;
 pub use process::ProcessService;
 pub use system::{ShutdownMode, SystemError, SystemService};
 
@@ -32,6 +34,8 @@ pub struct Services {
     pub files: FilesService,
     /// `Health`.
     pub health: HealthService,
+    /// `Network`.
+    pub network: NetworkService,
     /// `Process`.
     pub process: ProcessService,
     /// `System`.
@@ -49,6 +53,7 @@ pub fn router(services: Services) -> Router {
         .add_service(CodeServer::new(services.code))
         .add_service(FilesServer::new(services.files))
         .add_service(HealthServer::new(services.health))
+        .add_service(NetworkServer::new(services.network))
         .add_service(ProcessServer::new(services.process))
         .add_service(SystemServer::new(services.system))
 }

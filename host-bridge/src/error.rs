@@ -150,6 +150,10 @@ pub enum Error {
     /// The agent sent something the protocol does not allow.
     #[error("protocol violation: {0}")]
     Protocol(String),
+
+    /// The sandbox's network could not be set up on the host.
+    #[error("setting up the sandbox's network")]
+    Network(#[from] crate::network::GatewayError),
 }
 
 impl Error {

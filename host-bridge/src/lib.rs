@@ -59,6 +59,7 @@ pub mod fs;
 pub mod gc;
 mod lifecycle;
 mod manager;
+pub mod network;
 mod sandbox;
 pub mod saved;
 pub mod state_dir;
@@ -88,6 +89,11 @@ pub use exec::{
 pub use fs::Files;
 pub use lifecycle::{EndReason, IdlePolicy, PausedCalls, SandboxState, SandboxUsage};
 pub use manager::{PoolError, PoolStatus, SandboxInfo, Sandboxes};
+pub use network::audit::{AuditRecord, Protocol as NetProtocol, Refusal, Verdict};
+pub use network::policy::{NetRule, NetworkPolicy};
+pub use network::resolver::{Resolve, StaticResolver, SystemResolver};
+pub use network::secrets::Secret;
+pub use network::NetworkOptions;
 pub use sandbox::{
     BootTimings, GuestChannel, Origin, Sandbox, SandboxBuilder, DEFAULT_CONSOLE_LOG_BUDGET,
     DEFAULT_MAX_LIFETIME, DEFAULT_UNRESPONSIVE_AFTER,

@@ -176,8 +176,19 @@ impl Command {
     }
 
     /// The command with a sandbox's defaults filled in where it sets none.
-    pub(crate) fn with_defaults(&self, limits: &Limits, user: Option<&str>) -> Command {
+    pub(crate) fn with_defaults(
+        &self,
+        limits: &Limits,
+        user: Option<&str>,
+        env: &[(String, String)],
+    ) -> Command {
         let mut command = self.clone();
+        for (key, value) in env {
+            command
+                .env
+                .entry(key.clone())
+                .or_insert_with(|| value.clone());
+        }
         command.limits = command.limits.or(limits);
         if command.user.is_none() {
             command.user = user.map(str::to_owned);

@@ -14,6 +14,7 @@ use tempfile::TempDir;
 use tokio::sync::OwnedSemaphorePermit;
 use tonic::transport::Channel;
 
+use super::network::SandboxNetwork;
 use crate::error::{Error, Result};
 use crate::features::AgentFeatures;
 use crate::lifecycle::channel::AgentChannel;
@@ -230,6 +231,10 @@ impl SandboxBuilder {
         if matches!(vmm, Backend::Qemu(_)) && features.has(Feature::Personalize) {
             personalize(&channel, &id).await?;
         }
+        let network = match &self.network {
+            Some(options) => Some(SandboxNetwork::enable(&channel, features, options).await?),
+            None => None,
+        };
         let timings = BootTimings {
             vmm_started: vmm_started.saturating_duration_since(begin),
             kernel_to_init: Duration::from_micros(health.init_started_us),
@@ -294,6 +299,7 @@ impl SandboxBuilder {
             features,
             default_limits: self.default_limits,
             default_user: self.default_user.clone(),
+            network,
             builder: self,
             state_dir: dir,
             _workspace: workspace,

@@ -10,6 +10,8 @@ use airlock_proto::contract::cmdline as keys;
 use crate::error::{Error, Result};
 use crate::exec::Limits;
 use crate::lifecycle::{IdlePolicy, PausedCalls};
+use crate::network::policy::NetRule;
+use crate::network::NetworkOptions;
 use crate::vmm::{guest_disk_device, BackendKind, Disk, SerialPort, VmmUser};
 use crate::workspace::DEFAULT_WORKSPACE_BYTES;
 use crate::{artifacts, state_dir, Accel};
@@ -55,6 +57,7 @@ pub struct SandboxBuilder {
     pub(super) from_template: bool,
     pub(super) template_dir: PathBuf,
     pub(super) saved_dir: PathBuf,
+    pub(super) network: Option<NetworkOptions>,
 }
 
 /// The virtio channel the agent serves on (QEMU).
@@ -110,6 +113,7 @@ impl Default for SandboxBuilder {
             from_template: false,
             template_dir: crate::template::default_dir(),
             saved_dir: crate::saved::default_dir(),
+            network: None,
         }
     }
 }
@@ -307,6 +311,26 @@ impl SandboxBuilder {
     /// restart looks there.
     pub fn saved_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.saved_dir = dir.into();
+        self
+    }
+
+    /// Gives the guest network access under `options` (off by default: the
+    /// guest has no network at all). The guest's connections and DNS
+    /// queries are carried to the host, which allows what the policy allows
+    /// and records every decision ([`Sandbox::network_audit`]).
+    ///
+    /// [`Sandbox::network_audit`]: crate::Sandbox::network_audit
+    pub fn network(mut self, options: NetworkOptions) -> Self {
+        self.network = Some(options);
+        self
+    }
+
+    /// Allows `rule` (turning the network on with a deny-all policy first
+    /// if it was off).
+    pub fn allow_net(mut self, rule: NetRule) -> Self {
+        let mut options = self.network.take().unwrap_or_default();
+        options.policy.push(rule);
+        self.network = Some(options);
         self
     }
 

@@ -44,12 +44,14 @@ use crate::lifecycle::{EndReason, SandboxState, SandboxUsage};
 use crate::transport::{self, AgentTransport, CapMessages};
 use crate::workspace::Workspace;
 use crate::Accel;
+use network::SandboxNetwork;
 
 mod boot;
 mod builder;
 mod clone;
 mod connect;
 mod fork;
+mod network;
 mod restore;
 
 pub use boot::{BootTimings, Origin};
@@ -75,6 +77,8 @@ pub struct Sandbox {
     features: AgentFeatures,
     default_limits: Limits,
     default_user: Option<String>,
+    /// The guest's network, when the builder gave it one.
+    network: Option<SandboxNetwork>,
     /// What it was started with: a fork's children get the same policies.
     builder: SandboxBuilder,
     state_dir: TempDir,
@@ -96,9 +100,11 @@ impl Sandbox {
     /// directory, unknown user) is an [`Error::Agent`] whose
     /// [`Error::agent_code`] tells why.
     pub async fn exec(&self, command: impl std::borrow::Borrow<Command>) -> Result<Execution> {
-        let command = command
-            .borrow()
-            .with_defaults(&self.default_limits, self.default_user.as_deref());
+        let command = command.borrow().with_defaults(
+            &self.default_limits,
+            self.default_user.as_deref(),
+            self.network.as_ref().map_or(&[], |n| n.env.as_slice()),
+        );
         self.features.require_all(command.required_feature())?;
         let events = ProcessClient::new(self.channel.clone())
             .capped()

@@ -1,0 +1,40 @@
+//! Network for sandboxed code, enforced on the host.
+//!
+//! The guest has no NIC. Its agent carries every TCP connection and DNS
+//! query to the host over the agent channel; everything here decides what
+//! becomes of them:
+//! - [`policy`]: the allow rules (domains, CIDRs, ports) and the addresses
+//!   a name may never resolve to without a CIDR rule;
+//! - [`audit`]: a bounded record of every allowed and refused connection;
+//! - [`fake_ip`] and [`dns`]: the guest's resolver, answered on the host
+//!   with addresses that stand for names, never with real ones;
+//! - [`resolver`]: how the host itself resolves an allowed name;
+//! - [`sniff`]: the first bytes of a connection (a TLS ClientHello's
+//!   server name, an HTTP request's Host);
+//! - [`splice`]: bytes both ways with an idle timeout; [`prefixed`]: a
+//!   stream that first replays the bytes already read from it;
+//! - [`secrets`]: credentials bound to hosts, the per-sandbox CA, and the
+//!   HTTP proxy that puts a secret into requests on the way out.
+
+pub mod audit;
+mod carried;
+mod carry;
+pub mod dns;
+pub mod fake_ip;
+mod gateway;
+mod options;
+pub mod policy;
+pub mod prefixed;
+pub mod resolver;
+pub mod secrets;
+pub mod sniff;
+pub mod splice;
+
+pub(crate) use carried::Carried;
+pub(crate) use carry::CarrierPool;
+pub(crate) use gateway::Gateway;
+pub use gateway::{GatewayError, PROXY_PORT};
+pub use options::{
+    NetworkOptions, DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_HEADER_BYTES,
+};

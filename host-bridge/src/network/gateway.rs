@@ -298,6 +298,11 @@ impl Gateway {
             )
             .await;
             let sniffed = sniffed.map_err(|e| refused(protocol, sniff_refusal(e)))?;
+            if matches!(sniffed, Head::Silent) {
+                return self
+                    .first_speaker(guest, head, &target, addr, protocol, &refused)
+                    .await;
+            }
             self.forward(guest, head, sniffed, &target, addr, protocol)
                 .await
         } else {
@@ -475,14 +480,14 @@ impl Gateway {
                             config: self.upstream_tls.clone(),
                         },
                     );
-                    return intercept_tls(guest, expected, ca, gate).await.map_err(|e| {
-                        refused(
-                            Protocol::Tls,
-                            Refusal::Upstream {
-                                message: e.to_string(),
-                            },
-                        )
-                    });
+                    // Allowed and recorded: what goes wrong from here (a
+                    // guest that breaks off; an unreachable upstream, which
+                    // the gate answers with 502) is logged, not refused.
+                    if let Err(error) = intercept_tls(guest, expected, ca, gate).await {
+                        let error = crate::error_chain(&error);
+                        tracing::debug!(host = %expected, %error, "intercepted connection ended");
+                    }
+                    return Ok(());
                 }
                 self.pass(guest, upstream_addr, &refused, Protocol::Tls)
                     .await
@@ -495,14 +500,11 @@ impl Gateway {
                         addr: upstream_addr,
                     },
                 );
-                serve_http(guest, gate).await.map_err(|e| {
-                    refused(
-                        Protocol::Http,
-                        Refusal::Upstream {
-                            message: e.to_string(),
-                        },
-                    )
-                })
+                if let Err(error) = serve_http(guest, gate).await {
+                    let error = crate::error_chain(&error);
+                    tracing::debug!(host = %expected, %error, "HTTP connection ended");
+                }
+                Ok(())
             }
             _ => {
                 if let Some(secret) = self.secrets.find_placeholder(&head) {
@@ -571,18 +573,76 @@ impl Gateway {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send,
     {
-        let upstream = tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(addr))
-            .await
-            .map_err(|_| refused(protocol, Refusal::TimedOut))?
-            .map_err(|e| {
-                refused(
-                    protocol,
-                    Refusal::Upstream {
-                        message: e.to_string(),
-                    },
+        let upstream = dial(addr, refused, protocol).await?;
+        self.splice_to(guest, upstream, addr).await
+    }
+
+    /// A guest that sent nothing at first: the upstream is dialed, and
+    /// whoever speaks first decides. The server first: a protocol whose
+    /// server speaks first (SMTP, a database), carried as it is. The guest
+    /// first, however late: its first bytes are checked as any others (a
+    /// TLS ClientHello must name the allowed name), so waiting does not
+    /// skip a check.
+    async fn first_speaker<S>(
+        &self,
+        mut guest: S,
+        mut head: Vec<u8>,
+        target: &Target,
+        addr: IpAddr,
+        protocol: Protocol,
+        refused: &(dyn Fn(Protocol, Refusal) -> Refused + Sync),
+    ) -> Result<(), Refused>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let upstream_addr = SocketAddr::new(addr, target.port());
+        let upstream = dial(upstream_addr, refused, protocol).await?;
+        let mut byte = [0u8; 1];
+        let guest_first = tokio::select! {
+            spoke = upstream.peek(&mut byte) => match spoke {
+                Ok(n) if n > 0 => None,
+                _ => return Ok(()),
+            },
+            sniffed = read_head(
+                &mut guest,
+                &mut head,
+                self.options.idle_timeout,
+                self.options.head_timeout,
+            ) => Some(sniffed),
+        };
+        match guest_first {
+            None => {
+                self.allowed(protocol, &target.name(), addr, target.port());
+                self.splice_to(
+                    Prefixed::new(Bytes::from(head), guest),
+                    upstream,
+                    upstream_addr,
                 )
-            })?;
-        let _ = upstream.set_nodelay(true);
+                .await
+            }
+            Some(sniffed) => {
+                drop(upstream);
+                let sniffed = match sniffed {
+                    Ok(Head::Silent) => return Ok(()),
+                    Ok(sniffed) => sniffed,
+                    Err(e) => return Err(refused(protocol, sniff_refusal(e))),
+                };
+                self.forward(guest, head, sniffed, target, addr, protocol)
+                    .await
+            }
+        }
+    }
+
+    /// Carries the bytes both ways until both sides are done or idle.
+    async fn splice_to<S>(
+        &self,
+        guest: S,
+        upstream: TcpStream,
+        addr: SocketAddr,
+    ) -> Result<(), Refused>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send,
+    {
         match splice(guest, upstream, self.options.idle_timeout).await {
             Ok(totals) => {
                 tracing::debug!(%addr, ?totals, "connection done");
@@ -594,6 +654,27 @@ impl Gateway {
             }
         }
     }
+}
+
+/// Dials `addr` within [`DIAL_TIMEOUT`].
+async fn dial(
+    addr: SocketAddr,
+    refused: &(dyn Fn(Protocol, Refusal) -> Refused + Sync),
+    protocol: Protocol,
+) -> Result<TcpStream, Refused> {
+    let upstream = tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| refused(protocol, Refusal::TimedOut))?
+        .map_err(|e| {
+            refused(
+                protocol,
+                Refusal::Upstream {
+                    message: e.to_string(),
+                },
+            )
+        })?;
+    let _ = upstream.set_nodelay(true);
+    Ok(upstream)
 }
 
 /// A target from a host that may be an address.
@@ -631,8 +712,99 @@ fn sniff_refusal(error: SniffError) -> Refusal {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::network::resolver::StaticResolver;
+    use hickory_proto::op::{Message, Query};
+    use hickory_proto::rr::{Name, RData, RecordType};
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpListener;
+
+    /// A keep-alive HTTP server on loopback answering every request.
+    async fn keep_alive_server() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (mut conn, _) = listener.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    loop {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(_) => {
+                                let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                                if conn.write_all(reply).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn gateway(limit: usize) -> Gateway {
+        let options = NetworkOptions::new()
+            .policy(
+                NetworkPolicy::new()
+                    .allow("plain.test".parse().unwrap())
+                    .allow("127.0.0.1/32".parse().unwrap()),
+            )
+            .resolver(Arc::new(
+                StaticResolver::new().with("plain.test", IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            ))
+            .max_connections(limit);
+        Gateway::new(options).unwrap()
+    }
+
+    /// The fake address the gateway's DNS gives `name`.
+    fn resolve(gateway: &Gateway, name: &str) -> Ipv4Addr {
+        let mut query = Message::new();
+        query.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
+        let answer = Message::from_vec(&gateway.dns(&query.to_vec().unwrap()).unwrap()).unwrap();
+        match answer.answers()[0].data() {
+            RData::A(a) => a.0,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_keep_alive_client_that_closes_frees_its_connection() {
+        let server = keep_alive_server().await;
+        let gateway = Arc::new(gateway(1));
+        let fake = resolve(&gateway, "plain.test");
+        for pause in [Duration::ZERO, FIRST_BYTE_WAIT * 2] {
+            let (mut guest, host_side) = tokio::io::duplex(64 << 10);
+            let task = tokio::spawn({
+                let gateway = Arc::clone(&gateway);
+                async move {
+                    gateway
+                        .connection(host_side, SocketAddrV4::new(fake, server.port()))
+                        .await
+                }
+            });
+            tokio::time::sleep(pause).await;
+            guest
+                .write_all(b"GET / HTTP/1.1\r\nHost: plain.test\r\n\r\n")
+                .await
+                .unwrap();
+            let mut answer = [0u8; 12];
+            guest.read_exact(&mut answer).await.unwrap();
+            assert_eq!(&answer, b"HTTP/1.1 200");
+            // A program's close reaches the host as an end of file; the
+            // host's side stays writable, as on a carried connection.
+            guest.shutdown().await.unwrap();
+            let ended = tokio::time::timeout(Duration::from_secs(5), task).await;
+            assert!(
+                ended.is_ok(),
+                "the connection (after a pause of {pause:?}) is still held"
+            );
+        }
+    }
 
     #[test]
     fn authorities_split_into_host_and_port() {

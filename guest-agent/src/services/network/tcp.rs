@@ -97,13 +97,15 @@ async fn carry(stream: TcpStream, destination: SocketAddrV4, carrier: Carrier) {
         return;
     }
     let (mut reader, mut writer) = stream.into_split();
+    // True when the program's side broke (a reset): the call then ends,
+    // which tells the host.
     let upward = async {
         let mut buf = vec![0u8; CHUNK];
         loop {
             match reader.read(&mut buf).await {
                 Ok(0) => {
                     let _ = to_host.send(event(carry_to_host::Event::Eof(true))).await;
-                    return;
+                    return false;
                 }
                 Ok(n) => {
                     let data = bytes::Bytes::copy_from_slice(&buf[..n]);
@@ -112,12 +114,12 @@ async fn carry(stream: TcpStream, destination: SocketAddrV4, carrier: Carrier) {
                         .await
                         .is_err()
                     {
-                        return;
+                        return true;
                     }
                 }
                 Err(error) => {
                     tracing::debug!(%destination, %error, "reading a guest connection");
-                    return;
+                    return true;
                 }
             }
         }
@@ -154,13 +156,18 @@ async fn carry(stream: TcpStream, destination: SocketAddrV4, carrier: Carrier) {
         }
     };
     // The host's end of the call ends the connection; the program's end of
-    // file only ends the upward direction.
+    // file only ends the upward direction, its reset the whole call.
     let refused = {
         tokio::pin!(upward, downward);
         let mut upward_done = false;
         loop {
             tokio::select! {
-                () = &mut upward, if !upward_done => upward_done = true,
+                broken = &mut upward, if !upward_done => {
+                    if broken {
+                        break true;
+                    }
+                    upward_done = true;
+                }
                 refused = &mut downward => break refused,
             }
         }

@@ -500,6 +500,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_guest_that_closes_after_its_answer_ends_the_connection() -> TestResult {
+        let server = echo_upstream(PLAIN).await?;
+        let secrets = secrets()?;
+        let (gate, _) = gate(
+            "plain.test",
+            &secrets,
+            Upstream::Plain { addr: server.addr },
+        );
+        let (mut guest, host_side) = tokio::io::duplex(64 << 10);
+        let served = tokio::spawn(serve_http(host_side, gate));
+        tokio::io::AsyncWriteExt::write_all(
+            &mut guest,
+            b"GET /once HTTP/1.1\r\nHost: plain.test\r\n\r\n",
+        )
+        .await?;
+        let mut answer = [0u8; 12];
+        tokio::io::AsyncReadExt::read_exact(&mut guest, &mut answer).await?;
+        assert_eq!(&answer, b"HTTP/1.1 200");
+        // The guest closes its sending side (as a program's close does).
+        tokio::io::AsyncWriteExt::shutdown(&mut guest).await?;
+        let ended = tokio::time::timeout(PATIENCE, served).await;
+        assert!(ended.is_ok(), "the gate still serves a closed connection");
+        Ok(())
+    }
+
+    #[tokio::test]
     async fn an_absolute_form_target_arrives_upstream_in_origin_form() -> TestResult {
         let server = echo_upstream(PLAIN).await?;
         let secrets = secrets()?;

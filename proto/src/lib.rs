@@ -33,6 +33,17 @@ pub mod v1 {
 pub mod daemon {
     pub mod v1 {
         tonic::include_proto!("airlock.daemon.v1");
+
+        /// Never shows the value, so a logged request cannot leak it.
+        impl std::fmt::Debug for Secret {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct("Secret")
+                    .field("name", &self.name)
+                    .field("value", &"<redacted>")
+                    .field("hosts", &self.hosts)
+                    .finish()
+            }
+        }
     }
 }
 

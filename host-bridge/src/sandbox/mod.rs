@@ -198,7 +198,12 @@ impl Sandbox {
             Some(network) => network.env.as_slice().into(),
             None => Arc::from([]),
         };
-        Contexts::new(self.channel.clone(), self.features, Arc::clone(&self.vm), env)
+        Contexts::new(
+            self.channel.clone(),
+            self.features,
+            Arc::clone(&self.vm),
+            env,
+        )
     }
 
     /// Asks the agent for its health report.

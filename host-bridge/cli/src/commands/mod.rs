@@ -19,11 +19,15 @@
 //!   streams, host stdin, exit code); `shell` reads the host's stdin with
 //!   it too.
 //! - `vm_options`: the VM options of `run`, `shell` and `sandbox create`, and
-//!   the sandbox builder they describe.
+//!   the sandbox builder they describe; `net_options` is their network
+//!   (`--allow-net`, `--secret`), and `net` is `sandbox net`, a running
+//!   sandbox's policy and audit.
 
 mod changes;
 mod gc;
 mod image;
+mod net;
+mod net_options;
 mod program;
 mod program_options;
 mod run;
@@ -41,6 +45,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+pub use net_options::{NetOptions, SecretArg, SecretValue};
 pub use program_options::{ProgramOptions, ProgramOptionsError};
 use vm_options::BootOptions;
 
@@ -77,7 +82,7 @@ pub enum Commands {
     /// and the templates nothing can use any more.
     Gc(gc::GcArgs),
     /// Sandboxes that outlive one command, kept by the daemon (started on
-    /// demand): create, ls, exec, run-code, cp, pause, resume, kill.
+    /// demand): create, ls, exec, run-code, cp, net, pause, resume, kill.
     Sandbox(sandbox::SandboxArgs),
     /// Run the per-user daemon behind `airlock sandbox` in the foreground.
     Serve(serve::ServeArgs),

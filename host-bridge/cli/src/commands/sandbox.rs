@@ -1,4 +1,4 @@
-//! `airlock sandbox create|ls|exec|run-code|cp|pause|resume|kill`: sandboxes that
+//! `airlock sandbox create|ls|exec|run-code|cp|net|pause|resume|kill`: sandboxes that
 //! outlive one invocation, kept by the daemon (`airlock serve`, see
 //! `airlock::daemon`). A client that finds no daemon on the socket starts
 //! one in the background (its log is `daemon.log` beside the socket).
@@ -61,6 +61,10 @@ pub enum SandboxCommand {
         #[arg(value_name = "DST")]
         dst: String,
     },
+    /// Print a sandbox's network rules and every connection and DNS query
+    /// its guest made, allowed or refused (or --json); --allow and --deny
+    /// change the rules.
+    Net(super::net::NetArgs),
     /// Stop a sandbox's CPUs; the next exec or cp resumes it.
     Pause {
         id: String,
@@ -159,6 +163,7 @@ pub async fn run(args: SandboxArgs) -> u8 {
         SandboxCommand::Exec(exec) => return exec_in(&socket, exec).await,
         SandboxCommand::RunCode(args) => return super::run_code::run(&socket, args).await,
         SandboxCommand::Cp { src, dst } => copy(&socket, &src, &dst).await,
+        SandboxCommand::Net(args) => super::net::run(&socket, args).await,
         SandboxCommand::Pause { id, to_disk } => match connect(&socket).await {
             Ok(mut daemon) => daemon.pause(&id, to_disk).await.map_err(message),
             Err(message) => Err(message),
@@ -187,7 +192,7 @@ pub async fn run(args: SandboxArgs) -> u8 {
 }
 
 /// Connects to the daemon, starting it if needed.
-async fn connect(socket: &Path) -> Result<Connection, String> {
+pub(super) async fn connect(socket: &Path) -> Result<Connection, String> {
     let program = std::env::current_exe()
         .map_err(|e| format!("cannot find the airlock binary to start the daemon: {e}"))?;
     Connection::connect_or_start(socket, &program)
@@ -196,7 +201,7 @@ async fn connect(socket: &Path) -> Result<Connection, String> {
 }
 
 /// What the user reads of a failed call.
-fn message(error: daemon::DaemonError) -> String {
+pub(super) fn message(error: daemon::DaemonError) -> String {
     airlock::error_chain(&error)
 }
 
@@ -228,6 +233,9 @@ pub fn default_create_request() -> Result<pb::CreateRequest, String> {
 fn create_request(args: CreateArgs) -> Result<pb::CreateRequest, String> {
     let image = args.vm.image_file()?.as_deref().map(absolute).transpose()?;
     let workspace = args.vm.workspace.as_deref().map(absolute).transpose()?;
+    // The daemon checks them too; a mistake shows before a round trip.
+    args.vm.net.network()?;
+    let net = &args.vm.net;
     Ok(pb::CreateRequest {
         image: image.map(|path| path.to_string_lossy().into_owned()),
         workspace: workspace.map(|path| path.to_string_lossy().into_owned()),
@@ -239,6 +247,8 @@ fn create_request(args: CreateArgs) -> Result<pb::CreateRequest, String> {
             timeout_secs,
             policy: pb::IdlePolicy::from(args.idle).into(),
         }),
+        allow_net: net.allow_net.iter().map(ToString::to_string).collect(),
+        secrets: net.secrets.iter().map(pb::Secret::from).collect(),
     })
 }
 

@@ -1,6 +1,6 @@
 //! The VM options of the commands that create a sandbox, declared once.
 //!
-//! [`VmOptions`] (size, root image, workspace) is flattened into `run`,
+//! [`VmOptions`] (size, root image, workspace, network) is flattened into `run`,
 //! `shell` and `sandbox create`. [`BootOptions`] adds what only a command
 //! that boots the VM itself takes (`run`, `shell`: accelerator, kernel,
 //! initramfs, size of a new workspace) and turns the lot into a
@@ -11,8 +11,10 @@ use std::path::PathBuf;
 
 use airlock::{Sandbox, SandboxBuilder};
 
+use super::net_options::NetOptions;
+
 /// The options every command that creates a sandbox takes: its memory and
-/// CPUs, its root image, and a workspace disk.
+/// CPUs, its root image, a workspace disk, and its network.
 #[derive(Debug, clap::Args)]
 pub struct VmOptions {
     /// Guest memory in MiB.
@@ -42,6 +44,9 @@ pub struct VmOptions {
     /// `airlock template ls`).
     #[arg(long)]
     pub cold: bool,
+
+    #[command(flatten)]
+    pub net: NetOptions,
 }
 
 impl VmOptions {
@@ -105,6 +110,9 @@ impl BootOptions {
             builder = builder
                 .workspace(workspace.clone())
                 .workspace_size(self.workspace_size);
+        }
+        if let Some(network) = vm.net.network()? {
+            builder = builder.network(network);
         }
         Ok(builder)
     }

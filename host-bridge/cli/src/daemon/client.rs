@@ -244,6 +244,52 @@ impl Connection {
         Ok(())
     }
 
+    /// The rules of `id`'s network policy.
+    pub async fn network_policy(&mut self, id: &str) -> Result<Vec<String>, DaemonError> {
+        let request = pb::NetworkPolicyRequest { id: id.to_owned() };
+        let response = self
+            .client
+            .network_policy(request)
+            .await
+            .map_err(from_status)?;
+        Ok(response.into_inner().rules)
+    }
+
+    /// Removes the `deny` rules from `id`'s network policy, then adds the
+    /// `allow` rules; returns the rules in force.
+    pub async fn change_network_policy(
+        &mut self,
+        id: &str,
+        allow: Vec<String>,
+        deny: Vec<String>,
+    ) -> Result<Vec<String>, DaemonError> {
+        let request = pb::ChangeNetworkPolicyRequest {
+            id: id.to_owned(),
+            allow,
+            deny,
+        };
+        let response = self
+            .client
+            .change_network_policy(request)
+            .await
+            .map_err(from_status)?;
+        Ok(response.into_inner().rules)
+    }
+
+    /// `id`'s network audit, oldest first.
+    pub async fn network_audit(
+        &mut self,
+        id: &str,
+    ) -> Result<Vec<pb::NetworkAuditRecord>, DaemonError> {
+        let request = pb::NetworkAuditRequest { id: id.to_owned() };
+        let response = self
+            .client
+            .network_audit(request)
+            .await
+            .map_err(from_status)?;
+        Ok(response.into_inner().records)
+    }
+
     /// Runs a cell; its events come from the stream (dropping it before
     /// `done` interrupts the cell).
     pub async fn run_code(
@@ -499,6 +545,24 @@ mod tests {
             &self,
             _: Request<pb::ForkRequest>,
         ) -> Result<Response<pb::ForkResponse>, Status> {
+            Err(Status::unimplemented(""))
+        }
+        async fn network_policy(
+            &self,
+            _: Request<pb::NetworkPolicyRequest>,
+        ) -> Result<Response<pb::NetworkPolicyResponse>, Status> {
+            Err(Status::unimplemented(""))
+        }
+        async fn change_network_policy(
+            &self,
+            _: Request<pb::ChangeNetworkPolicyRequest>,
+        ) -> Result<Response<pb::NetworkPolicyResponse>, Status> {
+            Err(Status::unimplemented(""))
+        }
+        async fn network_audit(
+            &self,
+            _: Request<pb::NetworkAuditRequest>,
+        ) -> Result<Response<pb::NetworkAuditResponse>, Status> {
             Err(Status::unimplemented(""))
         }
         type RunCodeStream = Pin<Box<dyn Stream<Item = Result<CodeEvent, Status>> + Send>>;

@@ -11,6 +11,7 @@
 //!   kills every sandbox.
 //! - `exec`: streaming one program to a client.
 //! - `code`: streaming one cell of code to a client.
+//! - `network`: a sandbox's network policy, its change, its audit.
 //! - `client`: [`Connection`], which starts a daemon on demand.
 //! - `wire`: the messages mapped to and from the library's types, and
 //!   errors as statuses.
@@ -25,6 +26,7 @@ mod client;
 mod code;
 mod error;
 mod exec;
+mod network;
 mod server;
 pub mod wire;
 

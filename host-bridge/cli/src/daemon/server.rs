@@ -157,6 +157,7 @@ pub async fn serve(
         sandboxes: Arc::clone(&sandboxes),
         tasks: Arc::clone(&tasks),
         pool_request,
+        policy_changes: Mutex::new(()),
     };
     let listener = socket.listener.take().ok_or(DaemonError::Closed)?;
     // A failed accept (say, out of file descriptors) is retried, not fatal.
@@ -221,6 +222,8 @@ struct Service {
     tasks: Arc<Mutex<JoinSet<()>>>,
     /// The create request the warm pool serves, if there is a pool.
     pool_request: Option<pb::CreateRequest>,
+    /// Held while a network policy is read, changed and written back.
+    policy_changes: Mutex<()>,
 }
 
 impl Service {
@@ -527,10 +530,42 @@ impl pb::sandboxes_server::Sandboxes for Service {
         })
         .await
     }
+
+    async fn network_policy(
+        &self,
+        request: Request<pb::NetworkPolicyRequest>,
+    ) -> Result<Response<pb::NetworkPolicyResponse>, Status> {
+        let sandbox = self.sandbox(&request.into_inner().id).await?;
+        super::network::policy(&sandbox).map(Response::new)
+    }
+
+    async fn change_network_policy(
+        &self,
+        request: Request<pb::ChangeNetworkPolicyRequest>,
+    ) -> Result<Response<pb::NetworkPolicyResponse>, Status> {
+        let request = request.into_inner();
+        let sandbox = self.sandbox(&request.id).await?;
+        super::network::change(&sandbox, &self.policy_changes, &request).map(Response::new)
+    }
+
+    async fn network_audit(
+        &self,
+        request: Request<pb::NetworkAuditRequest>,
+    ) -> Result<Response<pb::NetworkAuditResponse>, Status> {
+        let sandbox = self.sandbox(&request.into_inner().id).await?;
+        super::network::audit(&sandbox).map(Response::new)
+    }
 }
 
 /// The sandbox a create request describes.
 fn builder(create: pb::CreateRequest) -> Result<SandboxBuilder, Status> {
+    let network = wire::net_options(&create)?.network().map_err(|message| {
+        wire::status(
+            Code::InvalidArgument,
+            pb::ErrorReason::InvalidArgument,
+            message,
+        )
+    })?;
     let mut builder = Sandbox::builder()
         .memory_mib(create.memory_mib)
         .vcpus(create.vcpus)
@@ -549,6 +584,9 @@ fn builder(create: pb::CreateRequest) -> Result<SandboxBuilder, Status> {
     if let Some(idle) = create.idle {
         let policy = wire::idle_policy(idle.policy())?;
         builder = builder.idle_timeout(Duration::from_secs(idle.timeout_secs), policy);
+    }
+    if let Some(network) = network {
+        builder = builder.network(network);
     }
     Ok(builder)
 }

@@ -1,8 +1,9 @@
 //! The daemon's messages (`airlock.daemon.v1`, see
 //! `proto/airlock/daemon/v1/daemon.proto`) mapped to and from the
 //! library's and the CLI's types, each mapping in one place: program
-//! options, exits, sandbox entries, the idle policy, a cell and its events,
-//! and errors as gRPC statuses.
+//! options, network options, exits, sandbox entries, the idle policy, a
+//! cell and its events, network audit records, and errors as gRPC
+//! statuses.
 
 use std::time::Duration;
 
@@ -14,8 +15,11 @@ use airlock_proto::v1::{
 use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 
-use crate::commands::{ProgramOptions, ProgramOptionsError};
-use airlock::{error_chain, Cell, CellEvent, CellStatus, Event, Exit, ExitStatus, MimeBundle};
+use crate::commands::{NetOptions, ProgramOptions, ProgramOptionsError, SecretArg, SecretValue};
+use airlock::{
+    error_chain, AuditRecord, Cell, CellEvent, CellStatus, Event, Exit, ExitStatus, MimeBundle,
+    NetRule,
+};
 
 /// The largest message either side sends or accepts.
 pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
@@ -70,6 +74,23 @@ pub fn options_status(error: &ProgramOptionsError) -> Status {
     )
 }
 
+/// A failure of a sandbox's network call: the library refuses one on a
+/// sandbox without network with a configuration error, which is no bad
+/// argument of this call.
+pub fn network_status(id: &str, error: &airlock::Error) -> Status {
+    match error {
+        airlock::Error::Config(_) => status(
+            Code::FailedPrecondition,
+            pb::ErrorReason::NoNetwork,
+            format!(
+                "sandbox {id} was created without network, and cannot get one now; create a \
+                 sandbox with --allow-net RULE or --secret"
+            ),
+        ),
+        other => error_status(other),
+    }
+}
+
 /// The reason a status carries, if the daemon set one.
 pub fn reason(status: &Status) -> Option<pb::ErrorReason> {
     let value = status.metadata().get(ERROR_REASON_KEY)?.to_str().ok()?;
@@ -115,6 +136,101 @@ impl From<pb::ProgramOptions> for ProgramOptions {
             privileged: options.privileged,
         }
     }
+}
+
+impl From<&SecretArg> for pb::Secret {
+    fn from(secret: &SecretArg) -> pb::Secret {
+        pb::Secret {
+            name: secret.name.clone(),
+            value: secret.value.expose().to_owned(),
+            hosts: secret.hosts.clone(),
+        }
+    }
+}
+
+impl From<pb::Secret> for SecretArg {
+    fn from(secret: pb::Secret) -> SecretArg {
+        SecretArg {
+            name: secret.name,
+            value: SecretValue::new(secret.value),
+            hosts: secret.hosts,
+        }
+    }
+}
+
+/// Rules as the wire carries them (`--allow-net`'s text), parsed; a rule
+/// that does not parse is the client's mistake.
+pub fn rules(texts: &[String]) -> Result<Vec<NetRule>, Status> {
+    texts
+        .iter()
+        .map(|text| {
+            text.parse()
+                .map_err(|error: airlock::network::policy::ParseRuleError| {
+                    status(
+                        Code::InvalidArgument,
+                        pb::ErrorReason::InvalidArgument,
+                        error.to_string(),
+                    )
+                })
+        })
+        .collect()
+}
+
+/// The network options of a create request.
+pub fn net_options(create: &pb::CreateRequest) -> Result<NetOptions, Status> {
+    Ok(NetOptions {
+        allow_net: rules(&create.allow_net)?,
+        secrets: create
+            .secrets
+            .iter()
+            .cloned()
+            .map(SecretArg::from)
+            .collect(),
+    })
+}
+
+/// The rules of a policy, as `--allow-net` takes them back.
+pub fn rule_texts(policy: &airlock::NetworkPolicy) -> Vec<String> {
+    policy.rules().iter().map(ToString::to_string).collect()
+}
+
+/// An audit record for the wire.
+pub fn audit_record(record: &AuditRecord) -> pb::NetworkAuditRecord {
+    let since = record
+        .at
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    pb::NetworkAuditRecord {
+        seq: record.seq,
+        at_unix_ms: millis(since),
+        protocol: record.protocol.to_string(),
+        name: record.name.clone(),
+        addr: record.addr.map(|addr| addr.to_string()),
+        port: u32::from(record.port),
+        allowed: record.verdict.is_allowed(),
+        verdict: record.verdict.to_string(),
+    }
+}
+
+/// A record's line, as the library's `Display` writes an
+/// [`AuditRecord`]: `#SEQ SECONDS.MILLIS PROTOCOL DESTINATION VERDICT`.
+pub fn audit_line(record: &pb::NetworkAuditRecord) -> String {
+    let port = record.port;
+    let destination = match (&record.name, &record.addr) {
+        (Some(name), Some(addr)) => format!("{name}:{port} ({addr})"),
+        (Some(name), None) => format!("{name}:{port}"),
+        (None, Some(addr)) if addr.contains(':') => format!("[{addr}]:{port}"),
+        (None, Some(addr)) => format!("{addr}:{port}"),
+        (None, None) => format!("?:{port}"),
+    };
+    format!(
+        "#{} {}.{:03} {} {destination} {}",
+        record.seq,
+        record.at_unix_ms / 1000,
+        record.at_unix_ms % 1000,
+        record.protocol,
+        record.verdict
+    )
 }
 
 /// The idle policy of a create request.
@@ -318,6 +434,98 @@ mod tests {
         assert_eq!(back, options);
         let none = ProgramOptions::from(pb::ProgramOptions::default());
         assert_eq!(none, ProgramOptions::default());
+    }
+
+    #[test]
+    fn network_options_survive_the_wire_and_debug_hides_the_value() {
+        let options = NetOptions {
+            allow_net: vec!["pypi.org".parse().unwrap(), "[::1]:443".parse().unwrap()],
+            secrets: vec![SecretArg {
+                name: "API_KEY".into(),
+                value: SecretValue::new("sk-never-shown"),
+                hosts: vec!["api.test".into()],
+            }],
+        };
+        let create = pb::CreateRequest {
+            allow_net: options.allow_net.iter().map(ToString::to_string).collect(),
+            secrets: options.secrets.iter().map(pb::Secret::from).collect(),
+            ..pb::CreateRequest::default()
+        };
+        assert_eq!(create.allow_net, ["pypi.org", "[::1]:443"]);
+        assert_eq!(net_options(&create).unwrap(), options);
+        assert!(
+            !format!("{create:?}").contains("sk-never-shown"),
+            "{create:?}"
+        );
+        assert!(format!("{create:?}").contains("API_KEY"), "{create:?}");
+
+        let bad = pb::CreateRequest {
+            allow_net: vec!["10.0.0.1/8".into()],
+            ..pb::CreateRequest::default()
+        };
+        let status = net_options(&bad).unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert!(status.message().contains("\"10.0.0.1/8\""), "{status:?}");
+    }
+
+    #[test]
+    fn audit_lines_are_the_librarys_display() {
+        use airlock::{NetProtocol, Refusal, Verdict};
+        let at = std::time::UNIX_EPOCH + Duration::from_millis(1_754_000_000_042);
+        let record = |protocol, name: Option<&str>, addr: Option<&str>, verdict| AuditRecord {
+            seq: 7,
+            at,
+            protocol,
+            name: name.map(str::to_owned),
+            addr: addr.map(|a| a.parse().unwrap()),
+            port: 443,
+            verdict,
+        };
+        let records = [
+            record(
+                NetProtocol::Tls,
+                Some("pypi.org"),
+                Some("151.101.0.223"),
+                Verdict::Allowed,
+            ),
+            record(
+                NetProtocol::Dns,
+                Some("refused.test"),
+                None,
+                Verdict::Refused(Refusal::NotAllowed),
+            ),
+            record(
+                NetProtocol::Tcp,
+                None,
+                Some("192.0.2.9"),
+                Verdict::Refused(Refusal::NotAllowed),
+            ),
+            record(
+                NetProtocol::Tcp,
+                None,
+                Some("2001:db8::1"),
+                Verdict::Refused(Refusal::TimedOut),
+            ),
+            record(
+                NetProtocol::Proxy,
+                None,
+                None,
+                Verdict::Refused(Refusal::TimedOut),
+            ),
+        ];
+        for record in records {
+            let wire = audit_record(&record);
+            assert_eq!(wire.allowed, record.verdict.is_allowed());
+            assert_eq!(audit_line(&wire), record.to_string());
+        }
+    }
+
+    #[test]
+    fn a_sandbox_without_network_is_a_failed_precondition() {
+        let status = network_status("sb", &airlock::Error::Config("no network".into()));
+        assert_eq!(status.code(), Code::FailedPrecondition);
+        assert_eq!(reason(&status), Some(pb::ErrorReason::NoNetwork));
+        assert!(status.message().contains("--allow-net"), "{status:?}");
     }
 
     #[test]

@@ -670,6 +670,27 @@ async fn guest_root_removing_the_redirect_reaches_nothing_new(sandbox: &Sandbox)
     )
     .await;
     assert_eq!(out, "deleted 0\nnothing\nnothing\nnothing", "{out}");
+    // Nothing else could carry a packet out: the guest's only network
+    // devices are virtual ones (loopback and dummy links), and it has no
+    // IPv6 default route.
+    let devices = stdout_of(sandbox, "readlink -f /sys/class/net/* | tr '\\n' ' '").await;
+    assert!(
+        devices
+            .split_whitespace()
+            .all(|d| d.starts_with("/sys/devices/virtual/net/")),
+        "a device that is not virtual: {devices}"
+    );
+    assert!(devices.contains("/airlock0"), "{devices}");
+    let default_v6 = stdout_of(
+        sandbox,
+        "grep '^00000000000000000000000000000000 00 ' /proc/net/ipv6_route | grep -vc ' lo$' || true",
+    )
+    .await;
+    assert_eq!(
+        default_v6.trim(),
+        "0",
+        "no IPv6 default route but loopback's"
+    );
     assert_eq!(servers().heads.lock().unwrap().len(), before);
     assert!(heads_containing("/after-flush").is_empty());
 }

@@ -14,7 +14,15 @@
 //! - [`splice`]: bytes both ways with an idle timeout; [`prefixed`]: a
 //!   stream that first replays the bytes already read from it;
 //! - [`secrets`]: credentials bound to hosts, the per-sandbox CA, and the
-//!   HTTP proxy that puts a secret into requests on the way out.
+//!   HTTP proxy that puts a secret into requests on the way out;
+//! - `gateway`: one sandbox's decisions, from a connection's original
+//!   destination to its verdict and upstream, using all of the above, with
+//!   its options in `options` ([`NetworkOptions`]);
+//! - `carry` and `carried`: the `Network.Carry` calls kept open toward the
+//!   agent, and one carried connection as a byte stream.
+//!
+//! The guest's side is the agent's `services::network`; the whole design is
+//! in `docs/network.md`.
 
 pub mod audit;
 mod carried;

@@ -134,7 +134,7 @@ impl SecretArg {
         let (name, value) = match binding.split_once('=') {
             Some((name, value)) => (name.to_owned(), value.to_owned()),
             // Not echoed: it may be a value written without its NAME=.
-            None if !is_env_name(binding) => return Err(SHAPE.to_owned()),
+            None if !Secret::is_valid_name(binding) => return Err(SHAPE.to_owned()),
             None => {
                 let value = lookup(binding).ok_or_else(|| {
                     format!(
@@ -153,15 +153,6 @@ impl SecretArg {
         arg.secret()?;
         Ok(arg)
     }
-}
-
-/// `[A-Za-z_][A-Za-z0-9_]*`, as a secret's name must be.
-fn is_env_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    bytes
-        .next()
-        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 /// `--secret`'s parser. Not a plain function: clap quotes a refused value

@@ -84,6 +84,12 @@ pub struct Secret {
 }
 
 impl Secret {
+    /// Whether `name` can name a secret: an environment variable name,
+    /// `[A-Za-z_][A-Za-z0-9_]*`.
+    pub fn is_valid_name(name: &str) -> bool {
+        is_env_name(name)
+    }
+
     /// A secret named `name` (an environment variable name) with `value`
     /// (non-empty, without CR, LF or NUL), bound to no host yet.
     pub fn new(name: impl Into<String>, value: impl Into<String>) -> Result<Self, SecretError> {
@@ -185,7 +191,8 @@ impl FromStr for Secret {
     }
 }
 
-/// `[A-Za-z_][A-Za-z0-9_]*`.
+/// `[A-Za-z_][A-Za-z0-9_]*`: what a secret's name must be (see
+/// [`Secret::is_valid_name`]).
 fn is_env_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     bytes

@@ -8,9 +8,19 @@
 //! the guest between the two. Each connection therefore opens with a short
 //! exchange that both sides find in whatever surrounds it:
 //!
-//! 1. The host writes `airlock-hello <nonce>\n` (a nonce fresh for each
-//!    connection), and writes it again every [`HELLO_INTERVAL`] until it is
-//!    answered: a hello that an old connection swallowed is simply repeated.
+//! 1. The host writes a flush, [`FLUSH_LEN`] bytes of [`FLUSH_BYTE`], then
+//!    `airlock-hello <nonce>\n` (a nonce fresh for each connection), and
+//!    writes the hello again every [`HELLO_INTERVAL`] until it is answered:
+//!    a hello that an old connection swallowed is simply repeated.
+//!
+//!    The flush is for an old connection that the guest still serves. After
+//!    a restore, the guest can miss that its host left (the port's close and
+//!    the next host's open both arrive before it looks), and a snapshot can
+//!    catch that connection in the middle of a frame of up to
+//!    [`AGENT_MAX_FRAME_BYTES`]. The flush completes that frame, and its
+//!    next bytes read as a frame header whose length no frame may have: the
+//!    old connection fails at once and hands the port to the opening,
+//!    instead of taking hello after hello as the payload of its frame.
 //! 2. The guest skips everything up to the first complete hello, answers
 //!    `airlock-ready <nonce>\n` once, drops repeats of that same hello that
 //!    arrive next, and serves HTTP/2 from the first byte that is not one.
@@ -24,6 +34,20 @@
 use std::fmt;
 use std::time::Duration;
 
+/// The largest HTTP/2 frame the agent accepts (its
+/// `SETTINGS_MAX_FRAME_SIZE`, which it sets explicitly): the most that an
+/// old connection can still be waiting for at a restore.
+pub const AGENT_MAX_FRAME_BYTES: u32 = 16 << 10;
+/// The length of an HTTP/2 frame header.
+const FRAME_HEADER_LEN: usize = 9;
+/// What the host's flush is made of. Read as the start of an HTTP/2 frame
+/// header, it gives a length past [`AGENT_MAX_FRAME_BYTES`]; it is no part
+/// of a hello, and the HTTP/2 preface does not start with it.
+pub const FLUSH_BYTE: u8 = 0xff;
+/// How many bytes the host's flush has: enough to finish the rest of a
+/// half-read frame (its header and its payload) and then to make a whole
+/// frame header of flush bytes.
+pub const FLUSH_LEN: usize = AGENT_MAX_FRAME_BYTES as usize + 2 * FRAME_HEADER_LEN;
 /// What starts the host's line.
 pub const HELLO: &[u8] = b"airlock-hello ";
 /// What starts the guest's answer.
@@ -194,7 +218,13 @@ impl HostOpening {
         }
     }
 
-    /// The line to write now and every [`HELLO_INTERVAL`] until answered.
+    /// What to write once, before the first hello: the flush.
+    pub fn flush(&self) -> Vec<u8> {
+        vec![FLUSH_BYTE; FLUSH_LEN]
+    }
+
+    /// The line to write after the flush and every [`HELLO_INTERVAL`]
+    /// until answered.
     pub fn hello(&self) -> Vec<u8> {
         self.nonce.hello()
     }
@@ -250,6 +280,45 @@ mod tests {
         input.extend(PREFACE);
         assert_eq!(guest.feed(&input), GuestStep::Answer(nonce.ready()));
         assert_eq!(guest.feed(&[]), GuestStep::Open(PREFACE.to_vec()));
+    }
+
+    #[test]
+    fn the_guest_skips_the_flush() {
+        let nonce = Nonce::new(7);
+        let host = HostOpening::new(nonce);
+        let mut guest = GuestOpening::new();
+        let mut input = host.flush();
+        input.extend(host.hello());
+        input.extend(PREFACE);
+        assert_eq!(guest.feed(&input), GuestStep::Answer(nonce.ready()));
+        assert_eq!(guest.feed(&[]), GuestStep::Open(PREFACE.to_vec()));
+    }
+
+    #[test]
+    fn after_any_half_read_frame_the_flush_makes_a_header_no_frame_may_have() {
+        let flush = HostOpening::new(Nonce::new(1)).flush();
+        let max = AGENT_MAX_FRAME_BYTES as usize;
+        // The largest frame the agent allows, of which an old connection
+        // has read `read` bytes before the flush comes.
+        let mut frame = vec![0u8; FRAME_HEADER_LEN + max];
+        frame[..3].copy_from_slice(&(max as u32).to_be_bytes()[1..]);
+        for read in [0, 1, 2, 3, 8, 9, 10, 1000, frame.len() - 1] {
+            let mut stream = frame[..read].to_vec();
+            stream.extend(&flush);
+            // The frames that connection reads, until one is too long.
+            let mut at = 0;
+            let too_long = loop {
+                let Some(header) = stream.get(at..at + FRAME_HEADER_LEN) else {
+                    break false;
+                };
+                let length = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
+                if length > max {
+                    break true;
+                }
+                at += FRAME_HEADER_LEN + length;
+            };
+            assert!(too_long, "after {read} bytes of a frame");
+        }
     }
 
     #[test]

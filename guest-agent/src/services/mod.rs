@@ -11,6 +11,7 @@ pub mod process;
 pub mod system;
 
 use airlock_proto::contract::serial::{KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT};
+use airlock_proto::opening::AGENT_MAX_FRAME_BYTES;
 use airlock_proto::v1::{
     code_server::CodeServer, files_server::FilesServer, health_server::HealthServer,
     network_server::NetworkServer, process_server::ProcessServer, system_server::SystemServer,
@@ -45,9 +46,11 @@ pub struct Services {
 /// A tonic router serving all services. It pings the host every
 /// [`KEEPALIVE_INTERVAL`] and drops a connection whose pings go unanswered
 /// for [`KEEPALIVE_TIMEOUT`]: on a serial port, that frees the port for the
-/// host's next connection when the last one died silently.
+/// host's next connection when the last one died silently. Its largest
+/// frame is the contract's, which the host's opening flush is sized for.
 pub fn router(services: Services) -> Router {
     Server::builder()
+        .max_frame_size(Some(AGENT_MAX_FRAME_BYTES))
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(CodeServer::new(services.code))

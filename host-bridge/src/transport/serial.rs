@@ -1,7 +1,7 @@
 //! The host's side of the agent's virtio-serial channel: connect to the
 //! Unix socket QEMU listens on for the port, then run the opening (see
-//! [`airlock_proto::opening`]): repeat the hello until the agent answers,
-//! skipping whatever an earlier connection left in the pipe.
+//! [`airlock_proto::opening`]): write the flush, repeat the hello until the
+//! agent answers, and skip whatever an earlier connection left in the pipe.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -49,6 +49,9 @@ pub async fn open(socket: &Path, within: Duration) -> Result<AgentStream, Openin
             source,
         })?;
     let mut opening = HostOpening::new(Nonce::new(fresh_nonce()));
+    // Ends a connection the guest may still serve (after a restore) before
+    // the first hello, instead of letting it swallow hellos for minutes.
+    stream.write_all(&opening.flush()).await?;
     let hello = opening.hello();
     let begin = Instant::now();
     let deadline = tokio::time::sleep(within);

@@ -85,6 +85,29 @@ impl Wire {
         }
     }
 
+    /// `old` leaves and another host connects without the guest seeing a
+    /// change (after a restore, the port's close and the next open can both
+    /// come before the guest looks): its connection goes on, reading the
+    /// new host's bytes. What the guest wrote to `old` is gone.
+    pub fn replace_unseen(&self, mut old: FakeHost) -> FakeHost {
+        // Host numbers start at 1: `old` drops as no host, hanging up none.
+        let id = std::mem::replace(&mut old.id, 0);
+        drop(old);
+        let mut state = self.state();
+        assert_eq!(state.host, Some(id), "the old host is connected");
+        state.to_host.clear();
+        state.wake();
+        FakeHost {
+            wire: self.clone(),
+            id,
+        }
+    }
+
+    /// Whether the guest has read everything the hosts wrote.
+    pub fn all_read(&self) -> bool {
+        self.state().to_guest.is_empty()
+    }
+
     /// The connected host, if any, leaves.
     pub fn hang_up(&self) {
         let mut state = self.state();
@@ -245,11 +268,12 @@ pub struct HostStream {
 }
 
 impl HostStream {
-    /// Runs the host's side of the opening with `nonce`, repeating the
-    /// hello until the guest answers.
+    /// Runs the host's side of the opening with `nonce`: the flush, then
+    /// the hello until the guest answers.
     pub async fn open(mut host: FakeHost, nonce: u64) -> HostStream {
         let mut opening = HostOpening::new(Nonce::new(nonce));
         let mut buf = [0u8; 4096];
+        host.send(&opening.flush());
         loop {
             host.send(&opening.hello());
             let read = match tokio::time::timeout(HELLO_INTERVAL, host.read(&mut buf)).await {
@@ -264,6 +288,11 @@ impl HostStream {
                 };
             }
         }
+    }
+
+    /// The host under this connection.
+    pub fn into_host(self) -> FakeHost {
+        self.host
     }
 
     /// Opens and sends the HTTP/2 preface, which ends the guest's opening.

@@ -455,6 +455,51 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_connection_a_restore_caught_mid_frame_ends_on_the_next_hosts_flush() {
+        use airlock_proto::opening::AGENT_MAX_FRAME_BYTES;
+        use tokio::io::AsyncWriteExt;
+        let wire = Wire::new();
+        let (stop_tx, mut stop_rx) = watch::channel(false);
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .max_frame_size(Some(AGENT_MAX_FRAME_BYTES))
+                .add_service(HealthServer::new(HealthService::new(1, 2)))
+                .serve_with_incoming_shutdown(incoming(wire.port()), async move {
+                    let _ = stop_rx.wait_for(|stop| *stop).await;
+                }),
+        );
+        let mut first = HostStream::open_and_greet(wire.connect(), 1).await;
+        // Empty SETTINGS, then the start of the largest frame the agent
+        // allows (of a type it ignores): the snapshot comes 100 bytes in.
+        let mut bytes = vec![0, 0, 0, 4, 0, 0, 0, 0, 0];
+        bytes.extend(&AGENT_MAX_FRAME_BYTES.to_be_bytes()[1..]);
+        bytes.extend([0xfa, 0, 0, 0, 0, 0]);
+        bytes.extend([0u8; 100]);
+        first.write_all(&bytes).await.unwrap();
+        while !wire.all_read() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+
+        // The restored VM's host: the guest's connection goes on, and
+        // without the flush would take the hellos as its frame's payload.
+        let host = wire.replace_unseen(first.into_host());
+        let opened = tokio::time::timeout(Duration::from_secs(2), HostStream::open(host, 2))
+            .await
+            .expect("the next host's opening is answered");
+        let mut health = health_over(opened).await;
+        let answer = health.check(CheckRequest {}).await.unwrap().into_inner();
+        assert_eq!(answer.serving_since_us, 2);
+
+        stop_tx.send_replace(true);
+        drop(health);
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("the server stops")
+            .unwrap()
+            .unwrap();
+    }
+
+    #[tokio::test]
     async fn grpc_is_served_to_each_host_in_turn() {
         let wire = Wire::new();
         let (stop_tx, mut stop_rx) = watch::channel(false);

@@ -74,6 +74,12 @@ pub enum Error {
     )]
     SavedDuringCall { call: &'static str },
 
+    /// The sandbox was paused or saved to disk, and starting it again for
+    /// this call failed; the sandbox stays as it was, and a later call
+    /// tries again.
+    #[error("{call}: resuming the sandbox for the call failed: {detail}")]
+    ResumeForCall { call: &'static str, detail: String },
+
     /// A [`Sandboxes`](crate::Sandboxes) manager is at its maximum.
     #[error("{max} sandboxes are running, the most this manager allows")]
     TooManySandboxes { max: usize },
@@ -165,6 +171,9 @@ impl Error {
             Some(Unavailable::Ended(reason)) => return Error::SandboxEnded { reason },
             Some(Unavailable::Paused) => return Error::Paused,
             Some(Unavailable::SavedDuringCall) => return Error::SavedDuringCall { call },
+            Some(Unavailable::ResumeFailed(detail)) => {
+                return Error::ResumeForCall { call, detail }
+            }
             None => {}
         }
         Error::Agent {

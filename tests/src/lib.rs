@@ -25,9 +25,25 @@ use airlock::{Command, ExitStatus, Output, Sandbox, SandboxBuilder};
 /// software-emulated guests on two cores at once.
 pub const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// With `RUST_LOG` set (for example `RUST_LOG=airlock=debug`), the
+/// library's tracing goes to the test's captured output, which the harness
+/// prints for a failed test; without it, nothing is installed.
+pub fn log_if_asked() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("RUST_LOG").is_some() {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                .with_test_writer()
+                .try_init();
+        }
+    });
+}
+
 /// A builder for a small test sandbox, failing with the set-up command when
 /// the guest artifacts are missing.
 pub fn builder() -> SandboxBuilder {
+    log_if_asked();
     for path in [
         airlock::artifacts::default_kernel(),
         airlock::artifacts::default_initramfs(),

@@ -35,8 +35,8 @@ const CONSOLE_TAIL_BYTES: usize = 4096;
 const SET_CLOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why a call was not let through to the agent. Carried as the source of
-/// the call's status, and turned back into [`Error::SandboxEnded`] or
-/// [`Error::Paused`] by `Error::agent`.
+/// the call's status, and turned back into [`Error::SandboxEnded`],
+/// [`Error::Paused`] and the like by `Error::agent`.
 #[derive(Debug, Clone, thiserror::Error)]
 pub(crate) enum Unavailable {
     #[error("the sandbox has ended: {0}")]
@@ -48,6 +48,10 @@ pub(crate) enum Unavailable {
          the next call restores it"
     )]
     SavedDuringCall,
+    /// The sandbox was on disk or paused, and starting it again for the
+    /// call failed (the cause, formatted).
+    #[error("resuming the sandbox for the call failed: {0}")]
+    ResumeFailed(String),
 }
 
 /// Time accounting, under one lock.
@@ -255,11 +259,12 @@ impl VmShared {
                 PausedCalls::Fail => return Err(Unavailable::Paused),
                 PausedCalls::Resume => {
                     if let Err(error) = self.resume().await {
-                        tracing::warn!(error = %crate::error_chain(&error), "resume for a call failed");
+                        let cause = crate::error_chain(&error);
+                        tracing::warn!(error = %cause, "resume for a call failed");
                         if let Some(reason) = self.end_reason() {
                             return Err(Unavailable::Ended(reason));
                         }
-                        return Err(Unavailable::Paused);
+                        return Err(Unavailable::ResumeFailed(cause));
                     }
                 }
                 PausedCalls::Wait => {

@@ -231,6 +231,12 @@ async fn a_truncated_snapshot_is_refused_and_the_one_before_resumes() {
     let text = airlock::error_chain(&error);
     assert!(text.contains("not an Airlock snapshot"), "{text}");
     assert_eq!(sandbox.state(), SandboxState::OnDisk);
+    // A call, which would restore the sandbox, fails with the same cause.
+    let refused = sandbox.exec(sh("true")).await.unwrap_err();
+    assert!(matches!(refused, Error::ResumeForCall { .. }), "{refused}");
+    let text = airlock::error_chain(&refused);
+    assert!(text.contains("not an Airlock snapshot"), "{text}");
+    assert_eq!(sandbox.state(), SandboxState::OnDisk);
 }
 
 #[tokio::test]

@@ -6,9 +6,10 @@
 // A test panics with its reason; that is what expect is for here.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
 
 use airlock::state_dir::owner::OwnerRecord;
 use airlock::state_dir::STATE_DIR_ENV;
@@ -27,15 +28,7 @@ async fn gc_ends_the_sandboxes_of_a_killed_owner_and_keeps_live_ones() {
     let live_dir = live.state_dir().to_owned();
 
     // An embedding process holding a sandbox, killed once its VM is up.
-    let mut owner = Command::new(airlock_tests::airlock_bin())
-        .args(["run", "--no-image", "--", "sleep", "1000"])
-        .env(STATE_DIR_ENV, base.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("airlock run");
-    let orphan_dir = wait_for_running_command(base.path(), owner.id()).await;
+    let (mut owner, orphan_dir) = start_owner(base.path()).await;
     owner.kill().expect("SIGKILL the owner");
     owner.wait().expect("reap the owner");
 
@@ -93,15 +86,7 @@ async fn gc_ends_the_sandboxes_of_a_killed_owner_and_keeps_live_ones() {
 #[tokio::test]
 async fn collect_orphans_on_start_ends_what_a_dead_owner_left() {
     let base = tempfile::tempdir().expect("base");
-    let mut owner = Command::new(airlock_tests::airlock_bin())
-        .args(["run", "--no-image", "--", "sleep", "1000"])
-        .env(STATE_DIR_ENV, base.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("airlock run");
-    let orphan_dir = wait_for_running_command(base.path(), owner.id()).await;
+    let (mut owner, orphan_dir) = start_owner(base.path()).await;
     owner.kill().expect("SIGKILL the owner");
     owner.wait().expect("reap the owner");
     assert_eq!(airlock_tests::processes_mentioning(&orphan_dir).len(), 1);
@@ -139,27 +124,44 @@ fn gc(base: &Path, args: &[&str]) -> String {
     stdout
 }
 
-/// The state directory owned by `owner_pid`, once its VM runs the command
-/// (the agent logs the program's start on the console).
-async fn wait_for_running_command(base: &Path, owner_pid: u32) -> PathBuf {
-    let deadline = Instant::now() + UP_TIMEOUT;
-    loop {
-        let found = std::fs::read_dir(base)
-            .expect("list base")
-            .flatten()
-            .map(|entry| entry.path())
-            .find(|dir| OwnerRecord::read(dir).is_ok_and(|record| record.owner.pid == owner_pid));
-        if let Some(dir) = found {
-            let console = std::fs::read_to_string(dir.join("console.log")).unwrap_or_default();
-            let record = OwnerRecord::read(&dir).expect("owner record");
-            if !record.vmm.is_empty() && console.contains("process started") {
-                return dir;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the owner's VM did not run its command within {UP_TIMEOUT:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// Starts `airlock run` on `base` with a command that says it runs and
+/// then sleeps, and waits for that word: the owner's VM is then up. Returns
+/// the owner and its sandbox's state directory.
+async fn start_owner(base: &Path) -> (Child, PathBuf) {
+    let mut owner = Command::new(airlock_tests::airlock_bin())
+        .args([
+            "run",
+            "--no-image",
+            "--",
+            "sh",
+            "-c",
+            "echo running; exec sleep 1000",
+        ])
+        .env(STATE_DIR_ENV, base)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("airlock run");
+    let stdout = owner.stdout.take().expect("piped stdout");
+    let (said, word) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = said.send(line);
+    });
+    let line = tokio::task::spawn_blocking(move || word.recv_timeout(UP_TIMEOUT))
+        .await
+        .expect("waiting for the command")
+        .unwrap_or_else(|_| panic!("the owner's command did not run within {UP_TIMEOUT:?}"));
+    assert_eq!(line, "running\n");
+    let dir = std::fs::read_dir(base)
+        .expect("list base")
+        .flatten()
+        .map(|entry| entry.path())
+        .find(|dir| OwnerRecord::read(dir).is_ok_and(|record| record.owner.pid == owner.id()))
+        .expect("the owner's state directory");
+    let record = OwnerRecord::read(&dir).expect("owner record");
+    assert!(!record.vmm.is_empty(), "the owner's VMM is recorded");
+    (owner, dir)
 }

@@ -6,15 +6,20 @@
 //!
 //! This file boots sandboxes ([`builder`], [`boot`]), runs guest commands
 //! ([`sh`], [`run`], [`stdout_of`]), reads figures ([`status_kib`],
-//! [`sha256_hex`]) and finds host processes and binaries. [`process_builder`]
-//! runs the agent as a host process instead of booting a VM, for tests of
-//! the lifecycle. [`shared_vm`] runs a file's checks as named tests on one
-//! booted VM.
+//! [`sha256_hex`]), finds host processes and binaries and waits for a
+//! condition ([`wait_until`]). [`process_builder`] runs the agent as a host
+//! process instead of booting a VM, for tests of the lifecycle.
+//! [`shared_vm`] runs a file's checks as named tests on one booted VM.
+//! [`DaemonHome`] gives a CLI test a private state directory, so a private
+//! daemon, and runs `airlock` clients against it.
 
 #![forbid(unsafe_code)]
 
+pub mod daemon_home;
 pub mod shared_vm;
 pub mod soak;
+
+pub use daemon_home::DaemonHome;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -97,6 +102,19 @@ pub fn processes_mentioning(needle: &Path) -> Vec<u32> {
             !zombie && String::from_utf8_lossy(&cmdline).contains(&needle)
         })
         .collect()
+}
+
+/// Polls `done` every 100 ms until it holds or `limit` has passed; whether
+/// it held.
+pub fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let began = std::time::Instant::now();
+    while began.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    done()
 }
 
 /// The `airlock` binary built next to the test executable.

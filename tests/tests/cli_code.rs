@@ -8,11 +8,11 @@
 // A test panics with its reason; that is what expect is for here.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
 
-use airlock_tests::{airlock_bin, processes_mentioning};
+use airlock_tests::{airlock_bin, DaemonHome};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -63,89 +63,40 @@ fn run_prints_and_downloads_what_the_command_changed() {
     );
 }
 
-/// A private state directory, so a private daemon; dropping it ends the
-/// daemon and what is left of its VM.
-struct Home {
-    dir: tempfile::TempDir,
-}
+/// How long one client may take here: a boot with the default image under
+/// TCG on a loaded host, with room to spare.
+const CLIENT_LIMIT: Duration = Duration::from_secs(300);
 
-impl Home {
-    fn airlock(&self, args: &[&str]) -> Output {
-        let mut child = Command::new(airlock_bin())
-            .args(args)
-            .env("AIRLOCK_STATE_DIR", self.dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run airlock");
-        let began = Instant::now();
-        loop {
-            if child.try_wait().unwrap().is_some() {
-                return child.wait_with_output().unwrap();
-            }
-            if began.elapsed() > Duration::from_secs(300) {
-                let _ = child.kill();
-                panic!("airlock {args:?} hung; daemon log:\n{}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.path().join("daemon.sock")
-    }
-}
-
-impl Drop for Home {
-    fn drop(&mut self) {
-        for pid in processes_mentioning(&self.socket()) {
-            let _ = Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status();
-        }
-        let began = Instant::now();
-        while !processes_mentioning(&self.socket()).is_empty()
-            && began.elapsed() < Duration::from_secs(20)
-        {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        for pid in processes_mentioning(self.dir.path()) {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-        }
-    }
+/// Runs `airlock ARGS` in `home` under this file's [`CLIENT_LIMIT`].
+fn airlock(home: &DaemonHome, args: &[&str]) -> Output {
+    home.client(args).limit(CLIENT_LIMIT).output()
 }
 
 #[test]
 fn sandbox_run_code_prints_values_keeps_state_and_saves_images() {
-    let home = Home {
-        dir: tempfile::tempdir().unwrap(),
-    };
+    let home = DaemonHome::new();
     let image = airlock_tests::default_image();
-    let created = home.airlock(&[
-        "sandbox",
-        "create",
-        "--image",
-        image.to_str().unwrap(),
-        "--memory",
-        "512",
-    ]);
+    let created = airlock(
+        &home,
+        &[
+            "sandbox",
+            "create",
+            "--image",
+            image.to_str().unwrap(),
+            "--memory",
+            "512",
+        ],
+    );
     assert!(
         created.status.success(),
         "{}\n{}",
         text(&created.stderr),
-        home.log()
+        home.daemon_log()
     );
     let id = text(&created.stdout).trim().to_owned();
     let run_code = |args: &[&str]| {
         let argv = [&["sandbox", "run-code", id.as_str()], args].concat();
-        home.airlock(&argv)
+        airlock(&home, &argv)
     };
 
     let out = run_code(&["-c", "print('hi'); 1 + 1"]);
@@ -200,6 +151,6 @@ fn sandbox_run_code_prints_values_keeps_state_and_saves_images() {
         "the context answers"
     );
 
-    let killed = home.airlock(&["sandbox", "kill", &id]);
+    let killed = airlock(&home, &["sandbox", "kill", &id]);
     assert!(killed.status.success(), "{}", text(&killed.stderr));
 }

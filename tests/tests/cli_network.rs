@@ -9,109 +9,17 @@
 // A test panics with its reason; that is what expect is for here.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Output, Stdio};
+use std::process::{ExitCode, Output};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use airlock_tests::{airlock_bin, processes_mentioning};
+use airlock_tests::{processes_mentioning, DaemonHome};
 use libtest_mimic::{Arguments, Failed, Trial};
-
-/// How long one client may take: far more than a boot under TCG on a
-/// loaded host.
-const CLIENT_LIMIT: Duration = Duration::from_secs(180);
 
 /// The value of the secret taken from airlock's environment.
 const ENV_SECRET: &str = "sk-from-env-0123456789-never-printed";
 /// The value of the secret written on the command line.
 const INLINE_SECRET: &str = "sk-inline-9876543210-never-printed";
-
-/// A private state directory, so a private daemon; dropping it ends the
-/// daemon and what is left of its VMs.
-struct Home {
-    dir: tempfile::TempDir,
-}
-
-impl Home {
-    fn new() -> Home {
-        Home {
-            dir: tempfile::tempdir().expect("state dir"),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.path().join("daemon.sock")
-    }
-
-    /// Runs `airlock ARGS` with this state directory and `env` added.
-    fn airlock(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        let mut child = Command::new(airlock_bin())
-            .args(args)
-            .envs(env.iter().copied())
-            .env("AIRLOCK_STATE_DIR", self.path())
-            .env("AIRLOCK_SAVED_DIR", self.path().join("saved"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run airlock");
-        let began = Instant::now();
-        while child.try_wait().unwrap().is_none() {
-            if began.elapsed() > CLIENT_LIMIT {
-                let _ = child.kill();
-                panic!(
-                    "airlock {args:?} did not finish within {CLIENT_LIMIT:?}; daemon log:\n{}",
-                    self.daemon_log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        child.wait_with_output().unwrap()
-    }
-
-    /// Runs `airlock sandbox ARGS` and requires success; returns stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let argv = [&["sandbox"], args].concat();
-        let out = self.airlock(&argv, &[]);
-        assert!(
-            out.status.success(),
-            "airlock {argv:?} failed ({:?}): {}\ndaemon log:\n{}",
-            out.status,
-            text(&out.stderr),
-            self.daemon_log()
-        );
-        text(&out.stdout)
-    }
-
-    fn daemon_log(&self) -> String {
-        std::fs::read_to_string(self.path().join("daemon.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Home {
-    fn drop(&mut self) {
-        for pid in processes_mentioning(&self.socket()) {
-            let _ = Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status();
-        }
-        let began = Instant::now();
-        while !processes_mentioning(&self.socket()).is_empty()
-            && began.elapsed() < Duration::from_secs(20)
-        {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        for pid in processes_mentioning(self.path()) {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-        }
-    }
-}
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -120,7 +28,7 @@ fn text(bytes: &[u8]) -> String {
 /// The sandbox the checks share: its daemon's home, its id, and what its
 /// `create` printed.
 struct Shared {
-    home: Home,
+    home: DaemonHome,
     id: String,
     created: Output,
 }
@@ -129,10 +37,10 @@ struct Shared {
 /// default image, loopback allowed (so no real server is reachable), two
 /// secrets (one from airlock's environment, one inline).
 fn create_shared() -> Result<Shared, String> {
-    let home = Home::new();
+    let home = DaemonHome::new();
     let inline = format!("INLINE_TOKEN={INLINE_SECRET}@other.test");
-    let created = home.airlock(
-        &[
+    let created = home
+        .client(&[
             "sandbox",
             "create",
             "--allow-net",
@@ -141,9 +49,9 @@ fn create_shared() -> Result<Shared, String> {
             "ENV_TOKEN@api.test,*.api.test",
             "--secret",
             &inline,
-        ],
-        &[("ENV_TOKEN", ENV_SECRET)],
-    );
+        ])
+        .env("ENV_TOKEN", ENV_SECRET)
+        .output();
     if !created.status.success() {
         return Err(format!(
             "sandbox create failed ({:?}): {}\ndaemon log:\n{}",
@@ -222,20 +130,20 @@ fn main() -> ExitCode {
         ),
     ];
     let conclusion = libtest_mimic::run(&args, trials);
-    // The trials are gone: this drops the shared sandbox's Home, which
+    // The trials are gone: this drops the shared sandbox's home, which
     // ends its daemon and VM.
     drop(sandbox);
     conclusion.exit_code()
 }
 
 fn a_bad_allow_net_rule_is_refused_before_anything_boots() {
-    let home = Home::new();
+    let home = DaemonHome::new();
     for argv in [
         &["run", "--allow-net", "10.0.0.1/8", "--", "true"][..],
         &["sandbox", "create", "--allow-net", "pypi.org:https"],
     ] {
         let began = Instant::now();
-        let out = home.airlock(argv, &[]);
+        let out = home.airlock(argv);
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "a usage error: {stderr}");
         let rule = argv[argv.iter().position(|a| *a == "--allow-net").unwrap() + 1];
@@ -264,7 +172,7 @@ fn a_bad_allow_net_rule_is_refused_before_anything_boots() {
 }
 
 fn a_bad_secret_is_refused_without_showing_its_value() {
-    let home = Home::new();
+    let home = DaemonHome::new();
     let value = "sk-refused-0123456789";
     for secret in [
         format!("API_KEY={value}"),
@@ -275,7 +183,7 @@ fn a_bad_secret_is_refused_without_showing_its_value() {
             &["run", "--secret", &secret, "--", "true"][..],
             &["sandbox", "create", "--secret", &secret],
         ] {
-            let out = home.airlock(argv, &[]);
+            let out = home.airlock(argv);
             let stderr = text(&out.stderr);
             assert_eq!(out.status.code(), Some(2), "a usage error: {stderr}");
             assert!(stderr.contains("--secret"), "{stderr}");
@@ -283,16 +191,13 @@ fn a_bad_secret_is_refused_without_showing_its_value() {
             assert!(!text(&out.stdout).contains(value));
         }
     }
-    let unset = home.airlock(
-        &[
-            "run",
-            "--secret",
-            "AIRLOCK_NO_SUCH_VAR@api.test",
-            "--",
-            "true",
-        ],
-        &[],
-    );
+    let unset = home.airlock(&[
+        "run",
+        "--secret",
+        "AIRLOCK_NO_SUCH_VAR@api.test",
+        "--",
+        "true",
+    ]);
     let stderr = text(&unset.stderr);
     assert_eq!(unset.status.code(), Some(2), "{stderr}");
     assert!(
@@ -302,24 +207,21 @@ fn a_bad_secret_is_refused_without_showing_its_value() {
 }
 
 fn run_with_allow_net_gives_a_network_that_refuses_other_names() {
-    let home = Home::new();
+    let home = DaemonHome::new();
     let script = "import os, socket\n\
                   print(os.environ.get('HTTPS_PROXY'))\n\
                   try:\n    socket.gethostbyname('refused.test'); print('resolved')\n\
                   except socket.gaierror: print('not resolved')";
-    let out = home.airlock(
-        &[
-            "--verbose",
-            "run",
-            "--allow-net",
-            "127.0.0.1/32",
-            "--",
-            "python3",
-            "-c",
-            script,
-        ],
-        &[],
-    );
+    let out = home.airlock(&[
+        "--verbose",
+        "run",
+        "--allow-net",
+        "127.0.0.1/32",
+        "--",
+        "python3",
+        "-c",
+        script,
+    ]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
     let stdout = text(&out.stdout);
@@ -401,7 +303,7 @@ fn net_allow_adds_a_rule_and_deny_removes_it(shared: &Shared) {
         "--allow",
         "a.test",
     ];
-    let out = shared.home.airlock(&argv, &[]);
+    let out = shared.home.airlock(&argv);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{stderr}");
     assert!(
@@ -412,10 +314,9 @@ fn net_allow_adds_a_rule_and_deny_removes_it(shared: &Shared) {
 
     let removed = net(shared, &["--deny", "192.0.2.9/32:80"]);
     assert_eq!(rules(&removed), ["127.0.0.1"], "{removed}");
-    let out = shared.home.airlock(
-        &["sandbox", "net", &shared.id, "--allow", "10.0.0.1/8"],
-        &[],
-    );
+    let out = shared
+        .home
+        .airlock(&["sandbox", "net", &shared.id, "--allow", "10.0.0.1/8"]);
     assert_eq!(out.status.code(), Some(2), "a bad rule is a usage error");
     assert!(text(&out.stderr).contains("\"10.0.0.1/8\""));
 }

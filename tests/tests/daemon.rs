@@ -6,137 +6,20 @@
 // A test panics with its reason; that is what expect is for here.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use airlock_tests::{airlock_bin, processes_mentioning};
+use airlock_tests::{airlock_bin, processes_mentioning, wait_until, DaemonHome};
 
-/// How long one client may take: far more than a boot under TCG on a
-/// loaded host.
-const CLIENT_LIMIT: Duration = Duration::from_secs(180);
-
-/// A private state directory (so a private daemon); dropping it ends the
-/// daemon and anything left of its VMs, whatever the test did.
-struct Home {
-    dir: tempfile::TempDir,
-}
-
-impl Home {
-    fn new() -> Home {
-        Home {
-            dir: tempfile::tempdir().expect("state dir"),
-        }
+/// Runs `airlock sandbox ARGS` in `home`, feeding `stdin` when given.
+fn sandbox(home: &DaemonHome, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let argv = [&["sandbox"], args].concat();
+    let client = home.client(&argv);
+    match stdin {
+        Some(data) => client.stdin(data).output(),
+        None => client.output(),
     }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.path().join("daemon.sock")
-    }
-
-    /// Where its daemon keeps sandboxes saved to disk.
-    fn saved_dir(&self) -> PathBuf {
-        self.path().join("saved")
-    }
-
-    /// Runs `airlock sandbox ARGS`, feeding `stdin` when given.
-    fn sandbox(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
-        let mut child = Command::new(airlock_bin())
-            .arg("sandbox")
-            .args(args)
-            .env("AIRLOCK_STATE_DIR", self.path())
-            .env("AIRLOCK_SAVED_DIR", self.saved_dir())
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run airlock");
-        if let Some(data) = stdin {
-            let mut pipe = child.stdin.take().unwrap();
-            pipe.write_all(data).unwrap();
-        }
-        // A hung client fails the test with the daemon's log rather than
-        // hanging it.
-        let pid = child.id();
-        let (done, output) = std::sync::mpsc::channel();
-        std::thread::spawn(move || done.send(child.wait_with_output()));
-        match output.recv_timeout(CLIENT_LIMIT) {
-            Ok(output) => output.expect("airlock output"),
-            Err(_) => {
-                let _ = Command::new("kill")
-                    .args(["-KILL", &pid.to_string()])
-                    .status();
-                panic!(
-                    "airlock sandbox {args:?} did not finish within {CLIENT_LIMIT:?}; daemon log:\n{}",
-                    self.daemon_log()
-                );
-            }
-        }
-    }
-
-    /// Runs `airlock sandbox ARGS` and requires success; returns stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.sandbox(args, None);
-        assert!(
-            out.status.success(),
-            "airlock sandbox {args:?} failed ({:?}): {}\ndaemon log:\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr),
-            self.daemon_log()
-        );
-        String::from_utf8(out.stdout).expect("utf-8 output")
-    }
-
-    fn daemon_log(&self) -> String {
-        std::fs::read_to_string(self.path().join("daemon.log")).unwrap_or_default()
-    }
-
-    /// The daemon's pids (its command line names the socket).
-    fn daemons(&self) -> Vec<u32> {
-        processes_mentioning(&self.socket())
-    }
-
-    /// Sends `signal` to every daemon and waits (bounded) for them to go.
-    fn signal_daemons(&self, signal: &str) -> bool {
-        for pid in self.daemons() {
-            let _ = Command::new("kill")
-                .args([format!("-{signal}"), pid.to_string()])
-                .status();
-        }
-        wait_until(Duration::from_secs(20), || self.daemons().is_empty())
-    }
-}
-
-impl Drop for Home {
-    fn drop(&mut self) {
-        if !self.signal_daemons("TERM") {
-            self.signal_daemons("KILL");
-        }
-        for pid in processes_mentioning(self.path()) {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-        }
-    }
-}
-
-fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let began = Instant::now();
-    while began.elapsed() < limit {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    done()
 }
 
 /// The `ls` line of `id`, split into columns.
@@ -153,7 +36,7 @@ fn ls_line(table: &str, id: &str) -> Option<Vec<String>> {
 
 #[test]
 fn a_sandbox_lives_across_invocations_until_killed() {
-    let home = Home::new();
+    let home = DaemonHome::new();
     assert!(home.daemons().is_empty());
 
     // create starts the daemon on demand.
@@ -172,7 +55,7 @@ fn a_sandbox_lives_across_invocations_until_killed() {
 
     // Output on the right streams, the program's exit code.
     let script = "echo hi >/tmp/f; echo out; echo err >&2; exit 3";
-    let out = home.sandbox(&["exec", &id, "--", "sh", "-c", script], None);
+    let out = sandbox(&home, &["exec", &id, "--", "sh", "-c", script], None);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n", "{stderr}");
     assert!(stderr.lines().any(|l| l == "err"), "stderr: {stderr}");
@@ -183,7 +66,8 @@ fn a_sandbox_lives_across_invocations_until_killed() {
     assert_eq!(out.status.code(), Some(3), "stderr: {stderr}");
 
     // Another invocation sees what the first wrote; piped stdin reaches it.
-    let out = home.sandbox(
+    let out = sandbox(
+        &home,
         &["exec", &id, "--", "sh", "-c", "cat /tmp/f; cat"],
         Some(b"piped\n"),
     );
@@ -243,7 +127,7 @@ fn a_sandbox_lives_across_invocations_until_killed() {
 
 #[test]
 fn a_sandbox_paused_to_disk_survives_a_killed_daemon_and_forks() {
-    let home = Home::new();
+    let home = DaemonHome::new();
     let id = home.ok(&["create", "--no-image", "--memory", "256"]);
     let id = id.trim().to_owned();
     // A file, and a program that keeps running in the background.
@@ -301,13 +185,13 @@ fn a_sandbox_paused_to_disk_survives_a_killed_daemon_and_forks() {
     assert!(home.saved_dir().join(&id).exists());
     home.ok(&["kill", &id]);
     assert!(!home.saved_dir().join(&id).exists(), "saved files left");
-    let refused = home.sandbox(&["exec", &id, "--", "true"], None);
+    let refused = sandbox(&home, &["exec", &id, "--", "true"], None);
     assert!(!refused.status.success());
 }
 
 #[test]
 fn serve_with_a_pool_hands_out_a_frozen_sandbox() {
-    let home = Home::new();
+    let home = DaemonHome::new();
     let mut daemon = Command::new(airlock_bin())
         .args(["serve", "--pool", "1", "--max", "3", "--socket"])
         .arg(home.socket())
@@ -386,7 +270,7 @@ const LIMITS_AND_PRIVILEGE: &str = "cg=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/
 
 #[test]
 fn sandbox_exec_applies_limits_and_privilege_as_run_does() {
-    let home = Home::new();
+    let home = DaemonHome::new();
     let id = home.ok(&["create", "--no-image", "--memory", "256"]);
     let id = id.trim();
     let options = ["--limit-memory", "64M", "--privileged"];
@@ -433,7 +317,8 @@ fn sandbox_exec_applies_limits_and_privilege_as_run_does() {
     // Past the limit the guest's OOM killer ends the program, reported as
     // `run` reports it.
     let hog = "BEGIN { s = sprintf(\"%1048576s\", \"\"); while (1) a[n++] = s n }";
-    let out = home.sandbox(
+    let out = sandbox(
+        &home,
         &["exec", id, "--limit-memory", "32M", "--", "awk", hog],
         None,
     );
@@ -444,7 +329,7 @@ fn sandbox_exec_applies_limits_and_privilege_as_run_does() {
 
 #[test]
 fn sandbox_exec_forwards_ctrl_c_as_run_does() {
-    let home = Home::new();
+    let home = DaemonHome::new();
     let id = home.ok(&["create", "--no-image", "--memory", "256"]);
     let script = "trap 'echo interrupted; exit 7' INT; echo ready; while :; do sleep 0.1; done";
     let mut child = Command::new(airlock_bin())

@@ -129,7 +129,7 @@ pub async fn follow(
 
     let end = match report {
         Ok(report) => {
-            tracing::info!(pid, exit = ?report.exit, timed_out = report.timed_out, oom_killed = report.oom_killed, "process exited");
+            tracing::debug!(pid, exit = ?report.exit, timed_out = report.timed_out, oom_killed = report.oom_killed, "process exited");
             End::Exited(report)
         }
         Err(_) => {

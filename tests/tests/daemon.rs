@@ -130,15 +130,17 @@ fn a_sandbox_paused_to_disk_survives_a_killed_daemon_and_forks() {
     let home = DaemonHome::new();
     let id = home.ok(&["create", "--no-image", "--memory", "256"]);
     let id = id.trim().to_owned();
-    // A file, and a program that keeps running in the background.
+    // A file, and a program that keeps running in the background. It
+    // renames each count into place: a `cat` between a truncating write's
+    // open and its write would read nothing.
     home.ok(&[
         "exec",
         &id,
         "--",
         "sh",
         "-c",
-        "echo kept >/tmp/kept; setsid sh -c 'i=0; while :; do echo $i >/tmp/count; \
-         i=$((i+1)); sleep 0.1; done' </dev/null >/dev/null 2>&1 &",
+        "echo kept >/tmp/kept; setsid sh -c 'i=0; while :; do echo $i >/tmp/count.new; \
+         mv /tmp/count.new /tmp/count; i=$((i+1)); sleep 0.1; done' </dev/null >/dev/null 2>&1 &",
     ]);
     home.ok(&["pause", "--to-disk", &id]);
     let table = home.ok(&["ls"]);

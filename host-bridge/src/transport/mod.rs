@@ -13,7 +13,9 @@
 //! - a plain Unix socket, for an agent run as a host process.
 //!
 //! [`AgentTransport::channel`] builds the tonic channel, which opens a new
-//! connection (handshake included) whenever the last one broke. Both sides
+//! connection (handshake included) whenever the last one broke; a
+//! [`Quiesce`] can end its current connection between two HTTP/2 frames
+//! (before a snapshot). Both sides
 //! send HTTP/2 keepalives ([`KEEPALIVE_INTERVAL`], [`KEEPALIVE_TIMEOUT`]), so
 //! a connection that stopped carrying bytes is dropped within seconds.
 //!
@@ -24,7 +26,9 @@
 //! push ahead of a slow reader (hyper's windows: 2 MiB per stream, 5 MiB
 //! per connection).
 
+mod frames;
 mod hybrid;
+mod quiesce;
 pub mod serial;
 mod stream;
 
@@ -43,6 +47,7 @@ use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint};
 
 pub use hybrid::{connect_hybrid, HandshakeError};
+pub use quiesce::{Ended, GatedStream, Quiesce};
 pub use serial::OpeningError;
 pub use stream::AgentStream;
 
@@ -175,6 +180,16 @@ impl AgentTransport {
         self,
         first: Option<AgentStream>,
     ) -> Result<Channel, tonic::transport::Error> {
+        self.channel_quiesced(first, Quiesce::default()).await
+    }
+
+    /// [`channel_from`](Self::channel_from), whose connections `quiesce`
+    /// can end between two frames.
+    pub async fn channel_quiesced(
+        self,
+        first: Option<AgentStream>,
+        quiesce: Quiesce,
+    ) -> Result<Channel, tonic::transport::Error> {
         let first = Arc::new(Mutex::new(first));
         Endpoint::from_static("http://airlock-agent")
             .tcp_nodelay(true)
@@ -185,13 +200,14 @@ impl AgentTransport {
             .keep_alive_while_idle(true)
             .connect_with_connector(tower::service_fn(move |_| {
                 let transport = self.clone();
+                let quiesce = quiesce.clone();
                 let opened = first.lock().unwrap_or_else(PoisonError::into_inner).take();
                 async move {
                     let stream = match opened {
                         Some(stream) => stream,
                         None => transport.connect().await?,
                     };
-                    Ok::<_, std::io::Error>(TokioIo::new(stream))
+                    Ok::<_, std::io::Error>(TokioIo::new(quiesce.watch(stream)?))
                 }
             }))
             .await

@@ -2,6 +2,7 @@
 //! read past the end of the handshake put back in front.
 
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -34,6 +35,12 @@ impl AgentStream {
         } else {
             Err(self)
         }
+    }
+}
+
+impl AsFd for AgentStream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.inner.as_fd()
     }
 }
 

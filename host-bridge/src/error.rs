@@ -74,6 +74,17 @@ pub enum Error {
     )]
     SavedDuringCall { call: &'static str },
 
+    /// The sandbox was [forked](crate::Sandbox::fork) while this call was
+    /// open: the fork's snapshot ended the call's connection, so that the
+    /// snapshot holds no half-sent message. The sandbox runs on, and the
+    /// call can be made again. (Output streams of programs re-attach by
+    /// themselves.)
+    #[error(
+        "{call}: the sandbox was forked while the call was open; it runs on, and the call can \
+         be made again"
+    )]
+    ForkedDuringCall { call: &'static str },
+
     /// The sandbox was paused or saved to disk, and starting it again for
     /// this call failed; the sandbox stays as it was, and a later call
     /// tries again.
@@ -171,6 +182,7 @@ impl Error {
             Some(Unavailable::Ended(reason)) => return Error::SandboxEnded { reason },
             Some(Unavailable::Paused) => return Error::Paused,
             Some(Unavailable::SavedDuringCall) => return Error::SavedDuringCall { call },
+            Some(Unavailable::ForkedDuringCall) => return Error::ForkedDuringCall { call },
             Some(Unavailable::ResumeFailed(detail)) => {
                 return Error::ResumeForCall { call, detail }
             }

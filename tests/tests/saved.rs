@@ -513,3 +513,59 @@ async fn a_workspace_sandbox_is_saved_and_restored_with_its_files() {
         "in the workspacewritten after"
     );
 }
+
+/// Input for a program's stdin that never ends: 64 KiB chunks of `a`.
+fn endless_a() -> impl futures::Stream<Item = bytes::Bytes> + Send + 'static {
+    futures::stream::repeat(bytes::Bytes::from(vec![b'a'; 64 << 10]))
+}
+
+#[tokio::test]
+async fn stdin_streaming_across_saves_and_a_fork_gets_no_foreign_bytes() {
+    // Each save catches the host in the middle of sending stdin. The
+    // program counts every byte that is not an `a`: one that a restore's
+    // first connection completed a half-read frame with would show here.
+    let saved = tempfile::tempdir().unwrap();
+    let sandbox = start(clone_builder(saved.path())).await;
+    let command = sh("tr -d a | wc -c").stdin(airlock::Stdin::Piped);
+    let execution = sandbox.exec(command).await.unwrap();
+    let handle = execution.handle();
+    for round in 0..6u64 {
+        // Restored first, so that the save cuts a stream that flows.
+        sandbox.resume().await.expect("resume");
+        let feeding = handle.stream_stdin(endless_a());
+        let save = async {
+            tokio::time::sleep(Duration::from_millis(150 + 40 * round)).await;
+            sandbox.pause_to_disk().await
+        };
+        let (fed, saved_now) = tokio::join!(feeding, save);
+        saved_now.expect("save");
+        let error = fed.expect_err("the stream outlived the VM process it went to");
+        assert!(matches!(error, Error::SavedDuringCall { .. }), "{error}");
+    }
+    // A fork while stdin streams: the parent's stream ends with its own
+    // reason, and neither the parent's program nor the child's copy of it
+    // gets a byte that was not sent.
+    sandbox.resume().await.expect("resume");
+    let feeding = handle.stream_stdin(endless_a());
+    let fork = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        sandbox.fork(1).await
+    };
+    let (fed, children) = tokio::join!(feeding, fork);
+    let children = children.expect("fork");
+    let error = fed.expect_err("the stream outlived the fork's snapshot");
+    assert!(matches!(error, Error::ForkedDuringCall { .. }), "{error}");
+    let child = &children[0];
+    let copy = child
+        .attach(execution.pid())
+        .await
+        .expect("the child's copy");
+    copy.close_stdin().await.unwrap();
+    let child_output = copy.output().await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&child_output.stdout), "0\n");
+
+    handle.close_stdin().await.unwrap();
+    let output = execution.output().await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "0\n");
+    assert_eq!(output.status.code(), Some(0));
+}

@@ -125,7 +125,7 @@ impl Execution {
                 events,
                 exit: None,
                 offset: 0,
-                pauses_seen: vm.as_ref().map_or(0, |vm| vm.pauses()),
+                pauses_seen: vm.as_ref().map_or(0, |vm| vm.interruptions()),
                 started_stamps: (started.received_us, started.spawned_us),
                 vm,
             }),
@@ -198,7 +198,7 @@ impl Execution {
             }
         };
         if let Some(vm) = &self.vm {
-            self.pauses_seen = vm.pauses();
+            self.pauses_seen = vm.interruptions();
         }
         let event = match next {
             Some((process_event::Event::Stdout(data), offset)) => {
@@ -234,7 +234,7 @@ impl Execution {
     fn paused_since_last_event(&self) -> bool {
         self.vm
             .as_ref()
-            .is_some_and(|vm| vm.state().is_paused() || vm.pauses() != self.pauses_seen)
+            .is_some_and(|vm| vm.state().is_paused() || vm.interruptions() != self.pauses_seen)
     }
 
     /// Replaces the broken stream with `Process.Connect` from the offset
@@ -325,7 +325,7 @@ impl Execution {
 fn breaks_the_stream(error: &Error) -> bool {
     match error {
         Error::Agent { status, .. } => is_broken_connection(status),
-        Error::SavedDuringCall { .. } => true,
+        Error::SavedDuringCall { .. } | Error::ForkedDuringCall { .. } => true,
         _ => false,
     }
 }

@@ -26,7 +26,7 @@ use tonic::transport::Channel;
 use tonic::Status;
 use tower::{Service, ServiceExt};
 
-use super::vm::{CallGuard, Unavailable, VmShared};
+use super::vm::{CallEpoch, CallGuard, Unavailable, VmShared};
 use super::PausedCalls;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -78,14 +78,14 @@ impl Service<http::Request<Body>> for AgentChannel {
             // between the two.
             let guard = vm.begin_call();
             vm.admit(policy).await?;
-            let saves = vm.saves();
+            let epoch = vm.epoch();
             match inner.oneshot(request).await {
                 Ok(response) => Ok(response.map(|body| TrackedBody {
                     inner: body,
                     guard,
-                    saves,
+                    epoch,
                 })),
-                Err(error) => match vm.why_broken(saves) {
+                Err(error) => match vm.why_broken(epoch) {
                     Some(why) => Err(why.into()),
                     None => Err(error.into()),
                 },
@@ -100,8 +100,8 @@ impl Service<http::Request<Body>> for AgentChannel {
 pub(crate) struct TrackedBody {
     inner: Body,
     guard: CallGuard,
-    /// The VM's save count when the call began.
-    saves: u64,
+    /// Where the VM's life was when the call began.
+    epoch: CallEpoch,
 }
 
 impl HttpBody for TrackedBody {
@@ -114,7 +114,7 @@ impl HttpBody for TrackedBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         match Pin::new(&mut self.inner).poll_frame(cx) {
             Poll::Ready(Some(Err(status))) => {
-                let status = match self.guard.vm().why_broken(self.saves) {
+                let status = match self.guard.vm().why_broken(self.epoch) {
                     Some(why) => unavailable_status(why),
                     None => status,
                 };

@@ -22,7 +22,7 @@ use airlock_proto::Feature;
 
 use crate::error::{Error, Result};
 use crate::features::AgentFeatures;
-use crate::transport::{AgentTransport, CapMessages};
+use crate::transport::{AgentTransport, CapMessages, Quiesce};
 use crate::vmm::{Backend, Quit};
 
 mod persist;
@@ -48,10 +48,32 @@ pub(crate) enum Unavailable {
          the next call restores it"
     )]
     SavedDuringCall,
+    #[error(
+        "the sandbox was forked while the call was open (the fork's snapshot ended its \
+         connection); the sandbox runs on, and the call can be made again"
+    )]
+    ForkedDuringCall,
     /// The sandbox was on disk or paused, and starting it again for the
     /// call failed (the cause, formatted).
     #[error("resuming the sandbox for the call failed: {0}")]
     ResumeFailed(String),
+}
+
+/// Where a VM's life was when a call began: its saves to disk, and the
+/// connections ended for a snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CallEpoch {
+    saves: u64,
+    cuts: u64,
+}
+
+/// What a snapshot that ended the agent connection was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CutFor {
+    /// A save to disk.
+    Save,
+    /// A fork's source.
+    Fork,
 }
 
 /// Time accounting, under one lock.
@@ -64,6 +86,9 @@ struct Clock {
     pauses: u64,
     /// Saves to disk so far.
     saves: u64,
+    /// Connections the host ended for a snapshot (a save or a fork).
+    cuts: u64,
+    last_cut: Option<CutFor>,
     ended_at: Option<Instant>,
     last_guest_cpu: Duration,
     /// Guest CPU time of earlier VM processes (before a save to disk).
@@ -94,6 +119,8 @@ pub(crate) struct VmShared {
     stopping: AtomicBool,
     /// The agent's channel without the gate, for the clock push.
     raw_channel: Channel,
+    /// Ends the channel's connection between frames before a snapshot.
+    quiesce: Quiesce,
     features: AgentFeatures,
     /// A manager's slot, given back when the VM ends.
     slot: Mutex<Option<OwnedSemaphorePermit>>,
@@ -116,6 +143,7 @@ impl VmShared {
         vmm: Backend,
         started: Instant,
         raw_channel: Channel,
+        quiesce: Quiesce,
         features: AgentFeatures,
         slot: Option<OwnedSemaphorePermit>,
         persistence: Option<Persistence>,
@@ -134,6 +162,8 @@ impl VmShared {
                 paused_total: Duration::ZERO,
                 pauses: 0,
                 saves: 0,
+                cuts: 0,
+                last_cut: None,
                 ended_at: None,
                 last_guest_cpu: Duration::ZERO,
                 guest_cpu_base: Duration::ZERO,
@@ -145,6 +175,7 @@ impl VmShared {
             transition: tokio::sync::Mutex::new(()),
             stopping: AtomicBool::new(false),
             raw_channel,
+            quiesce,
             features,
             slot: Mutex::new(slot),
             persistence,
@@ -188,26 +219,51 @@ impl VmShared {
         clock.started.elapsed().saturating_sub(on_disk)
     }
 
-    /// How many pauses have begun: a change between two readings means the
-    /// VM was paused in between (it may be running again).
-    pub fn pauses(&self) -> u64 {
-        lock(&self.clock).pauses
+    /// How many pauses have begun, plus how many connections were ended
+    /// for a snapshot: a change between two readings means the VM was
+    /// paused or snapshotted in between (it may be running again), which
+    /// explains a broken output stream.
+    pub fn interruptions(&self) -> u64 {
+        let clock = lock(&self.clock);
+        clock.pauses + clock.cuts
     }
 
-    /// How many times the VM was saved to disk: a change between two
-    /// readings means its process (and every connection) ended in between.
-    pub fn saves(&self) -> u64 {
-        lock(&self.clock).saves
+    /// Where the VM's life is, for [`why_broken`](VmShared::why_broken)
+    /// to compare with later: a change in its saves means the VM's process
+    /// (and every connection) ended in between.
+    pub fn epoch(&self) -> CallEpoch {
+        let clock = lock(&self.clock);
+        CallEpoch {
+            saves: clock.saves,
+            cuts: clock.cuts,
+        }
     }
 
-    /// Why a call that broke, begun when [`saves`](VmShared::saves) was
-    /// `saves_before`, could not finish, if the sandbox's life explains it.
-    pub fn why_broken(&self, saves_before: u64) -> Option<Unavailable> {
+    /// Why a call begun at `epoch` broke, if the sandbox's life explains
+    /// it.
+    pub fn why_broken(&self, epoch: CallEpoch) -> Option<Unavailable> {
         if let Some(reason) = self.end_reason() {
             return Some(Unavailable::Ended(reason));
         }
-        (self.saves() != saves_before || self.state() == SandboxState::OnDisk)
-            .then_some(Unavailable::SavedDuringCall)
+        let now = self.epoch();
+        if now.saves != epoch.saves || self.state() == SandboxState::OnDisk {
+            return Some(Unavailable::SavedDuringCall);
+        }
+        if now.cuts == epoch.cuts {
+            return None;
+        }
+        Some(match lock(&self.clock).last_cut {
+            Some(CutFor::Fork) => Unavailable::ForkedDuringCall,
+            Some(CutFor::Save) | None => Unavailable::SavedDuringCall,
+        })
+    }
+
+    /// Counts a connection ended for a snapshot, before it is ended, so
+    /// that the calls it breaks can say why.
+    pub(super) fn count_cut(&self, purpose: CutFor) {
+        let mut clock = lock(&self.clock);
+        clock.cuts += 1;
+        clock.last_cut = Some(purpose);
     }
 
     /// Waits up to `wait` for the VM to end, and says why it did.

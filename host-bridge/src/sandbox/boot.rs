@@ -22,7 +22,7 @@ use crate::lifecycle::vm::{relaunch, Persistence, VmShared};
 use crate::lifecycle::watchdog;
 use crate::saved::{GoodSnapshot, Restored, SavedRecord, SavedStore, SavedUsage, SavedVm};
 use crate::state_dir;
-use crate::transport::CapMessages;
+use crate::transport::{CapMessages, Quiesce};
 use crate::vmm::{
     AgentPort, Backend, BackendKind, Disk, GuestMemory, ProcessVm, QemuConfig, QemuVm, VmPaths,
 };
@@ -84,6 +84,7 @@ pub(super) struct Launched {
     pub vmm: Backend,
     pub channel: Channel,
     pub health: CheckResponse,
+    pub quiesce: Quiesce,
 }
 
 impl Launched {
@@ -94,13 +95,14 @@ impl Launched {
         vmm_started: Instant,
         deadline: Deadline,
     ) -> Result<Self> {
-        let (channel, health) = connect_agent(&mut vmm, deadline).await?;
+        let reached = connect_agent(&mut vmm, deadline).await?;
         Ok(Launched {
             vmm_started,
             dir,
             vmm,
-            channel,
-            health,
+            channel: reached.channel,
+            health: reached.health,
+            quiesce: reached.quiesce,
         })
     }
 }
@@ -221,6 +223,7 @@ impl SandboxBuilder {
             vmm,
             channel,
             health,
+            quiesce,
         } = launched;
         let id = dir
             .path()
@@ -274,7 +277,15 @@ impl SandboxBuilder {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             (!record.generations.is_empty()).then_some(record.usage)
         });
-        let vm = VmShared::new(vmm, begin, channel.clone(), features, slot, persistence);
+        let vm = VmShared::new(
+            vmm,
+            begin,
+            channel.clone(),
+            quiesce,
+            features,
+            slot,
+            persistence,
+        );
         if let Some(usage) = carried {
             vm.carry_usage(&usage);
         }

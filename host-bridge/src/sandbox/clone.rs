@@ -150,11 +150,12 @@ impl SandboxBuilder {
             .launch(accel, disks.to_vec(), memory, false)
             .await
             .map_err(|e| CloneError::Build(Box::new(e)))?;
-        let (channel, health) = connect_agent(&mut vmm, deadline)
+        let reached = connect_agent(&mut vmm, deadline)
             .await
             .map_err(|e| CloneError::Build(Box::new(e)))?;
-        warm_up(&channel).await;
-        disconnect(channel).await;
+        let health = reached.health;
+        warm_up(&reached.channel).await;
+        disconnect(reached.channel).await;
         let state = building.create_state()?;
         let Backend::Qemu(vm) = &mut vmm else {
             return Err(CloneError::Vmm(VmmError::Exited));

@@ -23,7 +23,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tonic::transport::Channel;
 
 use crate::error::{Error, Result};
-use crate::transport::{AgentStream, AgentTransport, CapMessages};
+use crate::transport::{AgentStream, AgentTransport, CapMessages, Quiesce};
 use crate::vmm::{Backend, Readiness};
 
 /// How much console output goes into error messages.
@@ -39,6 +39,14 @@ const WATCH_INTERVAL: Duration = Duration::from_millis(50);
 /// How long the guest may take to write its announcement once connected.
 const ANNOUNCEMENT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// An agent that answered: the channel to it, its Health answer, and the
+/// handle that ends the channel's connection between frames.
+pub(super) struct Reached {
+    pub channel: Channel,
+    pub health: CheckResponse,
+    pub quiesce: Quiesce,
+}
+
 /// The boot deadline: when it passes and how long it was.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Deadline {
@@ -48,10 +56,7 @@ pub(super) struct Deadline {
 
 /// Waits for the agent's announcement (if the backend has one), then
 /// connects and checks Health.
-pub(super) async fn connect_agent(
-    vmm: &mut Backend,
-    deadline: Deadline,
-) -> Result<(Channel, CheckResponse)> {
+pub(super) async fn connect_agent(vmm: &mut Backend, deadline: Deadline) -> Result<Reached> {
     let readiness = vmm
         .take_readiness()
         .ok_or_else(|| Error::Protocol("the announcement socket was already used".into()))?;
@@ -159,7 +164,7 @@ async fn dial_opened(
     vmm: &mut Backend,
     opened: AgentStream,
     deadline: Deadline,
-) -> Result<(Channel, CheckResponse)> {
+) -> Result<Reached> {
     let answered = Instant::now();
     let attempt = probe(vmm.transport(), Some(opened));
     match tokio::time::timeout(PROBE_TIMEOUT, attempt).await {
@@ -201,7 +206,7 @@ async fn dial(
     announced: Instant,
     grace: Duration,
     deadline: Deadline,
-) -> Result<(Channel, CheckResponse)> {
+) -> Result<Reached> {
     let give_up = (announced + grace).min(deadline.at);
     let transport = vmm.transport();
     let mut backoff = Duration::from_millis(2);
@@ -232,9 +237,10 @@ async fn dial(
 async fn probe(
     transport: AgentTransport,
     opened: Option<AgentStream>,
-) -> std::result::Result<(Channel, CheckResponse), String> {
+) -> std::result::Result<Reached, String> {
+    let quiesce = Quiesce::default();
     let channel = transport
-        .channel_from(opened)
+        .channel_quiesced(opened, quiesce.clone())
         .await
         .map_err(|e| format!("connect: {}", crate::error_chain(&e)))?;
     let health = HealthClient::new(channel.clone())
@@ -243,7 +249,11 @@ async fn probe(
         .await
         .map_err(|status| format!("health: {status}"))?
         .into_inner();
-    Ok((channel, health))
+    Ok(Reached {
+        channel,
+        health,
+        quiesce,
+    })
 }
 
 /// Fails if the VMM (QEMU) or the vsock device has exited.

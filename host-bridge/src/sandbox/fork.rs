@@ -32,6 +32,12 @@ impl Sandbox {
     ///
     /// A sandbox with a workspace cannot be forked (its children would
     /// share one writable disk); neither can one on the vsock channel.
+    ///
+    /// The snapshot ends this sandbox's agent connection between two
+    /// messages, so that no child gets a half-sent one: a call open on
+    /// this sandbox at that moment fails with
+    /// [`Error::ForkedDuringCall`](crate::Error::ForkedDuringCall) and can
+    /// be made again; output streams of programs re-attach by themselves.
     pub async fn fork(&self, n: usize) -> Result<Vec<Sandbox>> {
         if n == 0 {
             return Ok(Vec::new());

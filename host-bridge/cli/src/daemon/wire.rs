@@ -54,6 +54,7 @@ pub fn error_status(error: &airlock::Error) -> Status {
         Error::SandboxEnded { .. } | Error::VmGone { .. } => (Code::FailedPrecondition, R::Ended),
         Error::CannotSave { .. } => (Code::FailedPrecondition, R::InvalidArgument),
         Error::SavedDuringCall { .. } => (Code::Unavailable, R::SavedDuringCall),
+        Error::ForkedDuringCall { .. } => (Code::Unavailable, R::ForkedDuringCall),
         Error::Saved(airlock::saved::SavedError::NotSaved { .. }) => {
             (Code::NotFound, R::NoSuchSandbox)
         }

@@ -12,6 +12,16 @@
 //!
 //! The VM process is ended under the VMM lock and with the state already
 //! `OnDisk`, so the watchdog never reads that exit as the VM's own.
+//!
+//! Before either snapshot the host quiesces its connection: it ends the
+//! channel's connection between two HTTP/2 frames (`transport::Quiesce`)
+//! and opens one that carries only the opening, whose answer shows that
+//! the agent has read every byte before it. The snapshot then holds no
+//! frame the guest has half read, which a restore's next connection would
+//! otherwise complete with its own bytes. Calls open at that moment fail
+//! (`SavedDuringCall`, or `ForkedDuringCall`); output streams
+//! re-attach. A paused (frozen) sandbox runs for the few milliseconds this
+//! takes.
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -21,17 +31,25 @@ use std::time::{Duration, Instant};
 use airlock_proto::v1::health_client::HealthClient;
 use airlock_proto::v1::CheckRequest;
 
-use super::{lock, SandboxState, VmShared};
+use super::{lock, CutFor, SandboxState, VmShared};
 use crate::error::{Error, Result};
 use crate::saved::{
     self, unix_ms, GoodSnapshot, Restored, SavedRecord, SavedStore, SavedUsage, SavedVm,
     SnapshotHeader, Writing, SNAPSHOT_FORMAT,
 };
-use crate::transport::CapMessages;
+use crate::transport::{AgentStream, CapMessages, Ended};
 use crate::vmm::{self, QemuVm, VmPaths, VmmUser};
 
 /// How long a restored agent may take to answer.
 const RESTORED_ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long the host waits for the frame it is writing to finish before a
+/// snapshot ends its connection (the guest must read it).
+const FRAME_END_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the agent may take to answer the opening before a snapshot.
+const QUIESCED_OPENING_TIMEOUT: Duration = Duration::from_secs(5);
+/// After a connection that ended inside a frame, how long the guest is
+/// given to see the hangup before the next opening's flush.
+const HANGUP_SETTLE: Duration = Duration::from_millis(200);
 
 /// What a sandbox needs to be saved to disk and started again.
 #[derive(Debug)]
@@ -88,6 +106,7 @@ impl VmShared {
         record.usage = self.saved_usage();
         persistence.store.ensure()?;
         let (generation, writing) = persistence.store.begin(&record)?;
+        let _opening_only = self.quiesce(frozen, CutFor::Save).await?;
         let header = self
             .write_snapshot(persistence, &writing, &record.id, frozen)
             .await?;
@@ -126,6 +145,41 @@ impl VmShared {
             "sandbox saved to disk"
         );
         Ok(())
+    }
+
+    /// Quiesces the agent's connection before a snapshot (see the module
+    /// docs) and returns the opening-only connection, to be kept open
+    /// until the VM is stopped. A frozen VM is thawed for it (and frozen
+    /// again by `run_again` if the save fails). Failing to quiesce is
+    /// logged, not fatal: a restore's flush still ends a stale connection.
+    async fn quiesce(&self, frozen: bool, purpose: CutFor) -> Result<Option<AgentStream>> {
+        if frozen {
+            lock(&self.vmm).freeze(false)?;
+        }
+        self.count_cut(purpose);
+        let ended = self.quiesce.end_between_frames(FRAME_END_TIMEOUT).await;
+        tracing::debug!(?purpose, ?ended, "agent connection ended for a snapshot");
+        if ended == Ended::InsideFrame {
+            tracing::warn!(
+                "the agent connection ended inside a frame before a snapshot; \
+                 giving the guest time to see the hangup"
+            );
+            tokio::time::sleep(HANGUP_SETTLE).await;
+        }
+        match self
+            .transport
+            .connect_within(QUIESCED_OPENING_TIMEOUT)
+            .await
+        {
+            Ok(stream) => Ok(Some(stream)),
+            Err(error) => {
+                tracing::warn!(
+                    error = %crate::error_chain(&error),
+                    "the agent did not answer an opening before a snapshot"
+                );
+                Ok(None)
+            }
+        }
     }
 
     /// Writes the VM into `writing` and returns the header to commit with
@@ -192,6 +246,7 @@ impl VmShared {
         let persistence = self.persistence()?;
         let writing = Writing::create(target)?;
         let id = lock(&persistence.record).id.clone();
+        let opening_only = self.quiesce(frozen, CutFor::Fork).await?;
         let header = self
             .write_snapshot(persistence, &writing, &id, frozen)
             .await?;
@@ -199,6 +254,9 @@ impl VmShared {
         if frozen {
             lock(&self.vmm).freeze(true)?;
         }
+        // The agent goes back to waiting for an opening; the next call
+        // opens a connection.
+        drop(opening_only);
         resumed.map_err(|error| Error::Snapshot {
             what: "running the VM again after saving it",
             detail: crate::error_chain(&error),

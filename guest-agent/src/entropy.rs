@@ -10,8 +10,8 @@
 //! still has the bytes in its pool.
 //!
 //! nix has no safe wrapper for this ioctl, so this module holds the agent's
-//! second `unsafe` block (the first is `services::process::child_setup`'s
-//! `pre_exec`): one `ioctl` call that passes no memory.
+//! second module with `unsafe` (the other is `spawn::vfork`, the clone that
+//! starts programs): one `ioctl` call that passes no memory.
 
 #![allow(unsafe_code)]
 

@@ -29,13 +29,14 @@
 //!    [`error`]. As PID 1 the agent never exits: errors, panics and
 //!    `Shutdown` all end in a synced power-off ([`init::poweroff`]).
 //!
-//! System calls go through `nix` (processes, signals, users, rlimits,
-//! no_new_privs, mounts, modules, inotify, clocks, the serial port, the
-//! `RNDRESEEDCRNG` ioctl); `rustix` only where nix has no safe wrapper:
-//! terminals (the pty, `TIOCSCTTY`) and the capability bounding set, whose
-//! capabilities `caps` names. `unsafe` lives in two modules only:
-//! `services::process::child_setup` (`pre_exec`) and [`entropy`] (the
-//! ioctl).
+//! System calls go through `nix` (processes, signals, users, mounts,
+//! modules, inotify, clocks, the serial port, the `RNDRESEEDCRNG` ioctl);
+//! `rustix` where nix has no safe wrapper (terminals, the capability
+//! bounding set, whose capabilities `caps` names) and for everything a new
+//! program's child does before `exec` ([`spawn`]: raw system calls, no
+//! libc locks or `errno`). `unsafe` lives in two modules only:
+//! `spawn::vfork` (the clone, its stack, signal dispositions and `execve`)
+//! and [`entropy`] (the ioctl).
 
 pub mod announce;
 pub mod boot;
@@ -48,6 +49,7 @@ pub mod personalize;
 pub mod reaper;
 pub mod server;
 pub mod services;
+pub mod spawn;
 
 use std::process::ExitCode;
 use std::time::Duration;

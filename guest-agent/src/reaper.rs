@@ -8,10 +8,12 @@
 //!   `waitpid(-1, WNOHANG)` while holding a mutex on the table of
 //!   pid -> [`oneshot::Sender<Exit>`]. A registered pid's status is sent to
 //!   its waiter; an unregistered one (an orphan) is logged and dropped.
-//! - [`Reaper::spawn`] holds the same mutex around `Command::spawn` and the
-//!   table insert, so a child that exits at once cannot be reaped before its
-//!   waiter is registered. (std's own `waitpid` on a failed exec also runs
-//!   under the lock, so the reaper cannot steal that status either.)
+//! - [`Reaper::spawn`] holds the same mutex around the clone and `exec`
+//!   ([`Launch::spawn`]) and the table insert, so a child that exits at once
+//!   cannot be reaped before its waiter is registered. (The spawn's own
+//!   `waitpid` on a failed exec also runs under the lock, so the reaper
+//!   cannot steal that status either.) The mutex also owns the one stack
+//!   every clone's child runs on until it `exec`s.
 //!
 //! The `SIGCHLD` handler is installed before the first spawn, and the reap
 //! loop runs once at start, so no exit is missed.
@@ -23,7 +25,6 @@
 //! signal (`Reaper::released`) and tries again.
 
 use std::collections::HashMap;
-use std::process::{Child, Command};
 use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 
 use nix::errno::Errno;
@@ -31,6 +32,8 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{oneshot, Notify};
+
+use crate::spawn::{ChildStack, Launch};
 
 /// How a child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,10 +54,18 @@ pub enum ReaperError {
 
 type Table = HashMap<i32, oneshot::Sender<Exit>>;
 
+/// What the reaper's mutex guards: the waiters, and the stack spawns share
+/// (mapped by the first spawn).
+#[derive(Debug, Default)]
+struct Children {
+    table: Table,
+    stack: Option<ChildStack>,
+}
+
 /// A handle for spawning children whose exits the reaper reports.
 #[derive(Debug, Clone)]
 pub struct Reaper {
-    table: Arc<Mutex<Table>>,
+    table: Arc<Mutex<Children>>,
     /// Signalled each time a spawn (or anyone else) lets go of `table`.
     released: Arc<Notify>,
 }
@@ -64,7 +75,7 @@ impl Reaper {
     /// called inside a tokio runtime, before any child is spawned.
     pub fn start() -> Result<Self, ReaperError> {
         let mut sigchld = signal(SignalKind::child()).map_err(ReaperError::Signal)?;
-        let table = Arc::new(Mutex::new(Table::new()));
+        let table = Arc::new(Mutex::new(Children::default()));
         let released = Arc::new(Notify::new());
         let reaper = Self {
             table: Arc::clone(&table),
@@ -88,26 +99,28 @@ impl Reaper {
     #[cfg(test)]
     pub(crate) fn for_tests() -> Self {
         Self {
-            table: Arc::new(Mutex::new(Table::new())),
+            table: Arc::new(Mutex::new(Children::default())),
             released: Arc::new(Notify::new()),
         }
     }
 
-    /// Spawns `command` and registers its pid; the receiver yields its exit.
+    /// Starts `launch` and registers its pid; returns the pid and a
+    /// receiver that yields its exit.
     ///
-    /// This blocks for as long as `fork`/`exec` takes; call it from
+    /// This blocks for as long as the clone and `exec` take; call it from
     /// `spawn_blocking`.
-    pub fn spawn(
-        &self,
-        command: &mut Command,
-    ) -> std::io::Result<(Child, oneshot::Receiver<Exit>)> {
-        self.with_table(|table| {
-            command.spawn().map(|child| {
-                let (tx, rx) = oneshot::channel();
-                let pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
-                table.insert(pid, tx);
-                (child, rx)
-            })
+    pub fn spawn(&self, launch: &Launch) -> std::io::Result<(u32, oneshot::Receiver<Exit>)> {
+        self.with_children(|children| {
+            let stack = match &mut children.stack {
+                Some(stack) => stack,
+                empty => empty.insert(ChildStack::new()?),
+            };
+            let pid = launch.spawn(stack)?;
+            let (tx, rx) = oneshot::channel();
+            children
+                .table
+                .insert(i32::try_from(pid).unwrap_or(i32::MAX), tx);
+            Ok((pid, rx))
         })
     }
 
@@ -116,15 +129,15 @@ impl Reaper {
     /// what `f` does to `pid` reaches the right process.
     pub fn while_unreaped<T>(&self, pid: u32, f: impl FnOnce() -> T) -> Option<T> {
         let pid = i32::try_from(pid).ok()?;
-        self.with_table(|table| table.contains_key(&pid).then(f))
+        self.with_children(|children| children.table.contains_key(&pid).then(f))
     }
 
     /// Runs `f` on the table, then tells a reap task that may have found
     /// it taken (a permit is kept if the task is not waiting yet).
-    fn with_table<T>(&self, f: impl FnOnce(&mut Table) -> T) -> T {
+    fn with_children<T>(&self, f: impl FnOnce(&mut Children) -> T) -> T {
         let out = {
-            let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
-            f(&mut table)
+            let mut children = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+            f(&mut children)
         };
         self.released.notify_one();
         out
@@ -133,13 +146,13 @@ impl Reaper {
 
 /// Reaps every child that has exited if no spawn holds the table; false
 /// if one does (the reap task then waits for it: see the module docs).
-fn try_reap_all(table: &Mutex<Table>) -> bool {
+fn try_reap_all(table: &Mutex<Children>) -> bool {
     let mut guard = match table.try_lock() {
         Ok(guard) => guard,
         Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
         Err(TryLockError::WouldBlock) => return false,
     };
-    reap_all(&mut guard);
+    reap_all(&mut guard.table);
     true
 }
 
@@ -174,12 +187,21 @@ fn reap_all(table: &mut Table) {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use std::os::fd::OwnedFd;
+
     use super::*;
 
+    fn null() -> OwnedFd {
+        std::fs::File::open("/dev/null").unwrap().into()
+    }
+
+    fn sh(script: &str, stdin: OwnedFd) -> Launch {
+        let argv = ["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()];
+        Launch::new(&argv, &[], [stdin, null(), null()]).unwrap()
+    }
+
     async fn run(reaper: &Reaper, script: &str) -> Exit {
-        let mut cmd = Command::new("/bin/sh");
-        cmd.arg("-c").arg(script);
-        let (_child, rx) = reaper.spawn(&mut cmd).unwrap();
+        let (_pid, rx) = reaper.spawn(&sh(script, null())).unwrap();
         rx.await.unwrap()
     }
 
@@ -195,22 +217,20 @@ mod tests {
         // Children that exit at once are never lost.
         let mut waits = Vec::new();
         for i in 0..50 {
-            let mut cmd = Command::new("/bin/sh");
-            cmd.arg("-c").arg(format!("exit {}", i % 5));
-            waits.push((i % 5, reaper.spawn(&mut cmd).unwrap().1));
+            let launch = sh(&format!("exit {}", i % 5), null());
+            waits.push((i % 5, reaper.spawn(&launch).unwrap().1));
         }
         for (code, rx) in waits {
             assert_eq!(rx.await.unwrap(), Exit::Code(code));
         }
 
         // A running child can be acted on; a reaped one cannot.
-        let mut cmd = Command::new("/bin/sh");
-        cmd.arg("-c").arg("read x");
-        cmd.stdin(std::process::Stdio::piped());
-        let (child, rx) = reaper.spawn(&mut cmd).unwrap();
-        let pid = child.id();
+        let (theirs, ours) = std::io::pipe().unwrap();
+        let launch = sh("read x", theirs.into());
+        let (pid, rx) = reaper.spawn(&launch).unwrap();
+        drop(launch);
         assert_eq!(reaper.while_unreaped(pid, || 5), Some(5));
-        drop(child); // closes its stdin: `read` ends
+        drop(ours); // closes its stdin: `read` ends
         assert_eq!(rx.await.unwrap(), Exit::Code(1));
         assert_eq!(reaper.while_unreaped(pid, || 5), None);
 
@@ -218,13 +238,11 @@ mod tests {
         // agent) is reaped once it is free, and meanwhile the runtime runs
         // on: the reap task waits for the table instead of blocking the
         // runtime's one thread on it.
-        let mut cmd = Command::new("/bin/sh");
-        cmd.arg("-c").arg("exit 3");
+        let launch = sh("exit 3", null());
         let holder = reaper.clone();
         let (held_tx, held_rx) = std::sync::mpsc::channel();
         let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-        let (child, rx) = reaper.spawn(&mut cmd).unwrap();
-        let pid = child.id();
+        let (pid, rx) = reaper.spawn(&launch).unwrap();
         let holding = std::thread::spawn(move || {
             holder.while_unreaped(pid, || {
                 held_tx.send(()).unwrap();
@@ -249,9 +267,10 @@ mod tests {
         assert_eq!(rx.await.unwrap(), Exit::Code(3));
 
         // A failed spawn registers nothing.
-        let mut cmd = Command::new("/nonexistent/airlock-test-program");
-        let err = reaper.spawn(&mut cmd).unwrap_err();
+        let argv = ["/nonexistent/airlock-test-program".to_owned()];
+        let launch = Launch::new(&argv, &[], [null(), null(), null()]).unwrap();
+        let err = reaper.spawn(&launch).unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
-        assert!(reaper.table.lock().unwrap().is_empty());
+        assert!(reaper.table.lock().unwrap().table.is_empty());
     }
 }

@@ -47,7 +47,7 @@ pub fn setup(cmdline: &Cmdline) -> Result<(), root::RootError> {
 }
 
 /// Sets the agent's `oom_score_adj` to -1000, so the OOM killer never
-/// picks it; programs get 0 back between fork and exec.
+/// picks it; programs get 0 back before their exec.
 fn protect_from_oom_killer() {
     match std::fs::write("/proc/self/oom_score_adj", "-1000") {
         Ok(()) => tracing::info!("oom_score_adj -1000: the OOM killer spares the agent"),

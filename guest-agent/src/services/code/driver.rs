@@ -120,7 +120,11 @@ impl Driver {
         .await
         .map_err(|e| CodeError::DriverIo(std::io::Error::other(e.to_string())))?;
         let Spawned {
-            mut child, exit, ..
+            pid,
+            stdout,
+            stderr,
+            exit,
+            ..
         } = match spawned {
             Ok(spawned) => spawned,
             Err(e) => {
@@ -136,14 +140,12 @@ impl Driver {
                 });
             }
         };
-        let pid = child.id();
         let tree = Arc::new(Tree::new(pid, reaper.clone(), cgroup));
         let pipe = |fd: Option<OwnedFd>| -> Result<Receiver, CodeError> {
             let fd = fd.ok_or_else(|| CodeError::Driver("no output pipe".into()))?;
             Receiver::from_owned_fd(fd).map_err(CodeError::DriverIo)
         };
-        let pipes = pipe(child.stdout.take().map(OwnedFd::from))
-            .and_then(|out| Ok((out, pipe(child.stderr.take().map(OwnedFd::from))?)));
+        let pipes = pipe(stdout).and_then(|out| Ok((out, pipe(stderr)?)));
         let (exit_tx, exited) = watch::channel(None);
         tokio::spawn(async move {
             if let Ok(exit) = exit.await {

@@ -9,8 +9,9 @@
 //! cgroups and trees are reached through process groups instead; that is
 //! logged at debug level.
 //!
-//! [`Cgroups::create`] makes `exec-<n>` for one program; the child joins it
-//! between fork and exec (see `child_setup`), so nothing it forks escapes.
+//! [`Cgroups::create`] makes `exec-<n>` for one program; the program is
+//! born in it (`CLONE_INTO_CGROUP`, see `crate::spawn`), so nothing it
+//! forks escapes.
 //!
 //! Resilience: the memory, pids and cpu controllers are enabled where the
 //! kernel allows; as PID 1 the agent caps the parent's `memory.max` at the
@@ -19,8 +20,10 @@
 //! program, [`Cgroup::apply`] writes the request's limits, and
 //! [`Cgroup::usage`] reads back what the tree used.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::ErrorKind;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -133,12 +136,14 @@ impl Cgroup {
         &self.path
     }
 
-    /// `cgroup.procs`, open for writing: a process that writes `0` to it
-    /// joins the cgroup.
-    pub fn procs_for_joining(&self) -> std::io::Result<File> {
-        OpenOptions::new()
-            .write(true)
-            .open(self.path.join("cgroup.procs"))
+    /// The cgroup's directory, open: a clone given it
+    /// (`CLONE_INTO_CGROUP`) is born in the cgroup.
+    pub fn directory(&self) -> std::io::Result<OwnedFd> {
+        let dir = OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_DIRECTORY)
+            .open(&self.path)?;
+        Ok(dir.into())
     }
 
     /// The pids in the cgroup now.

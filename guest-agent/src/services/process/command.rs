@@ -4,37 +4,35 @@
 //! [`Spec::from_request`] checks everything that can be checked before
 //! `fork` (NUL bytes, env names, the user, the tag, the working directory),
 //! because after it std reports a failed `chdir` and a missing program with
-//! the same `ENOENT`. [`Spec::spawn`] builds the `Command` (cleared
+//! the same `ENOENT`. [`Spec::spawn`] builds the [`Launch`] (cleared
 //! environment plus [`DEFAULT_ENV`] plus the user's `HOME`/`USER` (and
 //! `TERM` with a `pty`) plus the request's; stdin `/dev/null` or a pipe;
-//! stdout and stderr piped; its own process group; its cgroup and user set
-//! in the child by `child_setup`) and spawns it through the reaper. With a
-//! `pty`, stdin, stdout and stderr are all the slave side of a new
-//! pseudo-terminal (see `pty`) and the child leads a new session on it
-//! instead of a process group.
+//! stdout and stderr piped; its own process group; born in its cgroup; its
+//! user, rlimits and capabilities set in the child by `ChildSetup`) and
+//! spawns it through the reaper. With a `pty`, stdin, stdout and stderr
+//! are all the slave side of a new pseudo-terminal (see `pty`) and the
+//! child leads a new session on it instead of a process group.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use airlock_proto::v1::{Limits, StartRequest, StdinMode};
 use nix::errno::Errno;
-use nix::sys::resource::Resource;
 use nix::unistd::{access, geteuid, getgid, AccessFlags};
+use rustix::process::Resource;
 use tokio::sync::oneshot;
 
 use super::cgroup::Cgroup;
-use super::child_setup::ChildSetup;
 use super::pty::{self, PtySpec};
 use super::table::check_tag;
 use super::user::{self, Credentials};
 use super::ProcessError;
 use crate::reaper::{Exit, Reaper};
+use crate::spawn::{ChildSetup, Ids, Launch, Session};
 
 /// The environment every program starts with; the request's `env` is laid
 /// over it. The agent's own environment is not inherited.
@@ -61,12 +59,18 @@ pub struct Spec {
     pty: Option<PtySpec>,
 }
 
-/// A spawned child: the child, its exit, and the master side of its
-/// terminal when it has one (its stdout and stderr are then not piped).
+/// A spawned child: its pid, the agent's ends of its pipes, its exit, and
+/// the master side of its terminal when it has one (its stdin, stdout and
+/// stderr are then not piped).
 #[derive(Debug)]
 pub struct Spawned {
-    /// The child, with its pipes.
-    pub child: Child,
+    /// Its pid.
+    pub pid: u32,
+    /// The writing end of its stdin, when that is a pipe.
+    pub stdin: Option<OwnedFd>,
+    /// The reading ends of its stdout and stderr, when they are pipes.
+    pub stdout: Option<OwnedFd>,
+    pub stderr: Option<OwnedFd>,
     /// Its exit, from the reaper.
     pub exit: oneshot::Receiver<Exit>,
     /// The terminal's master side, for a `pty` program.
@@ -136,10 +140,10 @@ impl Spec {
     fn rlimits(&self) -> Vec<(Resource, u64)> {
         let l = &self.limits;
         [
-            (Resource::RLIMIT_NOFILE, l.open_files),
-            (Resource::RLIMIT_CORE, l.core_bytes),
-            (Resource::RLIMIT_FSIZE, l.file_size_bytes),
-            (Resource::RLIMIT_STACK, l.stack_bytes),
+            (Resource::Nofile, l.open_files),
+            (Resource::Core, l.core_bytes),
+            (Resource::Fsize, l.file_size_bytes),
+            (Resource::Stack, l.stack_bytes),
         ]
         .into_iter()
         .filter(|&(_, value)| value > 0)
@@ -196,71 +200,89 @@ impl Spec {
         cgroup: Option<&Cgroup>,
         stdin: Option<OwnedFd>,
     ) -> Result<Spawned, ProcessError> {
-        let (stdio, pty_master) = match (&self.pty, stdin) {
+        let failed = |source| ProcessError::Spawn {
+            program: self.program().to_owned(),
+            source,
+        };
+        let (stdio, ours, pty_master) = match (&self.pty, stdin) {
             (Some(pty), _) => {
                 let (master, stdio) = self.terminal_stdio(pty)?;
-                (stdio, Some(master))
+                (stdio, Ours::default(), Some(master))
             }
-            (None, Some(stdin)) => ([Stdio::from(stdin), Stdio::piped(), Stdio::piped()], None),
-            (None, None) => (self.pipe_stdio()?, None),
-        };
-        let cgroup_procs = match cgroup.map(Cgroup::procs_for_joining).transpose() {
-            Ok(procs) => procs,
-            Err(source) => {
-                return Err(ProcessError::Spawn {
-                    program: self.program().to_owned(),
-                    source,
-                })
+            (None, stdin) => {
+                let (stdio, ours) = self.pipe_stdio(stdin)?;
+                (stdio, ours, None)
             }
         };
-        let mut command = Command::new(self.program());
-        let [stdin, stdout, stderr] = stdio;
-        command
-            .args(self.argv.iter().skip(1))
-            .env_clear()
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&self.cwd)
-            .stdin(stdin)
-            .stdout(stdout)
-            .stderr(stderr);
-        if self.pty.is_none() {
-            // A pty program leads a session (and so a group) of its own.
-            command.process_group(0);
+        let mut launch = Launch::new(&self.argv, &self.env, stdio)
+            .and_then(|launch| launch.current_dir(&self.cwd))
+            .map_err(failed)?
+            .session(match self.pty {
+                Some(_) => Session::Terminal,
+                None => Session::ProcessGroup,
+            })
+            .setup(ChildSetup {
+                ids: self
+                    .credentials
+                    .as_ref()
+                    .map(|c| Ids::new(c.uid, c.gid, &c.groups)),
+                rlimits: self.rlimits(),
+                privileged: self.privileged,
+                reset_oom_score: std::process::id() == 1,
+            });
+        if let Some(cgroup) = cgroup {
+            launch = launch.cgroup(cgroup.directory().map_err(failed)?);
         }
-        ChildSetup {
-            cgroup_procs,
-            credentials: self.credentials.clone(),
-            rlimits: self.rlimits(),
-            privileged: self.privileged,
-            reset_oom_score: std::process::id() == 1,
-            controlling_terminal: self.pty.is_some(),
-        }
-        .install(&mut command);
-        let (child, exit) = reaper
-            .spawn(&mut command)
+        let (pid, exit) = reaper
+            .spawn(&launch)
             .map_err(|e| classify(self.program(), e))?;
-        // `command` still holds the slave side; it closes when `command`
-        // goes, so the child alone keeps the terminal open.
+        // `launch` still holds the child's ends (and a terminal's slave
+        // side); they close when it goes, so the child alone keeps them.
         Ok(Spawned {
-            child,
+            pid,
+            stdin: ours.stdin,
+            stdout: ours.stdout,
+            stderr: ours.stderr,
             exit,
             pty_master,
         })
     }
 
-    /// stdin `/dev/null` or a pipe; stdout and stderr pipes.
-    fn pipe_stdio(&self) -> Result<[Stdio; 3], ProcessError> {
-        let stdin = if self.stdin_pipe {
-            Stdio::piped()
-        } else {
-            Stdio::from(File::open("/dev/null").map_err(ProcessError::DevNull)?)
+    /// The child's stdin (`stdin` if given, else `/dev/null` or a pipe),
+    /// stdout and stderr (pipes), and the agent's ends of the pipes.
+    fn pipe_stdio(&self, stdin: Option<OwnedFd>) -> Result<([OwnedFd; 3], Ours), ProcessError> {
+        let failed = |source| ProcessError::Spawn {
+            program: self.program().to_owned(),
+            source,
         };
-        Ok([stdin, Stdio::piped(), Stdio::piped()])
+        let (child_stdin, our_stdin) = match stdin {
+            Some(stdin) => (stdin, None),
+            None if self.stdin_pipe => {
+                let (reader, writer) = std::io::pipe().map_err(failed)?;
+                (reader.into(), Some(writer.into()))
+            }
+            None => (
+                File::open("/dev/null")
+                    .map_err(ProcessError::DevNull)?
+                    .into(),
+                None,
+            ),
+        };
+        let (stdout, child_stdout) = std::io::pipe().map_err(failed)?;
+        let (stderr, child_stderr) = std::io::pipe().map_err(failed)?;
+        Ok((
+            [child_stdin, child_stdout.into(), child_stderr.into()],
+            Ours {
+                stdin: our_stdin,
+                stdout: Some(stdout.into()),
+                stderr: Some(stderr.into()),
+            },
+        ))
     }
 
     /// A new terminal: its master, and its slave as stdin, stdout and
     /// stderr.
-    fn terminal_stdio(&self, spec: &PtySpec) -> Result<(OwnedFd, [Stdio; 3]), ProcessError> {
+    fn terminal_stdio(&self, spec: &PtySpec) -> Result<(OwnedFd, [OwnedFd; 3]), ProcessError> {
         let failed = |source| ProcessError::Pty {
             program: self.program().to_owned(),
             source,
@@ -268,11 +290,16 @@ impl Spec {
         let (master, slave) = pty::open(spec.size).map_err(failed)?;
         let stdout = slave.try_clone().map_err(failed)?;
         let stderr = slave.try_clone().map_err(failed)?;
-        Ok((
-            master,
-            [Stdio::from(slave), Stdio::from(stdout), Stdio::from(stderr)],
-        ))
+        Ok((master, [slave, stdout, stderr]))
     }
+}
+
+/// The agent's ends of a child's pipes.
+#[derive(Debug, Default)]
+struct Ours {
+    stdin: Option<OwnedFd>,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
 }
 
 /// Resolves the request's user. An unprivileged agent (tests) can only run
@@ -483,7 +510,7 @@ mod tests {
         });
         let spec = Spec::from_request(r).unwrap();
         assert!(spec.needs_cgroup());
-        assert_eq!(spec.rlimits(), vec![(Resource::RLIMIT_NOFILE, 100)]);
+        assert_eq!(spec.rlimits(), vec![(Resource::Nofile, 100)]);
     }
 
     #[test]

@@ -7,9 +7,9 @@
 //! - [`command`] validates the request (with [`user`] resolving who runs
 //!   it) and spawns the child through the [`Reaper`], in its own process
 //!   group (or, on a pseudo-terminal from [`pty`], its own session) and,
-//!   where the agent has them, its own cgroup ([`cgroup`]), joined between
-//!   fork and exec by `child_setup` (which also sets rlimits, drops
-//!   capabilities and takes the controlling terminal).
+//!   where the agent has them, its own cgroup ([`cgroup`]), which it is
+//!   born in (`crate::spawn`, whose `ChildSetup` also sets rlimits, drops
+//!   capabilities and switches the user).
 //! - [`entry`] holds one program's state: undelivered output ([`buffer`]),
 //!   the attached client, the end, its stdin ([`stdin`]: a pipe or the
 //!   terminal), its terminal for `Resize`, and its process tree
@@ -25,7 +25,6 @@
 pub mod attach;
 pub mod buffer;
 pub mod cgroup;
-mod child_setup;
 pub mod command;
 pub mod entry;
 mod error;
@@ -37,7 +36,6 @@ pub mod table;
 pub mod user;
 
 use std::os::fd::OwnedFd;
-use std::process::Child;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -126,7 +124,10 @@ impl ProcessService {
         let started = Instant::now();
         let spawned_us = crate::clock::boottime_us();
         let Spawned {
-            mut child,
+            pid,
+            stdin,
+            stdout,
+            stderr,
             exit: exit_rx,
             pty_master,
         } = match spawned {
@@ -139,11 +140,10 @@ impl ProcessService {
                 return Err(e);
             }
         };
-        let pid = child.id();
         let tree = signal::Tree::new(pid, self.reaper.clone(), cgroup);
         let followed = match pty_master {
             Some(master) => terminal(pid, master),
-            None => pipes(&mut child),
+            None => pipes(pid, stdin, stdout, stderr),
         };
         let io = match followed {
             Ok(io) => io,
@@ -311,19 +311,21 @@ fn terminal(pid: u32, master: OwnedFd) -> Result<ChildIo, ProcessError> {
 }
 
 /// Takes the child's pipes for tokio.
-fn pipes(child: &mut Child) -> Result<ChildIo, ProcessError> {
-    let pid = child.id();
+fn pipes(
+    pid: u32,
+    stdin: Option<OwnedFd>,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+) -> Result<ChildIo, ProcessError> {
     let pipe_err = |source| ProcessError::Pipe { pid, source };
     let output = |fd: Option<OwnedFd>| {
         let fd = fd.ok_or_else(|| std::io::Error::other("output not piped"))?;
         Receiver::from_owned_fd(fd)
     };
-    let stdout = output(child.stdout.take().map(OwnedFd::from)).map_err(pipe_err)?;
-    let stderr = output(child.stderr.take().map(OwnedFd::from)).map_err(pipe_err)?;
-    let stdin = child
-        .stdin
-        .take()
-        .map(|fd| Sender::from_owned_fd(OwnedFd::from(fd)))
+    let stdout = output(stdout).map_err(pipe_err)?;
+    let stderr = output(stderr).map_err(pipe_err)?;
+    let stdin = stdin
+        .map(Sender::from_owned_fd)
         .transpose()
         .map_err(pipe_err)?;
     Ok(ChildIo {

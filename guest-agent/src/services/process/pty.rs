@@ -3,8 +3,8 @@
 //! [`PtySpec`] is the request's terminal (size and `TERM`, defaults
 //! applied). [`open`] allocates the pair: the master side stays with the
 //! agent, the slave side becomes the program's stdin, stdout and stderr
-//! and, through `child_setup` (`setsid` + `TIOCSCTTY` between fork and
-//! exec), its controlling terminal. Both ends are close-on-exec, so no
+//! and, through `crate::spawn` (`setsid` + `TIOCSCTTY` in the child before
+//! its exec), its controlling terminal. Both ends are close-on-exec, so no
 //! other program the agent starts inherits them.
 //!
 //! [`Master`] is the agent's end, shared by three users: `output` reads the

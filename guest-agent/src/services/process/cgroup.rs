@@ -9,9 +9,12 @@
 //! cgroups and trees are reached through process groups instead; that is
 //! logged at debug level.
 //!
-//! [`Cgroups::create`] makes `exec-<n>` for one program; the program is
+//! [`Cgroups::create`] hands out `exec-<n>` for one program; the program is
 //! born in it (`CLONE_INTO_CGROUP`, see `crate::spawn`), so nothing it
-//! forks escapes.
+//! forks escapes. The cgroup was made ahead, after the previous program
+//! took its own, and finished programs' cgroups are removed, on a
+//! low-priority thread (`housekeeping`): `mkdir` and `rmdir` in cgroupfs
+//! cost a millisecond or more each under emulation.
 //!
 //! Resilience: the memory, pids and cpu controllers are enabled where the
 //! kernel allows; as PID 1 the agent caps the parent's `memory.max` at the
@@ -26,6 +29,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
@@ -33,6 +37,8 @@ use nix::sys::statfs::{statfs, CGROUP2_SUPER_MAGIC};
 use nix::unistd::Pid;
 
 use airlock_proto::v1::{Limits, Usage};
+
+use super::housekeeping::Housekeeping;
 
 /// Where PID 1 mounts the cgroup2 hierarchy.
 pub const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
@@ -46,6 +52,10 @@ const SIGNAL_ROUNDS: usize = 16;
 pub struct Cgroups {
     parent: PathBuf,
     next: AtomicU64,
+    /// A cgroup made ahead for the next program.
+    spare: Mutex<Option<Cgroup>>,
+    /// Makes spares and removes finished cgroups off the hot path.
+    housekeeping: Housekeeping,
 }
 
 /// One program's cgroup.
@@ -110,10 +120,14 @@ impl Cgroups {
         if pid == 1 {
             reserve_agent_headroom(&parent);
         }
-        Ok(Self {
+        let cgroups = Self {
             parent,
             next: AtomicU64::new(1),
-        })
+            spare: Mutex::new(None),
+            housekeeping: Housekeeping::start(),
+        };
+        cgroups.make_spare();
+        Ok(cgroups)
     }
 
     /// The parent directory all program cgroups live in.
@@ -121,12 +135,50 @@ impl Cgroups {
         &self.parent
     }
 
-    /// Creates a fresh cgroup for one program.
-    pub fn create(&self) -> std::io::Result<Cgroup> {
+    /// A fresh cgroup for one program: the spare made ahead if there is
+    /// one (then the next spare is made in the background), else a new one.
+    pub fn create(self: &Arc<Self>) -> std::io::Result<Cgroup> {
+        let spare = self.spare_slot().take();
+        match spare {
+            Some(cgroup) => {
+                let cgroups = Arc::clone(self);
+                self.housekeeping.run(move || cgroups.make_spare());
+                Ok(cgroup)
+            }
+            None => self.make(),
+        }
+    }
+
+    /// Runs `job` (cgroup work that nothing waits for) in the background.
+    pub fn in_background(&self, job: impl FnOnce() + Send + 'static) {
+        self.housekeeping.run(job);
+    }
+
+    fn make(&self) -> std::io::Result<Cgroup> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let path = self.parent.join(format!("exec-{n}"));
         std::fs::create_dir(&path)?;
         Ok(Cgroup { path })
+    }
+
+    /// Makes the spare if there is none; a failure is left for `create` to
+    /// meet and report.
+    fn make_spare(&self) {
+        if self.spare_slot().is_some() {
+            return;
+        }
+        match self.make() {
+            Ok(cgroup) => {
+                if let Some(extra) = self.spare_slot().replace(cgroup) {
+                    let _ = extra.remove();
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "no spare cgroup"),
+        }
+    }
+
+    fn spare_slot(&self) -> MutexGuard<'_, Option<Cgroup>> {
+        self.spare.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -28,6 +28,7 @@ pub mod cgroup;
 pub mod command;
 pub mod entry;
 mod error;
+mod housekeeping;
 pub mod output;
 pub mod pty;
 pub mod signal;
@@ -189,6 +190,7 @@ impl ProcessService {
             io.outputs,
             exit_rx,
             spec.timeout(),
+            self.cgroups.clone(),
         ));
         Ok(events)
     }

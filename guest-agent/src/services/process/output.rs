@@ -38,6 +38,7 @@ use tokio::sync::oneshot;
 use tokio::time::{sleep_until, Instant};
 
 use super::buffer::{Chunk, Stream};
+use super::cgroup::Cgroups;
 use super::entry::{End, Entry, ExitReport};
 use super::pty::Master;
 use super::table::ProcessTable;
@@ -89,6 +90,7 @@ pub async fn follow(
     outputs: Outputs,
     exit_rx: oneshot::Receiver<Exit>,
     timeout: Option<Duration>,
+    cgroups: Option<Arc<Cgroups>>,
 ) {
     let pid = entry.pid();
     let (report_tx, mut report_rx) = oneshot::channel();
@@ -138,7 +140,11 @@ pub async fn follow(
         }
     };
     entry.finish(end);
-    entry.tree().try_release_cgroup();
+    if let Some(cgroups) = cgroups {
+        // After the report: the client is woken first.
+        let finished = Arc::clone(&entry);
+        cgroups.in_background(move || finished.tree().try_release_cgroup());
+    }
     if !table.contains(&entry) {
         // A recycled pid replaced the entry while its output drained.
         if let Some(cgroup) = entry.tree().take_cgroup() {

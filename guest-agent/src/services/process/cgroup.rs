@@ -62,6 +62,9 @@ pub struct Cgroups {
 #[derive(Debug)]
 pub struct Cgroup {
     path: PathBuf,
+    /// Its directory, open: what a clone is born in, and what the files
+    /// read at every exit are opened from.
+    dir: OwnedFd,
 }
 
 impl Cgroups {
@@ -158,7 +161,20 @@ impl Cgroups {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let path = self.parent.join(format!("exec-{n}"));
         std::fs::create_dir(&path)?;
-        Ok(Cgroup { path })
+        let dir = OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_DIRECTORY)
+            .open(&path);
+        match dir {
+            Ok(dir) => Ok(Cgroup {
+                path,
+                dir: dir.into(),
+            }),
+            Err(e) => {
+                let _ = std::fs::remove_dir(&path);
+                Err(e)
+            }
+        }
     }
 
     /// Makes the spare if there is none; a failure is left for `create` to
@@ -191,11 +207,29 @@ impl Cgroup {
     /// The cgroup's directory, open: a clone given it
     /// (`CLONE_INTO_CGROUP`) is born in the cgroup.
     pub fn directory(&self) -> std::io::Result<OwnedFd> {
-        let dir = OpenOptions::new()
-            .read(true)
-            .custom_flags(nix::libc::O_DIRECTORY)
-            .open(&self.path)?;
-        Ok(dir.into())
+        self.dir.try_clone()
+    }
+
+    /// One of the cgroup's small files (a few lines), read with one
+    /// `openat` and one `read`: these are read at every program's exit,
+    /// before its report, where `read_to_string` on the path made a
+    /// lookup, a `statx` and a second `read` for each.
+    fn read_small(&self, file: &str) -> Option<String> {
+        use rustix::fs::{Mode, OFlags};
+        let fd = rustix::fs::openat(
+            &self.dir,
+            file,
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let mut buffer = [0u8; 1024];
+        let n = rustix::io::read(&fd, &mut buffer).ok()?;
+        if n == buffer.len() {
+            // Longer than it should be: read it whole.
+            return std::fs::read_to_string(self.path.join(file)).ok();
+        }
+        String::from_utf8(buffer[..n].to_vec()).ok()
     }
 
     /// The pids in the cgroup now.
@@ -248,7 +282,7 @@ impl Cgroup {
     /// How many processes of this cgroup the OOM killer killed, when the
     /// memory controller is enabled for it.
     pub fn oom_kills(&self) -> Option<u64> {
-        let events = std::fs::read_to_string(self.path.join("memory.events")).ok()?;
+        let events = self.read_small("memory.events")?;
         oom_kill_count(&events)
     }
 
@@ -285,7 +319,7 @@ impl Cgroup {
 
     /// What the tree has used so far.
     pub fn usage(&self) -> Usage {
-        let read = |file: &str| std::fs::read_to_string(self.path.join(file)).ok();
+        let read = |file: &str| self.read_small(file);
         Usage {
             cpu_us: read("cpu.stat")
                 .and_then(|t| keyed(&t, "usage_usec"))

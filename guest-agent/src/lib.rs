@@ -49,6 +49,7 @@ pub mod personalize;
 pub mod reaper;
 pub mod server;
 pub mod services;
+pub mod small_file;
 pub mod spawn;
 
 use std::process::ExitCode;

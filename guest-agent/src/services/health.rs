@@ -50,7 +50,7 @@ impl HealthService {
             crate::services::process::cgroup::meminfo().unwrap_or_default();
         let read = |file: &str| {
             let dir = self.programs_cgroup.as_ref()?;
-            std::fs::read_to_string(dir.join(file)).ok()
+            crate::small_file::read(&dir.join(file))
         };
         let programs_cpu_us = read("cpu.stat")
             .and_then(|t| {
@@ -78,12 +78,13 @@ impl HealthService {
 }
 
 /// `VmRSS` from `/proc/self/status`, in bytes.
+/// The agent's resident memory, from `/proc/self/statm` (its second
+/// field, in pages: what `status` shows as VmRSS, without the fifty other
+/// lines `status` formats).
 fn agent_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    status.lines().find_map(|l| {
-        let kib = l.strip_prefix("VmRSS:")?.trim().trim_end_matches("kB");
-        kib.trim().parse::<u64>().ok().map(|k| k * 1024)
-    })
+    let statm = crate::small_file::read(std::path::Path::new("/proc/self/statm"))?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * rustix::param::page_size() as u64)
 }
 
 #[tonic::async_trait]

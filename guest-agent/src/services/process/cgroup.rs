@@ -210,28 +210,6 @@ impl Cgroup {
         self.dir.try_clone()
     }
 
-    /// One of the cgroup's small files (a few lines), read with one
-    /// `openat` and one `read`: these are read at every program's exit,
-    /// before its report, where `read_to_string` on the path made a
-    /// lookup, a `statx` and a second `read` for each.
-    fn read_small(&self, file: &str) -> Option<String> {
-        use rustix::fs::{Mode, OFlags};
-        let fd = rustix::fs::openat(
-            &self.dir,
-            file,
-            OFlags::RDONLY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .ok()?;
-        let mut buffer = [0u8; 1024];
-        let n = rustix::io::read(&fd, &mut buffer).ok()?;
-        if n == buffer.len() {
-            // Longer than it should be: read it whole.
-            return std::fs::read_to_string(self.path.join(file)).ok();
-        }
-        String::from_utf8(buffer[..n].to_vec()).ok()
-    }
-
     /// The pids in the cgroup now.
     pub fn pids(&self) -> std::io::Result<Vec<i32>> {
         let text = std::fs::read_to_string(self.path.join("cgroup.procs"))?;
@@ -282,7 +260,7 @@ impl Cgroup {
     /// How many processes of this cgroup the OOM killer killed, when the
     /// memory controller is enabled for it.
     pub fn oom_kills(&self) -> Option<u64> {
-        let events = self.read_small("memory.events")?;
+        let events = crate::small_file::read_at(&self.dir, "memory.events")?;
         oom_kill_count(&events)
     }
 
@@ -319,7 +297,9 @@ impl Cgroup {
 
     /// What the tree has used so far.
     pub fn usage(&self) -> Usage {
-        let read = |file: &str| self.read_small(file);
+        // Read at every exit, before its report: one openat and one read
+        // each (see `small_file`).
+        let read = |file: &str| crate::small_file::read_at(&self.dir, file);
         Usage {
             cpu_us: read("cpu.stat")
                 .and_then(|t| keyed(&t, "usage_usec"))
@@ -376,7 +356,7 @@ pub fn agent_headroom(total: u64) -> u64 {
 /// The guest's memory from `/proc/meminfo` (`MemTotal`, `MemAvailable`), in
 /// bytes.
 pub fn meminfo() -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let text = crate::small_file::read(Path::new("/proc/meminfo"))?;
     let kib = |key: &str| {
         text.lines().find_map(|l| {
             let rest = l.strip_prefix(key)?.strip_prefix(':')?;

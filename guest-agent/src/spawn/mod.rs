@@ -15,7 +15,7 @@
 //!   child shares the agent's memory, runs on a stack of its own, is born
 //!   in its cgroup (so nothing it forks can escape it), and the calling
 //!   thread sleeps until the child has `exec`ed or exited.
-//! - In the child, [`Launch::enter`] puts the stdio in place, starts the
+//! - In the child, `Launch::enter` puts the stdio in place, starts the
 //!   process group or the terminal's session, changes directory and runs
 //!   the [`ChildSetup`] steps; then signal handlers go back to their
 //!   defaults, the signal mask is cleared, and each candidate path is

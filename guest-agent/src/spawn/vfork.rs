@@ -92,7 +92,7 @@ struct KernelSigaction {
     mask: u64,
 }
 
-/// A stack for the child of a clone: [`STACK_BYTES`] above a guard page.
+/// A stack for the child of a clone: 128 KiB above a guard page.
 #[derive(Debug)]
 pub struct ChildStack {
     base: *mut c_void,

@@ -121,6 +121,23 @@ async fn users_and_cgroups(sandbox: &Sandbox) {
     let second = stdout_of(sandbox, "cat /proc/self/cgroup").await;
     assert!(first.starts_with("0::/airlock/exec-"), "{first}");
     assert_ne!(first, second);
+
+    // Finished programs' cgroups are removed (in the background, off the
+    // exec's path): what is left is the listing program's own and the
+    // spare made ahead for the next program.
+    let began = Instant::now();
+    let left = loop {
+        let listed = stdout_of(sandbox, "ls /sys/fs/cgroup/airlock | grep -c '^exec-'").await;
+        let count: usize = listed.trim().parse().expect("a count");
+        if count <= 2 || began.elapsed() > Duration::from_secs(10) {
+            break count;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        left <= 2,
+        "{left} program cgroups left after their programs ended"
+    );
 }
 
 async fn deadline_keeps_partial_output(sandbox: &Sandbox) {

@@ -77,7 +77,6 @@ impl HealthService {
     }
 }
 
-/// `VmRSS` from `/proc/self/status`, in bytes.
 /// The agent's resident memory, from `/proc/self/statm` (its second
 /// field, in pages: what `status` shows as VmRSS, without the fifty other
 /// lines `status` formats).

@@ -120,11 +120,7 @@ impl Driver {
         .await
         .map_err(|e| CodeError::DriverIo(std::io::Error::other(e.to_string())))?;
         let Spawned {
-            pid,
-            stdout,
-            stderr,
-            exit,
-            ..
+            pid, pipes, exit, ..
         } = match spawned {
             Ok(spawned) => spawned,
             Err(e) => {
@@ -145,7 +141,7 @@ impl Driver {
             let fd = fd.ok_or_else(|| CodeError::Driver("no output pipe".into()))?;
             Receiver::from_owned_fd(fd).map_err(CodeError::DriverIo)
         };
-        let pipes = pipe(stdout).and_then(|out| Ok((out, pipe(stderr)?)));
+        let pipes = pipe(pipes.stdout).and_then(|out| Ok((out, pipe(pipes.stderr)?)));
         let (exit_tx, exited) = watch::channel(None);
         tokio::spawn(async move {
             if let Ok(exit) = exit.await {

@@ -139,17 +139,16 @@ impl Cgroups {
     }
 
     /// A fresh cgroup for one program: the spare made ahead if there is
-    /// one (then the next spare is made in the background), else a new one.
+    /// one, else a new one; then the next spare is made in the background.
     pub fn create(self: &Arc<Self>) -> std::io::Result<Cgroup> {
         let spare = self.spare_slot().take();
-        match spare {
-            Some(cgroup) => {
-                let cgroups = Arc::clone(self);
-                self.housekeeping.run(move || cgroups.make_spare());
-                Ok(cgroup)
-            }
-            None => self.make(),
-        }
+        let cgroup = match spare {
+            Some(cgroup) => cgroup,
+            None => self.make()?,
+        };
+        let cgroups = Arc::clone(self);
+        self.housekeeping.run(move || cgroups.make_spare());
+        Ok(cgroup)
     }
 
     /// Runs `job` (cgroup work that nothing waits for) in the background.

@@ -66,11 +66,8 @@ pub struct Spec {
 pub struct Spawned {
     /// Its pid.
     pub pid: u32,
-    /// The writing end of its stdin, when that is a pipe.
-    pub stdin: Option<OwnedFd>,
-    /// The reading ends of its stdout and stderr, when they are pipes.
-    pub stdout: Option<OwnedFd>,
-    pub stderr: Option<OwnedFd>,
+    /// The agent's ends of its pipes.
+    pub pipes: Pipes,
     /// Its exit, from the reaper.
     pub exit: oneshot::Receiver<Exit>,
     /// The terminal's master side, for a `pty` program.
@@ -200,18 +197,15 @@ impl Spec {
         cgroup: Option<&Cgroup>,
         stdin: Option<OwnedFd>,
     ) -> Result<Spawned, ProcessError> {
-        let failed = |source| ProcessError::Spawn {
-            program: self.program().to_owned(),
-            source,
-        };
-        let (stdio, ours, pty_master) = match (&self.pty, stdin) {
+        let failed = |source| self.spawn_error(source);
+        let (stdio, pipes, pty_master) = match (&self.pty, stdin) {
             (Some(pty), _) => {
                 let (master, stdio) = self.terminal_stdio(pty)?;
-                (stdio, Ours::default(), Some(master))
+                (stdio, Pipes::default(), Some(master))
             }
             (None, stdin) => {
-                let (stdio, ours) = self.pipe_stdio(stdin)?;
-                (stdio, ours, None)
+                let (stdio, pipes) = self.pipe_stdio(stdin)?;
+                (stdio, pipes, None)
             }
         };
         let mut launch = Launch::new(&self.argv, &self.env, stdio)
@@ -240,21 +234,24 @@ impl Spec {
         // side); they close when it goes, so the child alone keeps them.
         Ok(Spawned {
             pid,
-            stdin: ours.stdin,
-            stdout: ours.stdout,
-            stderr: ours.stderr,
+            pipes,
             exit,
             pty_master,
         })
     }
 
-    /// The child's stdin (`stdin` if given, else `/dev/null` or a pipe),
-    /// stdout and stderr (pipes), and the agent's ends of the pipes.
-    fn pipe_stdio(&self, stdin: Option<OwnedFd>) -> Result<([OwnedFd; 3], Ours), ProcessError> {
-        let failed = |source| ProcessError::Spawn {
+    /// A start that failed before the program ran, naming it.
+    fn spawn_error(&self, source: std::io::Error) -> ProcessError {
+        ProcessError::Spawn {
             program: self.program().to_owned(),
             source,
-        };
+        }
+    }
+
+    /// The child's stdin (`stdin` if given, else `/dev/null` or a pipe),
+    /// stdout and stderr (pipes), and the agent's ends of the pipes.
+    fn pipe_stdio(&self, stdin: Option<OwnedFd>) -> Result<([OwnedFd; 3], Pipes), ProcessError> {
+        let failed = |source| self.spawn_error(source);
         let (child_stdin, our_stdin) = match stdin {
             Some(stdin) => (stdin, None),
             None if self.stdin_pipe => {
@@ -272,7 +269,7 @@ impl Spec {
         let (stderr, child_stderr) = std::io::pipe().map_err(failed)?;
         Ok((
             [child_stdin, child_stdout.into(), child_stderr.into()],
-            Ours {
+            Pipes {
                 stdin: our_stdin,
                 stdout: Some(stdout.into()),
                 stderr: Some(stderr.into()),
@@ -294,12 +291,14 @@ impl Spec {
     }
 }
 
-/// The agent's ends of a child's pipes.
+/// The agent's ends of a child's pipes (none for a terminal).
 #[derive(Debug, Default)]
-struct Ours {
-    stdin: Option<OwnedFd>,
-    stdout: Option<OwnedFd>,
-    stderr: Option<OwnedFd>,
+pub struct Pipes {
+    /// The writing end of its stdin, when that is a pipe.
+    pub stdin: Option<OwnedFd>,
+    /// The reading ends of its stdout and stderr.
+    pub stdout: Option<OwnedFd>,
+    pub stderr: Option<OwnedFd>,
 }
 
 /// Resolves the request's user. An unprivileged agent (tests) can only run

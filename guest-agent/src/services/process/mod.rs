@@ -53,7 +53,7 @@ pub use error::ProcessError;
 use crate::reaper::Reaper;
 use attach::EventStream;
 use cgroup::Cgroups;
-use command::{Spawned, Spec};
+use command::{Pipes, Spawned, Spec};
 use entry::{Entry, Identity};
 use output::Outputs;
 use pty::{Master, WindowSize};
@@ -126,9 +126,7 @@ impl ProcessService {
         let spawned_us = crate::clock::boottime_us();
         let Spawned {
             pid,
-            stdin,
-            stdout,
-            stderr,
+            pipes: child_pipes,
             exit: exit_rx,
             pty_master,
         } = match spawned {
@@ -144,7 +142,7 @@ impl ProcessService {
         let tree = signal::Tree::new(pid, self.reaper.clone(), cgroup);
         let followed = match pty_master {
             Some(master) => terminal(pid, master),
-            None => pipes(pid, stdin, stdout, stderr),
+            None => pipes(pid, child_pipes),
         };
         let io = match followed {
             Ok(io) => io,
@@ -313,12 +311,12 @@ fn terminal(pid: u32, master: OwnedFd) -> Result<ChildIo, ProcessError> {
 }
 
 /// Takes the child's pipes for tokio.
-fn pipes(
-    pid: u32,
-    stdin: Option<OwnedFd>,
-    stdout: Option<OwnedFd>,
-    stderr: Option<OwnedFd>,
-) -> Result<ChildIo, ProcessError> {
+fn pipes(pid: u32, child: Pipes) -> Result<ChildIo, ProcessError> {
+    let Pipes {
+        stdin,
+        stdout,
+        stderr,
+    } = child;
     let pipe_err = |source| ProcessError::Pipe { pid, source };
     let output = |fd: Option<OwnedFd>| {
         let fd = fd.ok_or_else(|| std::io::Error::other("output not piped"))?;

@@ -34,6 +34,11 @@ use super::ProcessError;
 use crate::reaper::{Exit, Reaper};
 use crate::spawn::{ChildSetup, Ids, Launch, Session};
 
+/// The capacity of a program's stdout and stderr pipes (Linux's default is
+/// 64 KiB): room for a writer to go on while the agent sends what it read,
+/// and for reads of a whole output chunk (`output::CHUNK`).
+const OUTPUT_PIPE_BYTES: usize = 256 * 1024;
+
 /// The environment every program starts with; the request's `env` is laid
 /// over it. The agent's own environment is not inherited.
 pub const DEFAULT_ENV: &[(&str, &str)] = &[
@@ -267,6 +272,11 @@ impl Spec {
         };
         let (stdout, child_stdout) = std::io::pipe().map_err(failed)?;
         let (stderr, child_stderr) = std::io::pipe().map_err(failed)?;
+        for pipe in [&stdout, &stderr] {
+            if let Err(e) = rustix::pipe::fcntl_setpipe_size(pipe, OUTPUT_PIPE_BYTES) {
+                tracing::debug!(error = %e, "output pipe keeps its default size");
+            }
+        }
         Ok((
             [child_stdin, child_stdout.into(), child_stderr.into()],
             Pipes {

@@ -45,7 +45,7 @@ use super::table::ProcessTable;
 use crate::reaper::Exit;
 
 /// The largest chunk sent in one event.
-pub const CHUNK: usize = 64 * 1024;
+pub const CHUNK: usize = 128 * 1024;
 
 /// How long to keep reading after the exit before giving up on EOF.
 pub const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(250);

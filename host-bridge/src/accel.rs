@@ -89,6 +89,18 @@ pub fn detect(root: &Path) -> Accel {
     }
 }
 
+/// Tells a TCG guest's kernel to trust its TSC as a clock.
+///
+/// Under TCG the guest's TSC is the host's, counted while the guest runs
+/// (and carried in a snapshot), so it is steady. The guest's timer ticks
+/// are not: on a busy host TCG delivers them late, so the kernel's
+/// clocksource watchdog, which checks the TSC against the ticks, found a
+/// skew a second after boot ("Marking TSC unstable due to clocksource
+/// watchdog") and fell back to `refined-jiffies`. That clock moves in
+/// 4 ms steps: no high-resolution timers, and a scheduler clock as coarse.
+/// KVM guests use kvmclock instead.
+pub(crate) const TCG_TSC_RELIABLE: &str = "tsc=reliable";
+
 /// The host's TSC rate in kHz, as `/proc/cpuinfo` reports it.
 ///
 /// Under TCG the guest's TSC runs at the host's rate, but the guest kernel

@@ -439,6 +439,7 @@ impl SandboxBuilder {
             self.channel.contract().as_str()
         );
         if accel == Accel::Tcg {
+            cmdline.push_str(&format!(" {}", crate::accel::TCG_TSC_RELIABLE));
             if let Some(khz) = crate::accel::host_tsc_khz() {
                 cmdline.push_str(&format!(" tsc_early_khz={khz}"));
             }

@@ -483,8 +483,11 @@ mod tests {
     }
 
     #[test]
-    fn tcg_guests_get_the_host_tsc_rate() {
+    fn tcg_guests_get_the_host_tsc_rate_and_trust_it() {
         let line = Sandbox::builder().kernel_cmdline(Accel::Tcg);
+        assert!(line.contains(" tsc=reliable"), "{line}");
+        let kvm = Sandbox::builder().kernel_cmdline(Accel::Kvm);
+        assert!(!kvm.contains("tsc="), "{kvm}");
         if crate::accel::host_tsc_khz().is_some() {
             assert!(line.contains(" tsc_early_khz="), "{line}");
         }

@@ -386,6 +386,7 @@ impl SandboxBuilder {
     ) -> QemuConfig {
         QemuConfig {
             accel,
+            cpu: crate::vmm::cpu_model(accel).to_owned(),
             memory_mib: self.memory_mib,
             vcpus: self.vcpus,
             kernel: self.kernel.clone(),

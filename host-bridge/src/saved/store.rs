@@ -35,6 +35,11 @@ const KEEP_GENERATIONS: usize = 2;
 pub struct SavedVm {
     /// `kvm` or `tcg`.
     pub accel: String,
+    /// QEMU's `-cpu` model, which a restore must give the guest again: its
+    /// kernel chose its copy routines and paging mode from the CPU it
+    /// booted on. `None` in records written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<String>,
     pub memory_mib: u32,
     pub vcpus: u32,
     pub kernel: PathBuf,
@@ -313,6 +318,16 @@ fn valid_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
+/// The `-cpu` model of machines saved before records named it: the
+/// host's under KVM, and TCG's whole `max` model, with ERMS and 5-level
+/// paging, under TCG.
+fn unrecorded_cpu_model(accel: Accel) -> &'static str {
+    match accel {
+        Accel::Kvm => "host",
+        Accel::Tcg | Accel::Auto => "max",
+    }
+}
+
 impl SavedVm {
     /// The QEMU command line's inputs for this machine in `paths`, waiting
     /// for its state; its RAM comes whole from the snapshot.
@@ -333,8 +348,13 @@ impl SavedVm {
                 })
             })
             .collect::<Result<Vec<_>, SavedError>>()?;
+        let cpu = match &self.cpu {
+            Some(cpu) => cpu.clone(),
+            None => unrecorded_cpu_model(accel).to_owned(),
+        };
         Ok(QemuConfig {
             accel,
+            cpu,
             memory_mib: self.memory_mib,
             vcpus: self.vcpus,
             kernel: self.kernel.clone(),
@@ -361,6 +381,7 @@ impl SavedVm {
     pub(crate) fn of(config: &QemuConfig) -> Self {
         SavedVm {
             accel: config.accel.qemu_name().to_owned(),
+            cpu: Some(config.cpu.clone()),
             memory_mib: config.memory_mib,
             vcpus: config.vcpus,
             kernel: config.kernel.clone(),
@@ -404,6 +425,7 @@ mod tests {
             id: id.into(),
             vm: SavedVm {
                 accel: "tcg".into(),
+                cpu: Some("max,erms=off,la57=off".into()),
                 memory_mib: 256,
                 vcpus: 1,
                 kernel: "/k".into(),
@@ -442,6 +464,24 @@ mod tests {
             .commit(record, generation, writing, header(&record.id))
             .unwrap();
         generation
+    }
+
+    #[test]
+    fn a_restore_gives_the_guest_the_cpu_it_booted_on() {
+        let paths = VmPaths::in_dir(Path::new("/s"));
+        let vm = record("a").vm;
+        assert_eq!(vm.qemu_config(&paths).unwrap().cpu, "max,erms=off,la57=off");
+        assert_eq!(SavedVm::of(&vm.qemu_config(&paths).unwrap()), vm);
+
+        // A record from before the model was recorded.
+        let mut json: serde_json::Value = serde_json::to_value(&vm).unwrap();
+        json.as_object_mut().unwrap().remove("cpu");
+        let old: SavedVm = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(old.cpu, None);
+        assert_eq!(old.qemu_config(&paths).unwrap().cpu, "max");
+        json["accel"] = "kvm".into();
+        let old: SavedVm = serde_json::from_value(json).unwrap();
+        assert_eq!(old.qemu_config(&paths).unwrap().cpu, "host");
     }
 
     #[test]

@@ -25,6 +25,9 @@ const SECCOMP_SANDBOX: &str =
 #[derive(Debug, Clone)]
 pub(crate) struct QemuConfig {
     pub accel: Accel,
+    /// The `-cpu` model: [`cpu_model`] for a new machine, the recorded
+    /// one for a saved machine restored.
+    pub cpu: String,
     pub memory_mib: u32,
     pub vcpus: u32,
     pub kernel: PathBuf,
@@ -140,7 +143,7 @@ impl QemuConfig {
     /// The arguments after the program name.
     pub fn args(&self) -> Vec<OsString> {
         let mem = self.memory_mib;
-        let cpu = cpu_model(self.accel);
+        let cpu = self.cpu.as_str();
         let mut args: Vec<OsString> = Vec::new();
         let mut push = |parts: &[&str]| args.extend(parts.iter().map(OsString::from));
         push(&[
@@ -279,6 +282,7 @@ mod tests {
     fn config(accel: Accel) -> QemuConfig {
         QemuConfig {
             accel,
+            cpu: cpu_model(accel).to_owned(),
             memory_mib: 512,
             vcpus: 2,
             kernel: "/k/vmlinuz".into(),

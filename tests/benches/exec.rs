@@ -270,22 +270,17 @@ async fn main() {
     // Stdout throughput beside the raw echo and the guest writing to /dev/null.
     let echo_mbps = echo_throughput(&mut stream, STDOUT_BYTES / MIB).await;
     let writer = stdout_writer();
+    let writer_line = writer.argv().join(" ");
     // Ten runs: one is too short for the guest's 10 ms clock.
     let guest_null = guest_micros(
         &sandbox,
-        &format!(
-            "for i in 0 1 2 3 4 5 6 7 8 9; do {} > /dev/null 2>&1; done",
-            writer.argv().join(" ")
-        ),
+        &format!("for i in 0 1 2 3 4 5 6 7 8 9; do {writer_line} > /dev/null 2>&1; done"),
         10,
     )
     .await;
     let null_mbps = STDOUT_BYTES as f64 / guest_null.as_secs_f64() / 1e6;
     let stdout_mbps = stdout_throughput(&sandbox, &writer).await;
-    table.heading(&format!(
-        "stdout throughput: `{}`, one VM",
-        writer.argv().join(" ")
-    ));
+    table.heading(&format!("stdout throughput: `{writer_line}`, one VM"));
     table.header("measure", "MB/s", "vs floor");
     table.row(
         "raw serial echo throughput",

@@ -226,6 +226,20 @@ async fn metering_adds_up(sandbox: &Sandbox) {
     // The CPU spinners alone used seconds.
     assert!(health.programs_cpu_us > 1_000_000, "{health:?}");
     assert!(health.agent_rss_bytes < AGENT_RSS_BUDGET);
+    // The agent keeps these files open between answers: each answer must
+    // still be read anew.
+    let out = run(
+        sandbox,
+        sh("i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done"),
+    )
+    .await;
+    assert_eq!(out.status, ExitStatus::Code(0), "{out:?}");
+    let later = sandbox.health().await.expect("health");
+    assert!(
+        later.programs_cpu_us > health.programs_cpu_us,
+        "a program ran, yet its CPU time is not counted: {health:?} then {later:?}"
+    );
+    assert!(later.uptime_us > health.uptime_us, "{later:?}");
 }
 
 async fn privileged_reboot_ends_the_vm_with_a_clear_error(sandbox: Sandbox) {

@@ -355,7 +355,14 @@ pub fn agent_headroom(total: u64) -> u64 {
 /// The guest's memory from `/proc/meminfo` (`MemTotal`, `MemAvailable`), in
 /// bytes.
 pub fn meminfo() -> Option<(u64, u64)> {
-    let text = crate::small_file::read(Path::new("/proc/meminfo"))?;
+    parse_meminfo(&crate::small_file::read(Path::new(MEMINFO))?)
+}
+
+/// Where the kernel reports the guest's memory.
+pub const MEMINFO: &str = "/proc/meminfo";
+
+/// `MemTotal` and `MemAvailable` in bytes, from the text of `/proc/meminfo`.
+pub fn parse_meminfo(text: &str) -> Option<(u64, u64)> {
     let kib = |key: &str| {
         text.lines().find_map(|l| {
             let rest = l.strip_prefix(key)?.strip_prefix(':')?;

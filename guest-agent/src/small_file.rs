@@ -1,5 +1,5 @@
 //! Reading the kernel's small text files (`/proc`, cgroupfs) the cheap way:
-//! one `open`, one `read` into a stack buffer, one `close`.
+//! one `open`, one `read` into the text's own buffer, one `close`.
 //!
 //! `std::fs::read_to_string` adds a `statx` for a size hint (always 0 for
 //! these files) and a second `read` to see the end; on an emulated vCPU
@@ -15,9 +15,7 @@
 //! path walk, the `open` and the `close`.
 
 use std::fs::File;
-use std::io::Read;
 use std::os::fd::AsFd;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -26,10 +24,8 @@ const BUFFER: usize = 4096;
 
 /// The file at `path`.
 pub fn read(path: &Path) -> Option<String> {
-    let mut file = File::open(path).ok()?;
-    let mut buffer = [0u8; BUFFER];
-    let n = file.read(&mut buffer).ok()?;
-    whole(&buffer, n).or_else(|| std::fs::read_to_string(path).ok())
+    let file = File::open(path).ok()?;
+    whole(&file, ReadFrom::Position)
 }
 
 /// The file `name` in the directory `dir`.
@@ -37,14 +33,7 @@ pub fn read_at(dir: impl AsFd, name: &str) -> Option<String> {
     use rustix::fs::{Mode, OFlags};
     let flags = OFlags::RDONLY | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(dir.as_fd(), name, flags, Mode::empty()).ok()?;
-    let mut buffer = [0u8; BUFFER];
-    let n = rustix::io::read(&fd, &mut buffer).ok()?;
-    whole(&buffer, n).or_else(|| {
-        // The rest follows what the first read got.
-        let mut bytes = buffer.to_vec();
-        File::from(fd).read_to_end(&mut bytes).ok()?;
-        String::from_utf8(bytes).ok()
-    })
+    whole(&fd, ReadFrom::Position)
 }
 
 /// A small kernel file opened at its first read and then kept open, each
@@ -74,30 +63,39 @@ impl Kept {
                 self.file.get_or_init(|| opened)
             }
         };
-        let mut buffer = [0u8; BUFFER];
-        let n = file.read_at(&mut buffer, 0).ok()?;
-        whole(&buffer, n).or_else(|| {
-            // Larger than the buffer: read on from where the first read ended.
-            let mut bytes = buffer.to_vec();
-            loop {
-                let mut more = [0u8; BUFFER];
-                let offset = u64::try_from(bytes.len()).ok()?;
-                match file.read_at(&mut more, offset).ok()? {
-                    0 => break,
-                    n => bytes.extend_from_slice(more.get(..n)?),
-                }
-            }
-            String::from_utf8(bytes).ok()
-        })
+        whole(file, ReadFrom::Start)
     }
 }
 
-/// The text read, unless it filled the buffer (then there may be more).
-fn whole(buffer: &[u8], n: usize) -> Option<String> {
-    if n >= buffer.len() {
-        return None;
+/// Where [`whole`] reads from.
+#[derive(Clone, Copy)]
+enum ReadFrom {
+    /// The file's own position, with `read` (a file just opened).
+    Position,
+    /// Offset 0, with `pread` (a kept file, whose position never moves).
+    Start,
+}
+
+/// The text of `fd` to its end. The bytes go straight into the spare room
+/// of the `String`'s buffer: nothing is zeroed first and nothing copied
+/// after. A read that leaves room is the whole file (seq_file fills all it
+/// is given); one that fills it is followed by more.
+fn whole(fd: impl AsFd, from: ReadFrom) -> Option<String> {
+    let mut bytes = Vec::with_capacity(BUFFER);
+    loop {
+        let offset = u64::try_from(bytes.len()).ok()?;
+        let spare = rustix::buffer::spare_capacity(&mut bytes);
+        let n = match from {
+            ReadFrom::Position => rustix::io::read(fd.as_fd(), spare),
+            ReadFrom::Start => rustix::io::pread(fd.as_fd(), spare, offset),
+        }
+        .ok()?;
+        if n == 0 || bytes.len() < bytes.capacity() {
+            break;
+        }
+        bytes.reserve(BUFFER);
     }
-    String::from_utf8(buffer.get(..n)?.to_vec()).ok()
+    String::from_utf8(bytes).ok()
 }
 
 #[cfg(test)]

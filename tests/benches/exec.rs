@@ -421,8 +421,17 @@ fn start_section(
     let boot = |f: fn(&BootTimings) -> Duration| column(starts.boots.iter().map(f).collect());
     let mut rows = vec![
         ("VMM processes started", boot(|b| b.vmm_started)),
+        (
+            "before the guest's clock (VMM, firmware, decompression)",
+            boot(|b| b.before_guest_clock.unwrap_or_default()),
+        ),
         ("guest kernel to agent (PID 1)", boot(|b| b.kernel_to_init)),
         ("agent init to serving", boot(|b| b.init_to_serving)),
+        (
+            "serving to its first Health answer",
+            boot(|b| b.serving_to_answer.unwrap_or_default()),
+        ),
+        ("agent's first answer (host view)", boot(|b| b.answered)),
         ("agent ready (host view)", boot(|b| b.ready)),
     ];
     for (name, times) in &starts.probes {

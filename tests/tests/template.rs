@@ -54,6 +54,12 @@ async fn three_clones_are_three_machines_that_share_nothing_they_write() {
     let third = start(cloned(templates.path())).await;
     for clone in [&second, &third] {
         assert!(is_clone(clone, false), "{:?}", clone.origin());
+        let timings = clone.boot_timings();
+        assert_eq!(
+            (timings.before_guest_clock, timings.serving_to_answer),
+            (None, None),
+            "a clone's guest clock is its template's: {timings:?}"
+        );
     }
 
     let mut uuids = HashSet::new();
@@ -205,6 +211,25 @@ async fn a_workspace_sandbox_boots_cold_and_keeps_its_files() {
     let builder = || cloned(templates.path()).workspace(&workspace);
     let first = start(builder()).await;
     assert_eq!(first.origin(), &Origin::Cold);
+    // A cold boot's parts: the host's time before the guest's clock, then
+    // the guest's own account, add up to the first answer.
+    let timings = first.boot_timings();
+    let before = timings
+        .before_guest_clock
+        .expect("a cold boot's time before its clock");
+    let serving = timings
+        .serving_to_answer
+        .expect("a cold boot's serving to answer");
+    assert!(
+        before > timings.vmm_started,
+        "the guest runs after QEMU: {timings:?}"
+    );
+    let parts = before + timings.kernel_to_init + timings.init_to_serving + serving;
+    assert!(
+        parts.abs_diff(timings.answered) < Duration::from_millis(1),
+        "{timings:?}"
+    );
+    assert!(timings.answered <= timings.ready, "{timings:?}");
     stdout_of(&first, "echo kept > /root/kept && sync").await;
     first.shutdown(Duration::from_secs(10)).await.unwrap();
     let second = start(builder()).await;

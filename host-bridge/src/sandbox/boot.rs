@@ -84,6 +84,8 @@ pub(super) struct Launched {
     pub vmm: Backend,
     pub channel: Channel,
     pub health: CheckResponse,
+    /// When the Health answer arrived.
+    pub answered: Instant,
     pub quiesce: Quiesce,
 }
 
@@ -102,6 +104,7 @@ impl Launched {
             vmm,
             channel: reached.channel,
             health: reached.health,
+            answered: reached.answered,
             quiesce: reached.quiesce,
         })
     }
@@ -223,6 +226,7 @@ impl SandboxBuilder {
             vmm,
             channel,
             health,
+            answered,
             quiesce,
         } = launched;
         let id = dir
@@ -238,14 +242,22 @@ impl SandboxBuilder {
             Some(options) => Some(SandboxNetwork::enable(&channel, features, options).await?),
             None => None,
         };
+        let answered = answered.saturating_duration_since(begin);
+        let booted_here = matches!(origin, Origin::Cold | Origin::ColdFallback { .. });
         let timings = BootTimings {
             vmm_started: vmm_started.saturating_duration_since(begin),
+            before_guest_clock: booted_here
+                .then(|| answered.saturating_sub(Duration::from_micros(health.uptime_us))),
             kernel_to_init: Duration::from_micros(health.init_started_us),
             init_to_serving: Duration::from_micros(
                 health
                     .serving_since_us
                     .saturating_sub(health.init_started_us),
             ),
+            serving_to_answer: booted_here.then(|| {
+                Duration::from_micros(health.uptime_us.saturating_sub(health.serving_since_us))
+            }),
+            answered,
             ready: begin.elapsed(),
         };
         tracing::info!(?timings, ?origin, agent_version = %health.agent_version, "sandbox ready");
@@ -445,11 +457,27 @@ async fn personalize(channel: &Channel, id: &str) -> Result<()> {
 pub struct BootTimings {
     /// Host: from `start()` until the VMM processes were running.
     pub vmm_started: Duration,
+    /// Of a VM booted by this start (`Origin::Cold` and
+    /// `Origin::ColdFallback`), the time from `start()` until the guest's
+    /// clock began: the VMM's start, its firmware, and the kernel's set-up
+    /// and decompression before it keeps time. It is what the host saw
+    /// until the first answer less what the guest's clock counted, so it
+    /// also holds that answer's way back to the host (a fraction of a
+    /// millisecond). `None` for a restored VM, whose clock is its
+    /// snapshot's.
+    pub before_guest_clock: Option<Duration>,
     /// Guest: kernel boot until the agent (PID 1) started (a clone reports
     /// its template's).
     pub kernel_to_init: Duration,
     /// Guest: agent start (mounts, modules) until it served gRPC.
     pub init_to_serving: Duration,
-    /// Host: from `start()` until the agent answered Health.
+    /// Guest: from serving gRPC until it answered the host's first Health
+    /// (the host's connection, its opening and HTTP/2's set-up included),
+    /// for a VM booted by this start; `None` for a restored VM.
+    pub serving_to_answer: Option<Duration>,
+    /// Host: from `start()` until the agent's first Health answer arrived.
+    pub answered: Duration,
+    /// Host: from `start()` until the sandbox was ready (after the answer,
+    /// the guest's identity, entropy and clock, and its network if any).
     pub ready: Duration,
 }

@@ -39,11 +39,13 @@ const WATCH_INTERVAL: Duration = Duration::from_millis(50);
 /// How long the guest may take to write its announcement once connected.
 const ANNOUNCEMENT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// An agent that answered: the channel to it, its Health answer, and the
-/// handle that ends the channel's connection between frames.
+/// An agent that answered: the channel to it, its Health answer (and when
+/// it arrived), and the handle that ends the channel's connection between
+/// frames.
 pub(super) struct Reached {
     pub channel: Channel,
     pub health: CheckResponse,
+    pub answered: Instant,
     pub quiesce: Quiesce,
 }
 
@@ -252,6 +254,7 @@ async fn probe(
     Ok(Reached {
         channel,
         health,
+        answered: Instant::now(),
         quiesce,
     })
 }

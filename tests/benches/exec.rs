@@ -422,7 +422,7 @@ fn start_section(
     let mut rows = vec![
         ("VMM processes started", boot(|b| b.vmm_started)),
         (
-            "before the guest's clock (VMM, firmware, decompression)",
+            "before the guest's clock started",
             boot(|b| b.before_guest_clock.unwrap_or_default()),
         ),
         ("guest kernel to agent (PID 1)", boot(|b| b.kernel_to_init)),

@@ -397,4 +397,6 @@ async fn run_verbose_names_the_origin_of_the_start() {
     assert!(!cloned.contains("guest kernel"), "{cloned}");
     let cold = run(&["--cold"]);
     assert!(cold.contains("cold boot: guest kernel to agent"), "{cold}");
+    assert!(cold.contains("| before the guest's clock "), "{cold}");
+    assert!(!cloned.contains("before the guest's clock"), "{cloned}");
 }

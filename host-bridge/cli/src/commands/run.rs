@@ -130,10 +130,18 @@ fn print_timings(sandbox: &Sandbox, ready: Duration, first_output: Duration, tot
         Origin::Clone { key, built: true } => {
             format!("clone of template {key}, made by this start")
         }
-        _ => format!(
-            "cold boot: guest kernel to agent {:.2?} | agent init {:.1?}",
-            t.kernel_to_init, t.init_to_serving
-        ),
+        _ => {
+            let mut line = format!(
+                "cold boot: guest kernel to agent {:.2?} | agent init {:.1?}",
+                t.kernel_to_init, t.init_to_serving
+            );
+            if let (Some(before), Some(answer)) = (t.before_guest_clock, t.serving_to_answer) {
+                line.push_str(&format!(
+                    " | before the guest's clock {before:.2?} | serving to first answer {answer:.1?}"
+                ));
+            }
+            line
+        }
     };
     eprintln!(
         "airlock: accel {} | vmm started {:.1?} | {boot} | agent ready {:.2?} | \

@@ -11,11 +11,13 @@
 //! process instead of booting a VM, for tests of the lifecycle.
 //! [`shared_vm`] runs a file's checks as named tests on one booted VM.
 //! [`DaemonHome`] gives a CLI test a private state directory, so a private
-//! daemon, and runs `airlock` clients against it.
+//! daemon, and runs `airlock` clients against it. [`interrupt`] sends a
+//! CLI command Ctrl-C the way a terminal would.
 
 #![forbid(unsafe_code)]
 
 pub mod daemon_home;
+pub mod interrupt;
 pub mod shared_vm;
 pub mod soak;
 

@@ -4,8 +4,10 @@
 // A test panics with its reason; that is what expect is for here.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
+
+use airlock_tests::interrupt::{interrupt_when_ready, TRAPPING_SCRIPT};
 
 fn airlock_run(args: &[&str]) -> Command {
     let mut command = Command::new(airlock_tests::airlock_bin());
@@ -85,29 +87,6 @@ fn timeout_kills_the_command_keeps_its_output_and_exits_124() {
 
 #[test]
 fn ctrl_c_is_forwarded_to_the_command() {
-    let mut child = airlock_run(&[
-        "--",
-        "sh",
-        "-c",
-        "trap 'echo interrupted; exit 7' INT; echo ready; while :; do sleep 0.1; done",
-    ])
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("run airlock");
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("read");
-    assert_eq!(line, "ready\n");
-    let interrupted = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(interrupted.success());
-    line.clear();
-    stdout.read_line(&mut line).expect("read");
-    assert_eq!(line, "interrupted\n");
-    let status = child.wait().expect("wait");
-    assert_eq!(status.code(), Some(7), "the command's own exit code");
+    let out = interrupt_when_ready(airlock_run(&["--", "sh", "-c", TRAPPING_SCRIPT]));
+    assert_eq!(out.status.code(), Some(7), "the command's own exit code");
 }

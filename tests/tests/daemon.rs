@@ -6,10 +6,10 @@
 // A test panics with its reason; that is what expect is for here.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use airlock_tests::interrupt::{interrupt_when_ready, TRAPPING_SCRIPT};
 use airlock_tests::{airlock_bin, processes_mentioning, wait_until, DaemonHome};
 
 /// Runs `airlock sandbox ARGS` in `home`, feeding `stdin` when given.
@@ -333,28 +333,19 @@ fn sandbox_exec_applies_limits_and_privilege_as_run_does() {
 fn sandbox_exec_forwards_ctrl_c_as_run_does() {
     let home = DaemonHome::new();
     let id = home.ok(&["create", "--no-image", "--memory", "256"]);
-    let script = "trap 'echo interrupted; exit 7' INT; echo ready; while :; do sleep 0.1; done";
-    let mut child = Command::new(airlock_bin())
-        .args(["sandbox", "exec", id.trim(), "--", "sh", "-c", script])
-        .env("AIRLOCK_STATE_DIR", home.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run airlock");
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("read");
-    assert_eq!(line, "ready\n");
-    let interrupted = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(interrupted.success());
-    line.clear();
-    stdout.read_line(&mut line).expect("read");
-    assert_eq!(line, "interrupted\n");
-    let out = child.wait_with_output().expect("wait");
+    let mut command = Command::new(airlock_bin());
+    command
+        .args([
+            "sandbox",
+            "exec",
+            id.trim(),
+            "--",
+            "sh",
+            "-c",
+            TRAPPING_SCRIPT,
+        ])
+        .env("AIRLOCK_STATE_DIR", home.path());
+    let out = interrupt_when_ready(command);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(7), "stderr: {stderr}");
     assert!(stderr.contains("interrupting the command"), "{stderr}");

@@ -107,7 +107,7 @@ impl Files {
             .await
             .map_err(|s| Error::agent("Files.ReadFile", s))?
             .into_inner();
-        Ok(ReadStream { inner })
+        Ok(ReadStream::new("Files.ReadFile", inner))
     }
 
     /// A whole guest file in memory (for small files; see [`Files::read`]).
@@ -239,10 +239,19 @@ fn upload_stream(
     })
 }
 
-/// A guest file's contents as a stream of chunks.
+/// A guest file's contents, or a tar stream from the guest, as a stream of
+/// chunks.
 #[derive(Debug)]
 pub struct ReadStream {
     inner: Streaming<FileChunk>,
+    /// The agent call it comes from, for errors.
+    call: &'static str,
+}
+
+impl ReadStream {
+    pub(crate) fn new(call: &'static str, inner: Streaming<FileChunk>) -> Self {
+        ReadStream { inner, call }
+    }
 }
 
 impl Stream for ReadStream {
@@ -252,11 +261,9 @@ impl Stream for ReadStream {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
-        self.inner.poll_next_unpin(cx).map(|item| {
-            item.map(|r| {
-                r.map(|c| c.data)
-                    .map_err(|s| Error::agent("Files.ReadFile", s))
-            })
-        })
+        let call = self.call;
+        self.inner
+            .poll_next_unpin(cx)
+            .map(|item| item.map(|r| r.map(|c| c.data).map_err(|s| Error::agent(call, s))))
     }
 }

@@ -27,7 +27,9 @@ pub fn code(reason: ErrorReason) -> Code {
         R::InvalidArgument => Code::InvalidArgument,
         R::SandboxNotFound | R::NotFound | R::GuestNotFound => Code::NotFound,
         R::AlreadyExists => Code::AlreadyExists,
-        R::SandboxLimit | R::QuotaExceeded | R::RateLimited => Code::ResourceExhausted,
+        R::SandboxLimit | R::QuotaExceeded | R::RateLimited | R::GuestExhausted => {
+            Code::ResourceExhausted
+        }
         R::SandboxEnded | R::SandboxPaused | R::NoNetwork | R::Unsupported | R::GuestRefused => {
             Code::FailedPrecondition
         }
@@ -40,10 +42,9 @@ pub fn code(reason: ErrorReason) -> Code {
 /// A status for `reason`, with its code and `message`.
 pub fn status(reason: ErrorReason, message: impl Into<String>) -> Status {
     let mut status = Status::new(code(reason), message);
-    status.metadata_mut().insert(
-        REASON_KEY,
-        MetadataValue::from_static(reason.as_str_name()),
-    );
+    status
+        .metadata_mut()
+        .insert(REASON_KEY, MetadataValue::from_static(reason.as_str_name()));
     status
 }
 

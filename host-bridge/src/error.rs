@@ -304,10 +304,7 @@ mod tests {
     fn every_kind_has_its_errors() {
         let cases = [
             (agent(tonic::Code::NotFound), ErrorKind::NotFound),
-            (
-                Error::NoSuchSandbox { id: "x".into() },
-                ErrorKind::NotFound,
-            ),
+            (Error::NoSuchSandbox { id: "x".into() }, ErrorKind::NotFound),
             (Error::Config("bad".into()), ErrorKind::Invalid),
             (agent(tonic::Code::InvalidArgument), ErrorKind::Invalid),
             (agent(tonic::Code::AlreadyExists), ErrorKind::AlreadyExists),
@@ -323,11 +320,11 @@ mod tests {
                 Error::Workspace(WorkspaceError::Busy("/ws".into())),
                 ErrorKind::Precondition,
             ),
-            (agent(tonic::Code::PermissionDenied), ErrorKind::Precondition),
             (
-                Error::SavedDuringCall { call: "x" },
-                ErrorKind::Unavailable,
+                agent(tonic::Code::PermissionDenied),
+                ErrorKind::Precondition,
             ),
+            (Error::SavedDuringCall { call: "x" }, ErrorKind::Unavailable),
             (agent(tonic::Code::DeadlineExceeded), ErrorKind::Timeout),
             (Error::Protocol("odd".into()), ErrorKind::Internal),
             (agent(tonic::Code::Internal), ErrorKind::Internal),

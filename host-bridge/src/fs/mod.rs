@@ -7,6 +7,8 @@
 //! - `archive`: the tar code and the channel bridges it runs behind.
 //! - `copy`: `copy_in` and `copy_out`, a file or a directory, whichever
 //!   the source is.
+//! - [`host_tar`]: host directories packed into and unpacked from tar
+//!   streams, for programs that carry the stream themselves.
 //! - `changes`: what a run created, modified and deleted under named roots
 //!   ([`ChangeTracker`], [`Changes`]), and downloading those files.
 //! - `metadata`: [`Metadata`], [`WatchEvent`], [`WriteOptions`].
@@ -20,6 +22,7 @@ mod archive;
 mod changes;
 mod copy;
 mod error;
+pub mod host_tar;
 mod metadata;
 mod transfer;
 mod tree;

@@ -123,7 +123,7 @@ mod tests {
         header.as_old_mut().name[..name.len()].copy_from_slice(name);
         header.set_cksum();
         let mut bytes = header.as_bytes().to_vec();
-        bytes.extend_from_slice(&[b'x']);
+        bytes.extend_from_slice(b"x");
         bytes.resize(1024 + 1024, 0);
         let to = tempfile::tempdir().unwrap();
         let chunks = futures::stream::iter([Ok::<_, String>(Bytes::from(bytes))]);

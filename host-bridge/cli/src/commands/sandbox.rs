@@ -441,7 +441,7 @@ fn start_request(args: ExecArgs, stdin: bool) -> api::StartProcess {
     let limits = (options.limit_memory.is_some()
         || options.limit_pids.is_some()
         || options.limit_cpus.is_some())
-    .then(|| api::Limits {
+    .then_some(api::Limits {
         memory_bytes: options.limit_memory,
         pids: options.limit_pids,
         cpu_millis: options.limit_cpus,

@@ -73,7 +73,7 @@ fn changed(
         let Some(at) = rules.iter().position(|r| r == rule) else {
             return Err(invalid(
                 "deny",
-                format!("{rule} is not a rule of the policy"),
+                format!("no rule {rule} to remove (see the rules in force); nothing changed"),
             ));
         };
         rules.remove(at);

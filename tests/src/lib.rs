@@ -11,8 +11,9 @@
 //! process instead of booting a VM, for tests of the lifecycle.
 //! [`shared_vm`] runs a file's checks as named tests on one booted VM.
 //! [`DaemonHome`] gives a CLI test a private state directory, so a private
-//! daemon, and runs `airlock` clients against it. [`interrupt`] sends a
-//! CLI command Ctrl-C the way a terminal would.
+//! daemon, and runs `airlock` clients against it; [`TlsServer`] runs
+//! `airlock serve` there with a TLS listener, for remote clients.
+//! [`interrupt`] sends a CLI command Ctrl-C the way a terminal would.
 
 #![forbid(unsafe_code)]
 
@@ -20,8 +21,10 @@ pub mod daemon_home;
 pub mod interrupt;
 pub mod shared_vm;
 pub mod soak;
+pub mod tls_server;
 
 pub use daemon_home::DaemonHome;
+pub use tls_server::TlsServer;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

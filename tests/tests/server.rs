@@ -283,3 +283,118 @@ fn a_gib_file_goes_up_and_down_through_the_api_unchanged() {
     assert_eq!(data.len(), 1 << 30);
     assert_eq!(sha256_hex(&data), expected);
 }
+
+/// A client of the TLS server with `key`, through the Rust client crate.
+async fn api_client(server: &TlsServer, key: &str) -> airlock_client::Client {
+    airlock_client::Endpoint::remote(
+        &format!("https://localhost:{}", server.port),
+        Some(key.to_owned()),
+        Some(server.ca.clone()),
+    )
+    .expect("endpoint")
+    .connect()
+    .await
+    .expect("connect")
+}
+
+#[test]
+fn bad_input_is_refused_by_field_and_the_server_serves_on() {
+    use airlock_client::api;
+    let home = DaemonHome::new();
+    let server = TlsServer::start(&home, &[]);
+    let key = make_key(&home, "careless", &[]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let client = api_client(&server, &key).await;
+        let field = |status: tonic::Status| {
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+            airlock_client::reason::field_of(&status).map(str::to_owned)
+        };
+        let mut sandboxes = client.sandboxes();
+        let bad_creates = [
+            (
+                api::CreateSandboxRequest {
+                    memory_mib: 1,
+                    no_image: true,
+                    ..Default::default()
+                },
+                "memory_mib",
+            ),
+            (
+                api::CreateSandboxRequest {
+                    no_image: true,
+                    allow_net: vec!["not a rule!".into()],
+                    ..Default::default()
+                },
+                "allow_net",
+            ),
+            (
+                api::CreateSandboxRequest {
+                    no_image: true,
+                    metadata: [("k y".into(), "v".into())].into(),
+                    ..Default::default()
+                },
+                "metadata",
+            ),
+        ];
+        for (request, expected) in bad_creates {
+            let status = sandboxes.create(request).await.expect_err("refused");
+            assert_eq!(field(status).as_deref(), Some(expected));
+        }
+        let id = sandboxes
+            .create(api::CreateSandboxRequest {
+                no_image: true,
+                memory_mib: 256,
+                ..Default::default()
+            })
+            .await
+            .expect("create")
+            .into_inner()
+            .sandbox_id;
+        let bad_start = client
+            .start(api::StartProcess {
+                sandbox_id: id.clone(),
+                argv: vec!["true".into()],
+                cwd: "relative/dir".into(),
+                ..Default::default()
+            })
+            .await
+            .expect_err("refused");
+        assert_eq!(field(bad_start.status().expect("a status").clone()).as_deref(), Some("start.cwd"));
+        let missing = client
+            .start(api::StartProcess {
+                sandbox_id: id.clone(),
+                argv: vec!["no-such-program".into()],
+                ..Default::default()
+            })
+            .await
+            .expect_err("refused");
+        assert_eq!(missing.code(), Some(tonic::Code::NotFound));
+        assert_eq!(missing.reason(), Some(api::ErrorReason::GuestNotFound));
+        let bad_path = client
+            .files()
+            .stat(api::StatRequest {
+                sandbox_id: id.clone(),
+                path: "etc/passwd".into(),
+            })
+            .await
+            .expect_err("refused");
+        assert_eq!(field(bad_path).as_deref(), Some("path"));
+        // The same server, the same sandbox, answering.
+        let mut stream = client
+            .start(api::StartProcess {
+                sandbox_id: id.clone(),
+                argv: vec!["echo".into(), "still serving".into()],
+                ..Default::default()
+            })
+            .await
+            .expect("start");
+        let mut out = Vec::new();
+        while let Some(event) = stream.next_event().await.expect("events") {
+            if let api::process_event::Event::Stdout(o) = event {
+                out.extend_from_slice(&o.data);
+            }
+        }
+        assert_eq!(out, b"still serving\n");
+    });
+}

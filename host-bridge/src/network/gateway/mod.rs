@@ -19,16 +19,19 @@
 //!
 //! Every decision goes into the audit log. A refusal is answered where the
 //! protocol allows (an HTTP request, to the proxy or directly, gets a
-//! response that says why: [`told`](super::told)) and otherwise resets the
+//! response that says why: [`told`]) and otherwise resets the
 //! connection; either way the agent is told, for the guest's refusal log.
+//!
+//! Here: the gateway, its DNS answers and the path of a direct connection;
+//! `proxied`: requests to the HTTP proxy; `refused`: a refusal on its way
+//! to the audit log, and the answer that tells the program.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::StatusCode;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
@@ -38,7 +41,7 @@ use super::fake_ip::{FakeIps, GATEWAY_ADDR};
 use super::options::NetworkOptions;
 use super::policy::{is_restricted, normalize_name, NetworkPolicy};
 use super::prefixed::Prefixed;
-use super::proxy::{head_len, ProxyRequest, Target, PROXY_PORT};
+use super::proxy::{Target, PROXY_PORT};
 use super::secrets::{
     intercept_tls, serve_http, upstream_client_config, HttpGate, HttpRefusal, SandboxCa, Secrets,
     Upstream,
@@ -46,6 +49,14 @@ use super::secrets::{
 use super::sniff::{read_head, Head, SniffError};
 use super::splice::splice;
 use super::told::{self, Tell, Told};
+
+mod proxied;
+mod refused;
+#[cfg(test)]
+mod test_support;
+
+use proxied::is_proxy;
+use refused::{answer, Admitted, Refused};
 
 /// How long the host waits for a guest's first byte before it treats the
 /// connection as one where the server speaks first.
@@ -78,61 +89,6 @@ pub struct Gateway {
     ca: Option<SandboxCa>,
     upstream_tls: Arc<rustls::ClientConfig>,
     open: Arc<Semaphore>,
-}
-
-/// A decision against a connection: what to record, and how the program
-/// learnt of it.
-#[derive(Debug)]
-struct Refused {
-    protocol: Protocol,
-    name: Option<String>,
-    addr: Option<IpAddr>,
-    port: u16,
-    refusal: Refusal,
-    /// The status the program was answered with; `None`: its connection
-    /// is reset.
-    answered: Option<StatusCode>,
-}
-
-impl Refused {
-    fn new(protocol: Protocol, target: &Target, addr: Option<IpAddr>, refusal: Refusal) -> Self {
-        Self {
-            protocol,
-            name: target.name(),
-            addr: addr.or(target.addr()),
-            port: target.port(),
-            refusal,
-            answered: None,
-        }
-    }
-
-    /// The destination as the program asked for it.
-    fn destination(&self) -> String {
-        match (&self.name, self.addr) {
-            (Some(name), _) => format!("{name}:{}", self.port),
-            (None, Some(addr)) => SocketAddr::new(addr, self.port).to_string(),
-            (None, None) => format!("port {}", self.port),
-        }
-    }
-}
-
-/// A connection the policy allowed: where to, the address the host dials,
-/// and how it came (directly or through the proxy).
-#[derive(Debug)]
-struct Admitted {
-    target: Target,
-    addr: IpAddr,
-    via: Protocol,
-}
-
-impl Admitted {
-    fn upstream_addr(&self) -> SocketAddr {
-        SocketAddr::new(self.addr, self.target.port())
-    }
-
-    fn refused(&self, protocol: Protocol, refusal: Refusal) -> Refused {
-        Refused::new(protocol, &self.target, Some(self.addr), refusal)
-    }
 }
 
 /// One DNS answer, and what the agent is told when the name was refused.
@@ -293,29 +249,6 @@ impl Gateway {
         }
     }
 
-    /// A connection past [`NetworkOptions::max_connections`]: a request to
-    /// the proxy is answered 429, anything else reset.
-    async fn over_limit<S>(&self, mut guest: S, destination: SocketAddrV4, tell: &Tell) -> Refused
-    where
-        S: AsyncRead + AsyncWrite + Unpin,
-    {
-        let refusal = Refusal::TooManyConnections {
-            limit: self.options.max_connections,
-        };
-        let raw = Target::Raw(IpAddr::V4(*destination.ip()), destination.port());
-        if !is_proxy(destination) {
-            return Refused::new(Protocol::Tcp, &raw, None, refusal);
-        }
-        let mut head = Vec::new();
-        match self.proxy_request(&mut guest, &mut head, tell).await {
-            Ok(request) => {
-                let refused = Refused::new(Protocol::Proxy, &request.target, None, refusal);
-                answer(&mut guest, refused, request.head_only, tell).await
-            }
-            Err(refused) => refused,
-        }
-    }
-
     async fn carry<S>(
         &self,
         mut guest: S,
@@ -371,149 +304,6 @@ impl Gateway {
         }
         self.forward(guest, head, sniffed, &admitted, None, tell)
             .await
-    }
-
-    /// A direct connection refused before its first bytes: a plain HTTP
-    /// request is answered with the refusal, anything else reset.
-    async fn refuse_direct<S>(&self, mut guest: S, refused: Refused, tell: &Tell) -> Refused
-    where
-        S: AsyncRead + AsyncWrite + Unpin,
-    {
-        let mut head = Vec::new();
-        let sniffed = read_head(
-            &mut guest,
-            &mut head,
-            FIRST_BYTE_WAIT,
-            self.options.head_timeout,
-        )
-        .await;
-        match sniffed {
-            Ok(Head::Http { method, .. }) => {
-                answer(
-                    &mut guest,
-                    refused,
-                    method.eq_ignore_ascii_case("HEAD"),
-                    tell,
-                )
-                .await
-            }
-            _ => refused,
-        }
-    }
-
-    /// A request to the HTTP proxy: the destination is decided, and for a
-    /// tunnel or a raw address the upstream dialed, before anything is
-    /// answered.
-    async fn proxied<S>(&self, mut guest: S, tell: &Tell) -> Result<(), Refused>
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let via = Protocol::Proxy;
-        let mut head = Vec::new();
-        let request = self.proxy_request(&mut guest, &mut head, tell).await?;
-        let addr = match self.admit(&request.target, via).await {
-            Ok(addr) => addr,
-            Err(refused) => return Err(answer(&mut guest, refused, request.head_only, tell).await),
-        };
-        let admitted = Admitted {
-            target: request.target,
-            addr,
-            via,
-        };
-        // The HTTP gate dials for itself, per request, and answers 502
-        // when it cannot: an absolute-form request to a name, and a tunnel
-        // to a name whose TLS is intercepted.
-        let gated = match &admitted.target {
-            Target::Named(name, _) => !request.connect || self.intercepts(name),
-            Target::Raw(..) => false,
-        };
-        let upstream = if gated {
-            None
-        } else {
-            match dial(admitted.upstream_addr()).await {
-                Ok(upstream) => Some(upstream),
-                Err(refusal) => {
-                    let refused = admitted.refused(via, refusal);
-                    return Err(answer(&mut guest, refused, request.head_only, tell).await);
-                }
-            }
-        };
-        if !request.connect {
-            // An absolute-form request: the head is plain HTTP, forwarded.
-            let sniffed = Head::Http {
-                method: String::new(),
-                target: String::new(),
-                host: admitted.target.name(),
-            };
-            return self
-                .forward(guest, head, sniffed, &admitted, upstream, tell)
-                .await;
-        }
-        guest
-            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            .await
-            .map_err(|e| {
-                admitted.refused(
-                    via,
-                    Refusal::Upstream {
-                        message: e.to_string(),
-                    },
-                )
-            })?;
-        // The tunnel's bytes are what is sniffed next.
-        head.drain(..head_len(&head));
-        let sniffed = read_head(
-            &mut guest,
-            &mut head,
-            FIRST_BYTE_WAIT,
-            self.options.head_timeout,
-        )
-        .await
-        .map_err(|e| admitted.refused(via, sniff_refusal(e)))?;
-        if matches!(sniffed, Head::Silent) {
-            return self
-                .first_speaker(guest, head, &admitted, upstream, tell)
-                .await;
-        }
-        self.forward(guest, head, sniffed, &admitted, upstream, tell)
-            .await
-    }
-
-    /// Reads a request to the HTTP proxy: a `CONNECT`, or an absolute-form
-    /// request (left in `head` to be forwarded). A request whose target
-    /// makes no sense is answered 400.
-    async fn proxy_request<S>(
-        &self,
-        guest: &mut S,
-        head: &mut Vec<u8>,
-        tell: &Tell,
-    ) -> Result<ProxyRequest, Refused>
-    where
-        S: AsyncRead + AsyncWrite + Unpin,
-    {
-        let proxy = Target::Raw(IpAddr::V4(GATEWAY_ADDR), PROXY_PORT);
-        let refused = |refusal| Refused::new(Protocol::Proxy, &proxy, None, refusal);
-        let sniffed = read_head(
-            guest,
-            head,
-            self.options.head_timeout,
-            self.options.head_timeout,
-        )
-        .await
-        .map_err(|e| refused(sniff_refusal(e)))?;
-        let Head::Http { method, target, .. } = sniffed else {
-            return Err(refused(Refusal::Malformed {
-                what: "not an HTTP proxy request".to_owned(),
-            }));
-        };
-        match ProxyRequest::parse(&method, &target) {
-            Ok(request) => Ok(request),
-            Err(what) => {
-                let refused = refused(Refusal::Malformed { what });
-                let head_only = method.eq_ignore_ascii_case("HEAD");
-                Err(answer(guest, refused, head_only, tell).await)
-            }
-        }
     }
 
     /// Whether a connection to `name` is served by terminating its TLS
@@ -808,34 +598,6 @@ impl Gateway {
     }
 }
 
-/// Whether the guest connected to the HTTP proxy.
-fn is_proxy(destination: SocketAddrV4) -> bool {
-    *destination.ip() == GATEWAY_ADDR && destination.port() == PROXY_PORT
-}
-
-/// Answers a refused HTTP request with a response that says why
-/// ([`told::http_answer`]) and ends the guest's side cleanly, so that the
-/// program reads the answer rather than a reset. The agent is told first,
-/// so that the refusal log has the line before the program has its answer.
-async fn answer<S>(guest: &mut S, mut refused: Refused, head_request: bool, tell: &Tell) -> Refused
-where
-    S: AsyncWrite + Unpin,
-{
-    let status = told::status(&refused.refusal);
-    let reason = told::sentence(&refused.refusal, &refused.destination());
-    let response = told::http_answer(status, &reason, head_request);
-    tell(Told::http(status, reason));
-    let written = async {
-        guest.write_all(&response).await?;
-        guest.shutdown().await
-    };
-    match written.await {
-        Ok(()) => refused.answered = Some(status),
-        Err(error) => tracing::debug!(%error, "answering a refusal"),
-    }
-    refused
-}
-
 /// Dials `addr` within [`DIAL_TIMEOUT`].
 async fn dial(addr: SocketAddr) -> Result<TcpStream, Refusal> {
     let upstream = tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(addr))
@@ -860,114 +622,12 @@ fn sniff_refusal(error: SniffError) -> Refusal {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::*;
-    use crate::network::resolver::StaticResolver;
     use hickory_proto::op::{Message, Query};
-    use hickory_proto::rr::{Name, RData, RecordType};
-    use tokio::io::AsyncReadExt;
-    use tokio::net::TcpListener;
+    use hickory_proto::rr::{Name, RecordType};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    /// Long enough for loopback; a hang shows as a failure, not a stuck run.
-    const PATIENCE: Duration = Duration::from_secs(20);
-
-    /// A keep-alive HTTP server on loopback answering every request.
-    async fn keep_alive_server() -> SocketAddr {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            loop {
-                let (mut conn, _) = listener.accept().await.unwrap();
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 4096];
-                    loop {
-                        match conn.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(_) => {
-                                let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-                                if conn.write_all(reply).await.is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                    }
-                });
-            }
-        });
-        addr
-    }
-
-    /// A loopback port nothing listens on.
-    async fn closed_port() -> u16 {
-        TcpListener::bind("127.0.0.1:0")
-            .await
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    }
-
-    fn gateway(limit: usize) -> Gateway {
-        let options = NetworkOptions::new()
-            .policy(
-                NetworkPolicy::new()
-                    .allow("plain.test".parse().unwrap())
-                    .allow("127.0.0.1/32".parse().unwrap()),
-            )
-            .resolver(Arc::new(
-                StaticResolver::new().with("plain.test", IpAddr::V4(Ipv4Addr::LOCALHOST)),
-            ))
-            .max_connections(limit);
-        Gateway::new(options).unwrap()
-    }
-
-    /// The fake address the gateway's DNS gives `name`.
-    fn resolve(gateway: &Gateway, name: &str) -> Ipv4Addr {
-        let mut query = Message::new();
-        query.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
-        let reply = gateway.dns(&query.to_vec().unwrap()).unwrap();
-        let answer = Message::from_vec(&reply.response).unwrap();
-        match answer.answers()[0].data() {
-            RData::A(a) => a.0,
-            other => panic!("{other:?}"),
-        }
-    }
-
-    /// A [`Tell`] that keeps what it is told.
-    fn collector() -> (Tell, Arc<Mutex<Vec<Told>>>) {
-        let kept: Arc<Mutex<Vec<Told>>> = Arc::default();
-        let sink = Arc::clone(&kept);
-        let tell: Tell = Arc::new(move |told| sink.lock().unwrap().push(told));
-        (tell, kept)
-    }
-
-    /// What one guest connection to `destination` that sends `request`
-    /// reads until the host ends it, how the gateway ended it, and what it
-    /// told the agent.
-    async fn exchange(
-        gateway: &Arc<Gateway>,
-        destination: SocketAddrV4,
-        request: &[u8],
-    ) -> (String, Result<(), Told>, Vec<Told>) {
-        let (tell, told) = collector();
-        let (mut guest, host_side) = tokio::io::duplex(64 << 10);
-        let task = tokio::spawn({
-            let gateway = Arc::clone(gateway);
-            async move { gateway.connection(host_side, destination, &tell).await }
-        });
-        guest.write_all(request).await.unwrap();
-        let mut read = Vec::new();
-        tokio::time::timeout(PATIENCE, guest.read_to_end(&mut read))
-            .await
-            .expect("the host ends the connection")
-            .unwrap();
-        let ended = tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap();
-        let told = told.lock().unwrap().clone();
-        (String::from_utf8_lossy(&read).into_owned(), ended, told)
-    }
-
-    fn proxy() -> SocketAddrV4 {
-        SocketAddrV4::new(GATEWAY_ADDR, PROXY_PORT)
-    }
+    use super::test_support::*;
+    use super::*;
 
     #[tokio::test]
     async fn a_keep_alive_client_that_closes_frees_its_connection() {
@@ -1002,150 +662,6 @@ mod tests {
                 "the connection (after a pause of {pause:?}) is still held"
             );
         }
-    }
-
-    #[tokio::test]
-    async fn a_refused_connect_is_answered_403_naming_the_destination_never_200() {
-        let gateway = Arc::new(gateway(4));
-        let (read, ended, told) = exchange(
-            &gateway,
-            proxy(),
-            b"CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n",
-        )
-        .await;
-        assert!(
-            read.starts_with("HTTP/1.1 403 airlock: no rule allows evil.example:443\r\n"),
-            "{read}"
-        );
-        assert!(!read.contains(" 200 "), "{read}");
-        assert!(
-            read.ends_with("\r\n\r\nairlock: no rule allows evil.example:443\nBlocked by this sandbox's network rules: retrying will not help. Only a rule added to the sandbox can allow it.\n"),
-            "{read}"
-        );
-        assert_eq!(ended, Ok(()), "answered, not reset");
-        assert_eq!(
-            told,
-            [Told::http(
-                StatusCode::FORBIDDEN,
-                "no rule allows evil.example:443".into()
-            )]
-        );
-        let record = gateway.audit().pop().unwrap();
-        assert_eq!(record.protocol, Protocol::Proxy);
-        assert_eq!(record.name.as_deref(), Some("evil.example"));
-        assert_eq!(record.verdict, Verdict::Refused(Refusal::NotAllowed));
-    }
-
-    #[tokio::test]
-    async fn a_refused_absolute_form_request_is_answered_403() {
-        let gateway = Arc::new(gateway(4));
-        let (read, ended, told) = exchange(
-            &gateway,
-            proxy(),
-            b"GET http://evil.example/x HTTP/1.1\r\nHost: evil.example\r\n\r\n",
-        )
-        .await;
-        assert!(
-            read.starts_with("HTTP/1.1 403 airlock: no rule allows evil.example:80\r\n"),
-            "{read}"
-        );
-        assert_eq!(ended, Ok(()));
-        assert_eq!(told.len(), 1, "{told:?}");
-        // A HEAD request's answer has no body.
-        let (read, _, _) = exchange(
-            &gateway,
-            proxy(),
-            b"HEAD http://192.0.2.7/ HTTP/1.1\r\nHost: 192.0.2.7\r\n\r\n",
-        )
-        .await;
-        assert!(
-            read.starts_with("HTTP/1.1 403 airlock: no rule allows 192.0.2.7:80\r\n"),
-            "{read}"
-        );
-        assert!(read.ends_with("\r\n\r\n"), "{read}");
-    }
-
-    #[tokio::test]
-    async fn an_unreachable_upstream_is_answered_502_with_the_reason() {
-        let gateway = Arc::new(gateway(4));
-        let port = closed_port().await;
-        let connect = format!("CONNECT plain.test:{port} HTTP/1.1\r\n\r\n");
-        let (read, ended, told) = exchange(&gateway, proxy(), connect.as_bytes()).await;
-        let expected = format!("HTTP/1.1 502 airlock: plain.test:{port} could not be reached: ");
-        assert!(read.starts_with(&expected), "{read}");
-        assert!(read.contains("refused"), "the OS's reason: {read}");
-        assert!(!read.contains("127.0.0.1"), "no resolved address: {read}");
-        assert_eq!(ended, Ok(()));
-        assert_eq!(told[0].answer.as_deref(), Some("HTTP 502"));
-
-        // Through the HTTP gate (an absolute-form request to a name) too.
-        let get = format!("GET http://plain.test:{port}/ HTTP/1.1\r\nHost: plain.test:{port}\r\nConnection: close\r\n\r\n");
-        let (read, _, _) = exchange(&gateway, proxy(), get.as_bytes()).await;
-        assert!(read.starts_with(&expected), "{read}");
-    }
-
-    #[tokio::test]
-    async fn an_allowed_connect_is_established_and_carries_the_tunnel() {
-        let server = keep_alive_server().await;
-        let gateway = Arc::new(gateway(4));
-        let request = format!(
-            "CONNECT plain.test:{port} HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nHost: plain.test\r\nConnection: close\r\n\r\n",
-            port = server.port()
-        );
-        let (read, ended, told) = exchange(&gateway, proxy(), request.as_bytes()).await;
-        assert!(
-            read.starts_with("HTTP/1.1 200 Connection established\r\n\r\nHTTP/1.1 200 OK\r\n"),
-            "{read}"
-        );
-        assert_eq!(ended, Ok(()));
-        assert!(told.is_empty(), "{told:?}");
-    }
-
-    #[tokio::test]
-    async fn a_proxy_request_past_the_limit_is_answered_429() {
-        let server = keep_alive_server().await;
-        let gateway = Arc::new(gateway(1));
-        let fake = resolve(&gateway, "plain.test");
-        // A silent connection holds the only place.
-        let (tell, _) = collector();
-        let (_held, host_side) = tokio::io::duplex(4096);
-        let holder = tokio::spawn({
-            let gateway = Arc::clone(&gateway);
-            async move {
-                let destination = SocketAddrV4::new(fake, server.port());
-                gateway.connection(host_side, destination, &tell).await
-            }
-        });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let (read, ended, told) = exchange(
-            &gateway,
-            proxy(),
-            b"CONNECT evil.example:443 HTTP/1.1\r\n\r\n",
-        )
-        .await;
-        assert!(
-            read.starts_with(
-                "HTTP/1.1 429 airlock: no connection to evil.example:443: the sandbox already has 1 open, its limit\r\n"
-            ),
-            "{read}"
-        );
-        assert_eq!(ended, Ok(()));
-        assert_eq!(told[0].answer.as_deref(), Some("HTTP 429"));
-        // A direct connection past the limit has no way to be answered.
-        let (read, ended, _) = exchange(
-            &gateway,
-            SocketAddrV4::new(fake, server.port()),
-            b"GET / HTTP/1.1\r\nHost: plain.test\r\n\r\n",
-        )
-        .await;
-        assert_eq!(read, "");
-        assert!(
-            ended.as_ref().is_err_and(
-                |t| t.answer.is_none() && t.reason.starts_with("no connection to 198.18.")
-            ),
-            "{ended:?}"
-        );
-        holder.abort();
     }
 
     #[tokio::test]

@@ -4,6 +4,8 @@
 //! `AIRLOCK_API_KEY`, `AIRLOCK_CA_CERT`): what a key may do, what it is
 //! refused, and a 1 GiB file through the API both ways.
 
+#![allow(clippy::expect_used)]
+
 use std::process::Output;
 use std::time::Duration;
 
@@ -360,7 +362,10 @@ fn bad_input_is_refused_by_field_and_the_server_serves_on() {
             })
             .await
             .expect_err("refused");
-        assert_eq!(field(bad_start.status().expect("a status").clone()).as_deref(), Some("start.cwd"));
+        assert_eq!(
+            field(bad_start.status().expect("a status").clone()).as_deref(),
+            Some("start.cwd")
+        );
         let missing = client
             .start(api::StartProcess {
                 sandbox_id: id.clone(),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use airlock_proto::v1::system_client::SystemClient;
 use airlock_proto::v1::{CheckResponse, PersonalizeRequest};
 use airlock_proto::Feature;
-use tempfile::TempDir;
+use crate::state_dir::StateDir;
 use tokio::sync::OwnedSemaphorePermit;
 use tonic::transport::Channel;
 
@@ -80,7 +80,7 @@ pub(super) struct Assembly {
 pub(super) struct Launched {
     /// When the VMM processes were running.
     pub vmm_started: Instant,
-    pub dir: TempDir,
+    pub dir: StateDir,
     pub vmm: Backend,
     pub channel: Channel,
     pub health: CheckResponse,
@@ -92,7 +92,7 @@ pub(super) struct Launched {
 impl Launched {
     /// Waits for the agent of a VMM that runs (started at `vmm_started`).
     pub(super) async fn connect(
-        dir: TempDir,
+        dir: StateDir,
         mut vmm: Backend,
         vmm_started: Instant,
         deadline: Deadline,
@@ -181,7 +181,7 @@ impl SandboxBuilder {
     /// of a restore and of a fork's child.
     pub(super) async fn relaunch_in(
         &self,
-        dir: TempDir,
+        dir: StateDir,
         machine: &SavedVm,
         snapshot: GoodSnapshot,
     ) -> Result<(Launched, Restored)> {
@@ -368,7 +368,7 @@ impl SandboxBuilder {
         disks: Vec<Disk>,
         memory: GuestMemory,
         incoming: bool,
-    ) -> Result<(TempDir, Backend)> {
+    ) -> Result<(StateDir, Backend)> {
         let dir = state_dir::create(&self.state_dir_base)?;
         let vmm = match &self.backend {
             BackendKind::Qemu => {

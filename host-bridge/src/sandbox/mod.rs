@@ -30,7 +30,7 @@ use airlock_proto::v1::{
     CheckRequest, CheckResponse, ConnectRequest, ListRequest, ShutdownRequest,
 };
 use airlock_proto::Feature;
-use tempfile::TempDir;
+use crate::state_dir::StateDir;
 use tokio::task::JoinHandle;
 
 use crate::code::{Cell, CellExecution, Contexts};
@@ -81,7 +81,7 @@ pub struct Sandbox {
     network: Option<SandboxNetwork>,
     /// What it was started with: a fork's children get the same policies.
     builder: SandboxBuilder,
-    state_dir: TempDir,
+    state_dir: StateDir,
     /// Holds the workspace lock until the VM is gone.
     _workspace: Option<Workspace>,
 }

@@ -4,14 +4,9 @@ use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::VmmError;
 use crate::state_dir::{self, owner::ProcessId};
-
-pub(super) fn lock(child: &Mutex<Child>) -> MutexGuard<'_, Child> {
-    child.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// Adds a just-started VMM process to the owner record.
 pub(super) fn record(dir: &Path, child: &Child) -> Result<(), VmmError> {

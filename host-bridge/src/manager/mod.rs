@@ -80,7 +80,10 @@ impl SandboxInfo {
 /// milliseconds), and [`Sandbox::boot_timings`] describe that start. While
 /// it waits, its ceiling counts from its start: a member that reaches it
 /// ends in the pool, is never handed out, and is replaced, as is one that
-/// ends any other way while frozen.
+/// ends any other way while frozen. A pool of an
+/// [adoptable](SandboxBuilder::adoptable) configuration writes a member's
+/// adoption record at its handout: members never handed out are not
+/// adopted by a later process (`gc` collects them).
 ///
 /// Dropping the manager drops its handles (a sandbox nobody else holds is
 /// killed then), kills the pool's members and stops refilling.
@@ -322,6 +325,45 @@ impl Sandboxes {
         let sandbox = Arc::new(builder.restore_in_slot(id, Some(slot)).await?);
         self.track(&sandbox);
         Ok(sandbox)
+    }
+
+    /// Takes over the sandbox `id` whose owner died or detached it (see
+    /// [`SandboxBuilder::adopt`]) and tracks it; returns the tracked one if
+    /// this manager already holds it.
+    pub async fn adopt(&self, builder: SandboxBuilder, id: &str) -> Result<Arc<Sandbox>> {
+        let _one_at_a_time = self.inner.restoring.lock().await;
+        self.forget_ended();
+        if self.running().contains_key(id) {
+            return self.get(id);
+        }
+        let slot = self.inner.acquire_slot().await?;
+        let sandbox = Arc::new(builder.adopt_in_slot(id, Some(slot)).await?);
+        self.track(&sandbox);
+        Ok(sandbox)
+    }
+
+    /// Lets every sandbox go for a later process to adopt (see
+    /// [`Sandbox::detach`]), as a server does when it exits leaving its
+    /// sandboxes running; the pool's members are killed and the pool turned
+    /// off. Returns each tracked sandbox's id with how its detach went: one
+    /// that could not be detached (not adoptable, say) is ended as
+    /// [`kill_all`](Sandboxes::kill_all) ends it (one on disk stays there).
+    /// Handles held elsewhere see their sandbox ended
+    /// ([`EndReason::Detached`](crate::EndReason::Detached)); a workspace
+    /// lock is released with the last of them.
+    pub async fn detach_all(&self) -> Vec<(String, Result<()>)> {
+        self.clear_pool();
+        let all = std::mem::take(&mut *self.running());
+        let mut detached = Vec::with_capacity(all.len());
+        for (id, sandbox) in all {
+            let result = sandbox.detach_in_place().await;
+            if let Err(error) = &result {
+                tracing::warn!(id, error = %crate::error_chain(error), "sandbox not detached; ending it");
+                sandbox.release();
+            }
+            detached.push((id, result));
+        }
+        detached
     }
 
     /// Forks the sandbox `id` into `n` new ones (see [`Sandbox::fork`]),

@@ -60,10 +60,11 @@ impl StateDir {
         &self.path
     }
 
-    /// Leaves the directory in place when dropped: a detached sandbox's,
-    /// for the process that adopts it.
-    pub fn keep(&self) {
-        self.keep.store(true, Ordering::SeqCst);
+    /// With `keep`, leaves the directory in place when dropped: a detached
+    /// sandbox's, for the process that adopts it (or one being adopted,
+    /// until the adoption succeeds).
+    pub fn keep(&self, keep: bool) {
+        self.keep.store(keep, Ordering::SeqCst);
     }
 }
 
@@ -126,6 +127,14 @@ pub(crate) fn record_vmm_process(dir: &Path, process: ProcessId) -> std::io::Res
     record.write(dir)
 }
 
+/// Marks `dir`'s owner record detached: the owner let the sandbox go on
+/// purpose, for a new owner to adopt.
+pub(crate) fn detach_owner(dir: &Path) -> std::io::Result<()> {
+    let mut record = OwnerRecord::read(dir).map_err(std::io::Error::other)?;
+    record.detached = true;
+    record.write(dir)
+}
+
 /// Lets processes of group `gid` create files in `dir` (mode 1770, group
 /// `gid`) without being able to touch the caller's files there.
 pub(crate) fn share_with_group(dir: &Path, gid: u32) -> std::io::Result<()> {
@@ -164,7 +173,7 @@ mod tests {
         let base = tempfile::tempdir().unwrap();
         let dir = create(base.path()).unwrap();
         let path = dir.path().to_owned();
-        dir.keep();
+        dir.keep(true);
         drop(dir);
         assert!(path.join(owner::OWNER_FILE).is_file());
         drop(StateDir::existing(path.clone()));

@@ -50,9 +50,8 @@ impl ProcessId {
     /// Whether this very process runs and is stopped (SIGSTOP: a paused
     /// sandbox's VMM).
     pub fn is_stopped(&self) -> bool {
-        read_stat(self.pid).is_some_and(|stat| {
-            !stat.dead && stat.stopped && stat.start_time == self.start_time
-        })
+        read_stat(self.pid)
+            .is_some_and(|stat| !stat.dead && stat.stopped && stat.start_time == self.start_time)
     }
 }
 

@@ -51,7 +51,7 @@ use tokio::net::UnixListener;
 
 use crate::transport::AgentTransport;
 
-pub(crate) use handle::Exited;
+pub(crate) use handle::{Exited, VmmProcess};
 pub(crate) use process::ProcessVm;
 pub(crate) use qemu::{
     cpu_model, guest_disk_device, AgentPort, Disk, GuestMemory, QemuConfig, SerialPort,
@@ -288,12 +288,13 @@ impl Backend {
         }
     }
 
-    /// Lets the processes run on when this value is dropped (a detached
+    /// With `leave`, the processes run on whatever happens to this value:
+    /// [`kill`](Backend::kill) and dropping it leave them alone (a detached
     /// sandbox's, for the process that adopts it).
-    pub fn leave(&mut self) {
+    pub fn leave(&mut self, leave: bool) {
         match self {
-            Backend::Qemu(vm) => vm.leave(),
-            Backend::Process(vm) => vm.leave(),
+            Backend::Qemu(vm) => vm.leave(leave),
+            Backend::Process(vm) => vm.leave(leave),
         }
     }
 

@@ -72,9 +72,10 @@ impl ProcessVm {
         })
     }
 
-    /// Leaves the agent running when this value is dropped.
-    pub fn leave(&mut self) {
-        self.leave = true;
+    /// With `leave`, the agent runs on: [`kill`](ProcessVm::kill) and drop
+    /// leave it alone.
+    pub fn leave(&mut self, leave: bool) {
+        self.leave = leave;
     }
 
     /// The agent's identity (pid and start time), while it runs.
@@ -121,8 +122,12 @@ impl ProcessVm {
         Ok(())
     }
 
-    /// Kills the agent and the programs it runs, and reaps the agent.
+    /// Kills the agent and the programs it runs, and reaps the agent
+    /// (unless told to leave them).
     pub fn kill(&mut self) {
+        if self.leave {
+            return;
+        }
         if self.exit.is_none() {
             let programs = descendants(self.pid());
             self.child.kill();
@@ -146,9 +151,7 @@ impl ProcessVm {
 
 impl Drop for ProcessVm {
     fn drop(&mut self) {
-        if !self.leave {
-            self.kill();
-        }
+        self.kill();
     }
 }
 

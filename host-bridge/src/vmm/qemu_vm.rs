@@ -184,9 +184,10 @@ impl QemuVm {
         })
     }
 
-    /// Leaves QEMU running when this value is dropped.
-    pub fn leave(&mut self) {
-        self.leave = true;
+    /// With `leave`, QEMU runs on: [`kill`](QemuVm::kill) and drop leave
+    /// it alone.
+    pub fn leave(&mut self, leave: bool) {
+        self.leave = leave;
     }
 
     /// QEMU's identity (pid and start time), while it runs.
@@ -328,8 +329,12 @@ impl QemuVm {
         text
     }
 
-    /// Kills both processes and reaps them. Idempotent.
+    /// Kills both processes and reaps them (unless told to leave them).
+    /// Idempotent.
     pub fn kill(&mut self) {
+        if self.leave {
+            return;
+        }
         if self.qemu_exit.is_none() {
             self.qemu.kill();
             self.qemu_exit = self.qemu.try_exit().ok().flatten();
@@ -340,9 +345,7 @@ impl QemuVm {
 
 impl Drop for QemuVm {
     fn drop(&mut self) {
-        if !self.leave {
-            self.kill();
-        }
+        self.kill();
     }
 }
 

@@ -12,12 +12,14 @@
 //! [`shared_vm`] runs a file's checks as named tests on one booted VM.
 //! [`DaemonHome`] gives a CLI test a private state directory, so a private
 //! daemon, and runs `airlock` clients against it. [`interrupt`] sends a
-//! CLI command Ctrl-C the way a terminal would.
+//! CLI command Ctrl-C the way a terminal would. [`owner`] runs a sandbox's
+//! owner in another process, to be killed (tests of adoption).
 
 #![forbid(unsafe_code)]
 
 pub mod daemon_home;
 pub mod interrupt;
+pub mod owner;
 pub mod shared_vm;
 pub mod soak;
 

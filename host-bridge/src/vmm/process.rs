@@ -13,12 +13,11 @@
 //! over: adoption can be tested without a VM too.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::child::{kill_and_reap, record, spawn};
+use super::child::{command, kill_and_reap, record, spawn};
 use super::handle::{Exited, VmmProcess};
 use super::log_file::tail;
 use super::{cpu_time, VmmError};
@@ -42,7 +41,7 @@ impl ProcessVm {
     pub fn start(agent: &Path, dir: &Path) -> Result<Self, VmmError> {
         let socket = dir.join("agent.sock");
         let log = dir.join("agent.log");
-        let mut cmd = Command::new(agent);
+        let mut cmd = command(agent);
         cmd.arg("--listen")
             .arg(format!("unix:{}", socket.display()));
         let mut child = spawn(&mut cmd, agent, &log)?;
@@ -198,6 +197,7 @@ fn descendants(root: u32) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
 
     #[test]
     fn descendants_follow_parents() {

@@ -31,7 +31,7 @@ use std::os::unix::process::CommandExt;
 
 use tokio::net::UnixListener;
 
-use super::child::{kill_and_reap, record, spawn};
+use super::child::{command, kill_and_reap, record, spawn};
 use super::handle::{Exited, VmmProcess};
 use super::log_file::{self, tail};
 use super::qemu::{AgentPort, GuestMemory, QemuConfig};
@@ -140,7 +140,7 @@ impl QemuVm {
             None => (None, None),
         };
 
-        let mut qemu_cmd = Command::new(&qemu_program);
+        let mut qemu_cmd = command(&qemu_program);
         qemu_cmd.args(config.args());
         run_as(&mut qemu_cmd, credentials);
         tracing::debug!(command = ?qemu_cmd, "starting qemu");
@@ -432,7 +432,7 @@ async fn start_device(
     paths: &VmPaths,
     credentials: Option<Credentials>,
 ) -> Result<Child, VmmError> {
-    let mut device_cmd = Command::new(program);
+    let mut device_cmd = command(program);
     device_cmd.arg("--vm").arg(format!(
         "guest-cid={GUEST_CID},socket={},uds-path={}",
         paths.vhost_user_socket.display(),

@@ -347,6 +347,13 @@ async fn a_paused_sandbox_comes_back_paused_and_its_lifetime_still_ends_it() {
     let dir = base.path().join(&id);
     let qemu = qemu_of(&dir);
     assert_eq!(qemu.len(), 1, "a paused QEMU outlives its owner");
+    // SIGSTOP takes effect when QEMU is next scheduled.
+    assert!(
+        airlock_tests::wait_until(Duration::from_secs(5), || process_state(qemu[0]) == 'T'),
+        "a frozen QEMU stays frozen when its owner dies: {}",
+        process_state(qemu[0])
+    );
+    std::thread::sleep(Duration::from_millis(500));
     assert_eq!(process_state(qemu[0]), 'T', "and stays frozen");
 
     let sandbox = airlock_tests::builder()

@@ -4,12 +4,14 @@
 //! `airlock gc`) leaves it waiting for adoption, and the test adopts it:
 //! the counter program it started never stopped, its file is intact,
 //! programs run, the recorded environment and network policy (changed
-//! after the start) are in force against a loopback server, and a kill
-//! leaves nothing. A paused one comes back paused, and its lifetime
-//! ceiling (shortened before its owner died) still ends it. Detach and
-//! adopt in one process, running and paused; and a soak of ten detach and
-//! adopt cycles on two sandboxes at a time. `adopt_process.rs` checks the
-//! same on the process backend in seconds.
+//! after the start) are in force against loopback servers, the secret's
+//! placeholder the guest kept still carries the secret over HTTPS checked
+//! against the CA bundle written before, and a kill leaves nothing. A
+//! paused one comes back paused, and its lifetime ceiling (shortened
+//! before its owner died) still ends it. Detach and adopt in one process,
+//! running and paused; a workspace locked again by its adopter; and a soak
+//! of ten detach and adopt cycles on two sandboxes at a time.
+//! `adopt_process.rs` checks the same on the process backend in seconds.
 
 // A test panics with its reason; that is what expect is for here.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -23,12 +25,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use airlock::gc::{GcOptions, KeepReason};
 use airlock::state_dir::STATE_DIR_ENV;
 use airlock::{
-    Command, EndReason, NetworkOptions, NetworkPolicy, Origin, Sandbox, SandboxBuilder,
-    SandboxState, StaticResolver,
+    Command, EndReason, Error, NetworkOptions, NetworkPolicy, Origin, Sandbox, SandboxBuilder,
+    SandboxState, Secret, StaticResolver, WorkspaceError,
 };
 use airlock_tests::owner::{self, Owner};
 use airlock_tests::{sh, stdout_of};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 /// How long an owner may take to start its sandbox (the first start of a
@@ -40,6 +42,8 @@ const PATIENCE: Duration = Duration::from_secs(60);
 const LIFE_LEFT: Duration = Duration::from_secs(30);
 /// Detach and adopt cycles of the soak.
 const SOAK_CYCLES: usize = 10;
+/// The secret's value: the upstream must receive it after the adoption.
+const SECRET_VALUE: &str = "sk-adopted-0123456789abcdef";
 
 /// The counter the owner starts: a number appended to `/root/count` five
 /// times a second.
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
         a_killed_owners_sandbox_is_adopted_with_its_programs_files_and_network,
         a_paused_sandbox_comes_back_paused_and_its_lifetime_still_ends_it,
         detach_then_adopt_in_one_process_running_and_paused,
+        a_workspace_is_locked_again_by_its_adopter,
         soak_detach_and_adopt_two_at_a_time,
     ])
 }
@@ -64,6 +69,7 @@ fn resolver() -> Arc<StaticResolver> {
     Arc::new(
         StaticResolver::new()
             .with("plain.test", loopback)
+            .with("api.test", loopback)
             .with("other.test", loopback),
     )
 }
@@ -111,9 +117,17 @@ async fn hold_a_sandbox(role: &str) {
     let base = std::env::var("ADOPT_BASE").expect("ADOPT_BASE");
     match role {
         "network" => {
+            let upstream_ca = std::env::var("ADOPT_UPSTREAM_CA").expect("ADOPT_UPSTREAM_CA");
+            let upstream_ca = std::fs::read(upstream_ca).expect("the test CA");
             let options = NetworkOptions::new()
                 .policy(NetworkPolicy::new().allow("127.0.0.1/32".parse().unwrap()))
-                .resolver(resolver());
+                .resolver(resolver())
+                .secret(
+                    Secret::new("API_KEY", SECRET_VALUE)
+                        .unwrap()
+                        .host("api.test"),
+                )
+                .upstream_root(upstream_ca.into());
             let sandbox = airlock_tests::builder()
                 .image(airlock_tests::default_image())
                 .from_template(true)
@@ -127,8 +141,13 @@ async fn hold_a_sandbox(role: &str) {
             // A change after the start, which the record must keep.
             let mut policy = sandbox.network_policy().unwrap();
             policy.push("plain.test".parse().unwrap());
+            policy.push("api.test".parse().unwrap());
             sandbox.set_network_policy(policy).unwrap();
-            stdout_of(&sandbox, "echo kept > /root/note").await;
+            stdout_of(
+                &sandbox,
+                "echo kept > /root/note; echo $API_KEY > /root/key",
+            )
+            .await;
             drop(
                 sandbox
                     .exec(sh(COUNTER).tag("counter"))
@@ -177,53 +196,101 @@ async fn count_or_zero(sandbox: &Sandbox) -> u64 {
         .unwrap_or(0)
 }
 
-/// Starts an owner in `role` under `base` and kills it once its sandbox
-/// runs; returns what it announced.
-fn orphan(role: &str, base: &Path) -> Vec<String> {
-    let mut owner = Owner::spawn(role, &[("ADOPT_BASE", base.display().to_string())]);
+/// Starts an owner in `role` under `base` (with `envs` besides) and kills
+/// it once its sandbox runs; returns what it announced.
+fn orphan(role: &str, base: &Path, envs: &[(&str, String)]) -> Vec<String> {
+    let mut envs = envs.to_vec();
+    envs.push(("ADOPT_BASE", base.display().to_string()));
+    let mut owner = Owner::spawn(role, &envs);
     let ready = owner.ready(OWNER_READY);
     owner.kill();
     ready
 }
 
-/// An HTTP server on loopback answering `ok <request line>`; the request
-/// lines it received.
-async fn http_server() -> (u16, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let record = Arc::clone(&seen);
+/// Loopback servers for the guest: plain HTTP, and HTTPS for `api.test`
+/// with a certificate of a test CA; both answer `ok <request line>`.
+struct Servers {
+    http: u16,
+    https: u16,
+    /// Every request head received, in order.
+    heads: Arc<Mutex<Vec<String>>>,
+    /// The test CA's certificate (DER), for the sandbox's upstream roots.
+    ca_der: Vec<u8>,
+}
+
+async fn start_servers() -> Servers {
+    let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let https = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "adopt test CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["api.test".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &rcgen::Issuer::from_params(&ca_params, &ca_key))
+        .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![leaf.der().clone()],
+        rustls::pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).unwrap(),
+    )
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let servers = Servers {
+        http: http.local_addr().unwrap().port(),
+        https: https.local_addr().unwrap().port(),
+        heads: Arc::default(),
+        ca_der: ca.der().to_vec(),
+    };
+    let heads = Arc::clone(&servers.heads);
     tokio::spawn(async move {
-        loop {
-            let Ok((mut stream, _)) = listener.accept().await else {
-                return;
-            };
-            let record = Arc::clone(&record);
+        while let Ok((stream, _)) = http.accept().await {
+            tokio::spawn(answer(stream, Arc::clone(&heads)));
+        }
+    });
+    let heads = Arc::clone(&servers.heads);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = https.accept().await {
+            let (acceptor, heads) = (acceptor.clone(), Arc::clone(&heads));
             tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut chunk = [0u8; 4096];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&chunk[..n]),
-                    }
+                if let Ok(tls) = acceptor.accept(stream).await {
+                    answer(tls, heads).await;
                 }
-                let line = String::from_utf8_lossy(&head)
-                    .lines()
-                    .next()
-                    .unwrap_or_default()
-                    .to_owned();
-                record.lock().unwrap().push(line.clone());
-                let body = format!("ok {line}");
-                let response = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(response.as_bytes()).await;
             });
         }
     });
-    (port, seen)
+    servers
+}
+
+/// Reads one request head and answers `ok <request line>`.
+async fn answer<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, heads: Arc<Mutex<Vec<String>>>) {
+    let mut head = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let line = head.lines().next().unwrap_or_default().to_owned();
+    heads.lock().unwrap().push(head);
+    let body = format!("ok {line}");
+    let response = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(response.as_bytes()).await;
+    let _ = stream.shutdown().await;
 }
 
 /// Runs Python `code` in the guest; its stdout, trimmed.
@@ -249,9 +316,16 @@ fn airlock_gc(base: &Path) -> String {
 }
 
 async fn a_killed_owners_sandbox_is_adopted_with_its_programs_files_and_network() {
-    let (port, requests) = http_server().await;
+    let servers = start_servers().await;
     let base = tempfile::tempdir().unwrap();
-    let ready = orphan("network", base.path());
+    let files = tempfile::tempdir().unwrap();
+    let upstream_ca = files.path().join("ca.der");
+    std::fs::write(&upstream_ca, &servers.ca_der).unwrap();
+    let ready = orphan(
+        "network",
+        base.path(),
+        &[("ADOPT_UPSTREAM_CA", upstream_ca.display().to_string())],
+    );
     let (id, started_ms, counted): (String, u64, u64) = (
         ready[0].clone(),
         ready[1].parse().unwrap(),
@@ -308,6 +382,7 @@ async fn a_killed_owners_sandbox_is_adopted_with_its_programs_files_and_network(
 
     // The policy in force: the rule added after the start lets the
     // guest reach the loopback server, a name without a rule is refused.
+    let port = servers.http;
     let answer = python(
         &sandbox,
         &format!(
@@ -317,7 +392,33 @@ async fn a_killed_owners_sandbox_is_adopted_with_its_programs_files_and_network(
     )
     .await;
     assert_eq!(answer, "ok GET /after-adoption HTTP/1.1");
-    assert_eq!(requests.lock().unwrap().len(), 1);
+    assert_eq!(servers.heads.lock().unwrap().len(), 1);
+
+    // The placeholder a program got before its owner died is the one
+    // programs get now, and it still carries the secret, over TLS the
+    // guest checks against the CA bundle written before.
+    let kept_key = stdout_of(&sandbox, "cat /root/key").await;
+    assert!(kept_key.starts_with("airlock-placeholder-"), "{kept_key}");
+    assert_eq!(stdout_of(&sandbox, "echo $API_KEY").await, kept_key);
+    let port = servers.https;
+    let answer = python(
+        &sandbox,
+        &format!(
+            "import urllib.request as u\n\
+             key = open('/root/key').read().strip()\n\
+             r = u.Request('https://api.test:{port}/secret', headers={{'Authorization': 'Bearer ' + key}})\n\
+             print(u.urlopen(r).read().decode())"
+        ),
+    )
+    .await;
+    assert_eq!(answer, "ok GET /secret HTTP/1.1");
+    let secret_head = servers.heads.lock().unwrap().last().cloned().unwrap();
+    assert!(
+        secret_head
+            .to_ascii_lowercase()
+            .contains(&format!("authorization: bearer {SECRET_VALUE}")),
+        "{secret_head}"
+    );
     let refused = python(
         &sandbox,
         "import socket\n\
@@ -342,7 +443,7 @@ async fn a_killed_owners_sandbox_is_adopted_with_its_programs_files_and_network(
 
 async fn a_paused_sandbox_comes_back_paused_and_its_lifetime_still_ends_it() {
     let base = tempfile::tempdir().unwrap();
-    let ready = orphan("paused", base.path());
+    let ready = orphan("paused", base.path(), &[]);
     let id = ready[0].clone();
     let dir = base.path().join(&id);
     let qemu = qemu_of(&dir);
@@ -460,6 +561,56 @@ async fn detach_then_adopt_in_one_process_running_and_paused() {
     sandbox.kill();
     drop(sandbox);
     nothing_left(&dir);
+}
+
+/// Whether another holder could lock the workspace file now.
+fn workspace_free(path: &Path) -> bool {
+    let file = std::fs::File::open(path).unwrap();
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok()
+}
+
+async fn a_workspace_is_locked_again_by_its_adopter() {
+    let base = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let workspace = files.path().join("ws.img");
+    let with_workspace = || {
+        airlock_tests::builder()
+            .image(airlock_tests::default_image())
+            .workspace(&workspace)
+            .state_dir_base(base.path())
+    };
+    let sandbox = with_workspace()
+        .adoptable(true)
+        .start()
+        .await
+        .expect("start");
+    let dir = sandbox.state_dir().to_owned();
+    stdout_of(&sandbox, "echo kept > /root/work").await;
+    assert!(!workspace_free(&workspace), "held by its sandbox");
+
+    let id = sandbox.detach().await.expect("detach");
+    assert!(
+        workspace_free(&workspace),
+        "a detached sandbox lets its workspace go"
+    );
+
+    let sandbox = airlock_tests::builder()
+        .state_dir_base(base.path())
+        .adopt(&id)
+        .await
+        .expect("adopt");
+    assert!(!workspace_free(&workspace), "locked again by its adopter");
+    let error = with_workspace().start().await.unwrap_err();
+    assert!(
+        matches!(error, Error::Workspace(WorkspaceError::Busy(_))),
+        "{error}"
+    );
+    assert_eq!(stdout_of(&sandbox, "cat /root/work").await, "kept\n");
+
+    sandbox.kill();
+    drop(sandbox);
+    nothing_left(&dir);
+    assert!(workspace_free(&workspace));
 }
 
 async fn soak_detach_and_adopt_two_at_a_time() {

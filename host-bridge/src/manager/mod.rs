@@ -73,8 +73,10 @@ impl SandboxInfo {
 /// that was handed out.
 ///
 /// A pooled sandbox's life counts from its handout: its lifetime ceiling
-/// ([`SandboxBuilder::max_lifetime`]) and the wall and running times of
-/// [`Sandbox::usage`] start again when it is handed out, so the time it
+/// ([`SandboxBuilder::max_lifetime`], [`Sandbox::set_max_lifetime`]), its
+/// [`Sandbox::started_at`] and [`Sandbox::ends_at`], and the wall and
+/// running times of [`Sandbox::usage`] start again when it is handed out,
+/// so the time it
 /// waited in the pool is neither billed nor taken from its life. Its guest
 /// CPU time counts from its start (a clone's restore: tens of
 /// milliseconds), and [`Sandbox::boot_timings`] describe that start. While

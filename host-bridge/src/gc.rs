@@ -223,7 +223,7 @@ impl std::fmt::Display for KeepReason {
             KeepReason::AwaitingAdoption { pid, ends_at } => {
                 write!(
                     f,
-                    "waiting for adoption (its owner is gone; VMM pid {pid} runs; "
+                    "waiting for adoption (no owner holds it; VMM pid {pid} runs; "
                 )?;
                 match ends_at {
                     Some(at) => {

@@ -130,6 +130,15 @@ fn agent_of(dir: &Path) -> Vec<u32> {
     airlock_tests::processes_mentioning(dir)
 }
 
+/// The one-letter state of process `pid` (`T` when stopped).
+fn process_state(pid: u32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit(')')
+        .next()
+        .and_then(|rest| rest.trim_start().chars().next())
+        .unwrap_or('?')
+}
+
 /// After the sandbox in `dir` was killed and dropped: no agent, no state
 /// directory, the counter in `work` stopped.
 async fn nothing_left(dir: &Path, work: &Path) {
@@ -219,6 +228,12 @@ async fn a_paused_sandbox_comes_back_paused_and_its_lifetime_still_ends_it() {
     let work = tempfile::tempdir().unwrap();
     let (id, started_ms) = orphan("paused", base.path(), work.path());
     let dir = base.path().join(&id);
+    // SIGSTOP takes effect when the agent is next scheduled; then it stays
+    // stopped although its owner died.
+    let agent = agent_of(&dir)[0];
+    until("the agent stops", || process_state(agent) == 'T').await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(process_state(agent), 'T', "stopped after its owner died");
     let orphans = airlock::adopt::orphans(base.path()).unwrap();
     assert!(orphans[0].paused, "{orphans:?}");
 
@@ -360,6 +375,18 @@ async fn a_manager_detaches_its_sandboxes_for_another_to_adopt() {
         assert!(Arc::ptr_eq(&adopted, &tracked));
     }
     assert_eq!(next.list().len(), 2);
+    // One at a time, too.
+    next.detach(&ids[0]).await.expect("detach one");
+    assert!(matches!(
+        next.get(&ids[0]),
+        Err(Error::NoSuchSandbox { .. })
+    ));
+    let back = next
+        .adopt(process_builder().state_dir_base(base.path()), &ids[0])
+        .await
+        .expect("adopt it back");
+    assert_eq!(stdout_of(&back, "echo back").await, "back\n");
+    drop(back);
     drop(next);
     for id in &ids {
         let dir = base.path().join(id);

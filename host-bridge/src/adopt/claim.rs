@@ -12,7 +12,7 @@
 //! adoption fails later, leaving the sandbox to the next attempt.
 
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -53,14 +53,25 @@ impl Claim {
             path: lock_path.clone(),
             source,
         };
+        // Never through a link, and only this user's file: the directory
+        // may be shared with the VMM's group.
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .mode(0o600)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
             .open(&lock_path)
             .map_err(|e| io("open", e))?;
+        let ours =
+            file.metadata().map_err(|e| io("inspect", e))?.uid() == nix::unistd::geteuid().as_raw();
+        if !ours {
+            return Err(io(
+                "use",
+                std::io::Error::other("the lock file belongs to another user"),
+            ));
+        }
         let lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => lock,
             Err((_, Errno::EWOULDBLOCK)) => return Err(AdoptError::Busy { id: id.to_owned() }),

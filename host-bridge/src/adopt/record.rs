@@ -217,13 +217,19 @@ impl fmt::Debug for Hidden {
 impl AdoptRecord {
     /// Reads `dir`'s record: a private file of this user, of this format.
     pub fn read(dir: &Path) -> Result<Self, RecordError> {
-        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         let path = dir.join(ADOPT_FILE);
         let read = |source| RecordError::Read {
             path: path.clone(),
             source,
         };
-        let file = std::fs::File::open(&path).map_err(read)?;
+        // Never through a link: the directory may be shared with the VMM's
+        // group, which could have placed one before the first record.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .open(&path)
+            .map_err(read)?;
         let meta = file.metadata().map_err(read)?;
         if !meta.is_file()
             || meta.uid() != nix::unistd::geteuid().as_raw()
@@ -462,8 +468,19 @@ pub(crate) mod tests {
         );
         assert!(error.to_string().contains("version 2"), "{error}");
 
-        sample().write(dir.path()).unwrap();
+        // A link is not followed, even to a private file of this user.
         let path = dir.path().join(ADOPT_FILE);
+        let elsewhere = dir.path().join("elsewhere.json");
+        sample().write(dir.path()).unwrap();
+        std::fs::rename(&path, &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        assert!(matches!(
+            AdoptRecord::read(dir.path()),
+            Err(RecordError::Read { .. })
+        ));
+        std::fs::remove_file(&path).unwrap();
+
+        sample().write(dir.path()).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
         assert!(matches!(
             AdoptRecord::read(dir.path()),

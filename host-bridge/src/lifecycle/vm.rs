@@ -456,8 +456,13 @@ impl VmShared {
     /// A detached VM is left running.
     pub fn kill(&self, reason: EndReason) {
         self.sample_guest_cpu();
-        lock(&self.vmm).kill();
+        // The reason is recorded before the VMM lock is let go: the
+        // watchdog's `check_exit` would otherwise see the exit first and
+        // report it as the VM's own.
+        let mut vmm = lock(&self.vmm);
+        vmm.kill();
         self.end(reason);
+        drop(vmm);
     }
 
     /// Checks whether the VMM (QEMU) has exited by itself; if so, takes the

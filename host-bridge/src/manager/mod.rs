@@ -103,8 +103,8 @@ struct Inner {
     pool: Mutex<Pool>,
     /// Wakes the pool's keeper.
     wake: Arc<Notify>,
-    /// Serializes restores from disk, so two calls naming one saved
-    /// sandbox restore it once.
+    /// Serializes restores from disk and adoptions, so two calls naming
+    /// one sandbox bring it back once.
     restoring: tokio::sync::Mutex<()>,
 }
 
@@ -342,6 +342,16 @@ impl Sandboxes {
         let sandbox = Arc::new(builder.adopt_in_slot(id, Some(slot)).await?);
         self.track(&sandbox);
         Ok(sandbox)
+    }
+
+    /// Lets the sandbox named `id` go for a later process to adopt (see
+    /// [`Sandbox::detach`]) and stops tracking it. One that cannot be
+    /// detached (not adoptable, say) is refused and stays tracked.
+    pub async fn detach(&self, id: &str) -> Result<()> {
+        let sandbox = self.get(id)?;
+        sandbox.detach_in_place().await?;
+        self.running().remove(id);
+        Ok(())
     }
 
     /// Lets every sandbox go for a later process to adopt (see

@@ -326,6 +326,7 @@ async fn a_killed_owners_sandbox_is_adopted_with_its_programs_files_and_network(
         base.path(),
         &[("ADOPT_UPSTREAM_CA", upstream_ca.display().to_string())],
     );
+    let announced = Instant::now();
     let (id, started_ms, counted): (String, u64, u64) = (
         ready[0].clone(),
         ready[1].parse().unwrap(),
@@ -353,6 +354,9 @@ async fn a_killed_owners_sandbox_is_adopted_with_its_programs_files_and_network(
         (orphans[0].id.as_str(), orphans[0].paused),
         (id.as_str(), false)
     );
+    // Let it run ownerless for a while (each turn of the counter forks
+    // `sleep` in an emulated guest: a few per second).
+    tokio::time::sleep(Duration::from_secs(2)).await;
 
     // The adopter gives only a resolver; the policy is the recorded one.
     let sandbox = airlock_tests::builder()
@@ -367,13 +371,20 @@ async fn a_killed_owners_sandbox_is_adopted_with_its_programs_files_and_network(
 
     // The counter never stopped and goes on; the file is intact.
     let after = count(&sandbox).await;
-    assert!(after > counted, "the counter stopped: {after} <= {counted}");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let later = count(&sandbox).await;
     assert!(
-        later > after,
-        "the counter does not go on: {later} <= {after}"
+        after > counted,
+        "the counter stopped while nobody held its sandbox: {after} lines {:?} after its \
+         owner announced {counted}",
+        announced.elapsed()
     );
+    let deadline = Instant::now() + PATIENCE;
+    while count(&sandbox).await <= after {
+        assert!(
+            Instant::now() < deadline,
+            "the counter does not go on after the adoption: still {after} lines"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert_eq!(stdout_of(&sandbox, "cat /root/note").await, "kept\n");
     assert_eq!(
         stdout_of(&sandbox, "echo $GREETING").await,
@@ -536,13 +547,19 @@ async fn detach_then_adopt_in_one_process_running_and_paused() {
 
     let sandbox = small(base.path()).adopt(&id).await.expect("adopt");
     assert_eq!(stdout_of(&sandbox, "cat /tmp/note").await, "kept\n");
-    let first = stdout_of(&sandbox, "wc -l < /tmp/count").await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    let second = stdout_of(&sandbox, "wc -l < /tmp/count").await;
-    assert!(
-        second.trim().parse::<u64>().unwrap() > first.trim().parse::<u64>().unwrap(),
-        "the counter goes on: {first} then {second}"
-    );
+    let lines = || async {
+        let text = stdout_of(&sandbox, "wc -l < /tmp/count").await;
+        text.trim().parse::<u64>().expect("a line count")
+    };
+    let first = lines().await;
+    let deadline = Instant::now() + PATIENCE;
+    while lines().await <= first {
+        assert!(
+            Instant::now() < deadline,
+            "the counter does not go on after the adoption: still {first} lines"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // Paused, detached and adopted: still paused.
     sandbox.pause().await.unwrap();

@@ -8,10 +8,12 @@
 //! one at a time, as named trials: `cargo test --test FILE -- NAME` runs
 //! one). The test spawns the owner with [`Owner::spawn`], reads its
 //! announcement with [`Owner::ready`] and kills it with SIGKILL
-//! ([`Owner::kill`]), as a crash would.
+//! ([`Owner::kill`]), as a crash would. [`Leftovers`] ends what a failed
+//! test left running (an orphan nobody adopted).
 
 use std::future::Future;
 use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -130,6 +132,32 @@ fn forward(stdout: ChildStdout, lines: mpsc::Sender<String>) {
         let Ok(line) = line else { return };
         if lines.send(line).is_err() {
             return;
+        }
+    }
+}
+
+/// Kills, when dropped, every process whose command line names a path
+/// under `dir` (the VMMs and agents of the sandboxes there, or programs
+/// that write there): a test that fails before it adopts an orphan leaves
+/// nothing running.
+#[derive(Debug)]
+pub struct Leftovers(PathBuf);
+
+impl Leftovers {
+    /// Guards the processes that name `dir`.
+    pub fn under(dir: &Path) -> Leftovers {
+        Leftovers(dir.to_owned())
+    }
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        for pid in crate::processes_mentioning(&self.0) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
         }
     }
 }

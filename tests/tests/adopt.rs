@@ -28,7 +28,7 @@ use airlock::{
     Command, EndReason, Error, NetworkOptions, NetworkPolicy, Origin, Sandbox, SandboxBuilder,
     SandboxState, Secret, StaticResolver, WorkspaceError,
 };
-use airlock_tests::owner::{self, Owner};
+use airlock_tests::owner::{self, Leftovers, Owner};
 use airlock_tests::{sh, stdout_of};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -318,6 +318,7 @@ fn airlock_gc(base: &Path) -> String {
 async fn a_killed_owners_sandbox_is_adopted_with_its_programs_files_and_network() {
     let servers = start_servers().await;
     let base = tempfile::tempdir().unwrap();
+    let _leftovers = Leftovers::under(base.path());
     let files = tempfile::tempdir().unwrap();
     let upstream_ca = files.path().join("ca.der");
     std::fs::write(&upstream_ca, &servers.ca_der).unwrap();
@@ -454,6 +455,7 @@ async fn a_killed_owners_sandbox_is_adopted_with_its_programs_files_and_network(
 
 async fn a_paused_sandbox_comes_back_paused_and_its_lifetime_still_ends_it() {
     let base = tempfile::tempdir().unwrap();
+    let _leftovers = Leftovers::under(base.path());
     let ready = orphan("paused", base.path(), &[]);
     let id = ready[0].clone();
     let dir = base.path().join(&id);
@@ -527,6 +529,7 @@ fn small(base: &Path) -> SandboxBuilder {
 
 async fn detach_then_adopt_in_one_process_running_and_paused() {
     let base = tempfile::tempdir().unwrap();
+    let _leftovers = Leftovers::under(base.path());
     let sandbox = small(base.path()).start().await.expect("start");
     let dir = sandbox.state_dir().to_owned();
     stdout_of(&sandbox, "echo kept > /tmp/note").await;
@@ -588,6 +591,7 @@ fn workspace_free(path: &Path) -> bool {
 
 async fn a_workspace_is_locked_again_by_its_adopter() {
     let base = tempfile::tempdir().unwrap();
+    let _leftovers = Leftovers::under(base.path());
     let files = tempfile::tempdir().unwrap();
     let workspace = files.path().join("ws.img");
     let with_workspace = || {
@@ -632,6 +636,7 @@ async fn a_workspace_is_locked_again_by_its_adopter() {
 
 async fn soak_detach_and_adopt_two_at_a_time() {
     let base = tempfile::tempdir().unwrap();
+    let _leftovers = Leftovers::under(base.path());
     let began = Instant::now();
     let (a, b) = tokio::join!(small(base.path()).start(), small(base.path()).start());
     let mut held = vec![a.expect("start"), b.expect("start")];

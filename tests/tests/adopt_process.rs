@@ -24,7 +24,7 @@ use airlock::{
     Cell, ContextOptions, EndReason, Error, Language, Origin, Sandbox, SandboxBuilder,
     SandboxState, Sandboxes,
 };
-use airlock_tests::owner::{self, Owner};
+use airlock_tests::owner::{self, Leftovers, Owner};
 use airlock_tests::{process_builder, sh, stdout_of};
 
 /// How long anything here may take to happen before the test fails.
@@ -151,7 +151,9 @@ async fn nothing_left(dir: &Path, work: &Path) {
 
 async fn a_killed_owners_sandbox_is_adopted_with_its_programs_running() {
     let base = tempfile::tempdir().unwrap();
+    let _leftovers = Leftovers::under(base.path());
     let work = tempfile::tempdir().unwrap();
+    let _programs = Leftovers::under(work.path());
     let (id, started_ms) = orphan("counter", base.path(), work.path());
     let dir = base.path().join(&id);
     assert_eq!(agent_of(&dir).len(), 1, "the agent outlives its owner");
@@ -225,7 +227,9 @@ async fn a_killed_owners_sandbox_is_adopted_with_its_programs_running() {
 
 async fn a_paused_sandbox_comes_back_paused_and_its_lifetime_still_ends_it() {
     let base = tempfile::tempdir().unwrap();
+    let _leftovers = Leftovers::under(base.path());
     let work = tempfile::tempdir().unwrap();
+    let _programs = Leftovers::under(work.path());
     let (id, started_ms) = orphan("paused", base.path(), work.path());
     let dir = base.path().join(&id);
     // SIGSTOP takes effect when the agent is next scheduled; then it stays
@@ -280,7 +284,9 @@ async fn a_paused_sandbox_comes_back_paused_and_its_lifetime_still_ends_it() {
 
 async fn detach_then_adopt_in_one_process() {
     let base = tempfile::tempdir().unwrap();
+    let _leftovers = Leftovers::under(base.path());
     let work = tempfile::tempdir().unwrap();
+    let _programs = Leftovers::under(work.path());
     let sandbox = adoptable(base.path()).start().await.expect("start");
     assert!(sandbox.is_adoptable());
     drop(sandbox.exec(counter(work.path())).await.expect("counter"));
@@ -320,6 +326,7 @@ async fn detach_then_adopt_in_one_process() {
 
 async fn a_manager_detaches_its_sandboxes_for_another_to_adopt() {
     let base = tempfile::tempdir().unwrap();
+    let _leftovers = Leftovers::under(base.path());
     let manager = Sandboxes::new(3);
     let first = manager.start(adoptable(base.path())).await.expect("first");
     let second = manager.start(adoptable(base.path())).await.expect("second");
@@ -400,6 +407,7 @@ async fn a_manager_detaches_its_sandboxes_for_another_to_adopt() {
 
 async fn a_sandbox_that_is_not_adoptable_refuses_to_detach() {
     let base = tempfile::tempdir().unwrap();
+    let _leftovers = Leftovers::under(base.path());
     let sandbox = process_builder()
         .state_dir_base(base.path())
         .start()
@@ -421,6 +429,7 @@ async fn a_sandbox_that_is_not_adoptable_refuses_to_detach() {
 
 async fn the_lifetime_can_be_extended_removed_or_ended() {
     let base = tempfile::tempdir().unwrap();
+    let _leftovers = Leftovers::under(base.path());
     let sandbox: Sandbox = adoptable(base.path())
         .max_lifetime(Some(Duration::from_secs(2)))
         .start()
@@ -453,6 +462,7 @@ async fn the_lifetime_can_be_extended_removed_or_ended() {
 
 async fn the_builders_environment_reaches_programs_and_contexts() {
     let base = tempfile::tempdir().unwrap();
+    let _leftovers = Leftovers::under(base.path());
     let sandbox = process_builder()
         .state_dir_base(base.path())
         .envs([("GREETING", "from the builder"), ("SHADOWED", "builder")])

@@ -171,6 +171,10 @@ pub enum Error {
     /// The sandbox's network could not be set up on the host.
     #[error("setting up the sandbox's network")]
     Network(#[from] crate::network::GatewayError),
+
+    /// A sandbox could not be adopted or detached (see [`crate::adopt`]).
+    #[error(transparent)]
+    Adopt(#[from] crate::adopt::AdoptError),
 }
 
 /// What kind of failure an [`Error`] is, for a front (an RPC server, a CLI)

@@ -25,6 +25,9 @@
 //! - `artifacts` and `state_dir`: where kernels, images and per-VM state live;
 //!   each state directory records its owner process and VMM processes.
 //! - [`gc`]: finding sandboxes whose owner died and ending them (`airlock gc`).
+//! - [`adopt`]: sandboxes that outlive their owner: the adoption record,
+//!   the orphans waiting, and the checks an adoption makes
+//!   ([`SandboxBuilder::adopt`]).
 //! - [`images`] and [`artifacts`]: the image store and the Airlock home,
 //!   re-exported from the `airlock-images` crate, which `airlock-rootfs`
 //!   shares without depending on this library.
@@ -51,6 +54,7 @@
 #![forbid(unsafe_code)]
 
 mod accel;
+pub mod adopt;
 pub mod code;
 mod error;
 mod exec;

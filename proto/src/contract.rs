@@ -133,6 +133,9 @@ pub const GUEST_MODULES: [&str; 8] = [
 /// Running code in interpreter contexts (`airlock.agent.v1.Code`).
 pub mod code {
     /// The language of Python contexts (and of a cell that names none).
+    /// A language's name is also the id of its default context, which the
+    /// agent makes for a cell that names no context, unless the host made
+    /// it first (with the sandbox's environment).
     pub const PYTHON: &str = "python";
     /// The language of bash contexts.
     pub const BASH: &str = "bash";

@@ -14,11 +14,14 @@
 //! daemon, and runs `airlock` clients against it; [`TlsServer`] runs
 //! `airlock serve` there with a TLS listener, for remote clients.
 //! [`interrupt`] sends a CLI command Ctrl-C the way a terminal would.
+//! [`owner`] runs a sandbox's owner in another process, to be killed
+//! (tests of adoption).
 
 #![forbid(unsafe_code)]
 
 pub mod daemon_home;
 pub mod interrupt;
+pub mod owner;
 pub mod shared_vm;
 pub mod soak;
 pub mod tls_server;

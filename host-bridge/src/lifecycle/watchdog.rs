@@ -21,10 +21,10 @@ const TICK: Duration = Duration::from_millis(100);
 /// survives a VM that dies without warning) and bounds the console log.
 const CPU_SAMPLE_TICKS: u32 = 10;
 
-/// What the watchdog enforces.
+/// What the watchdog enforces, besides the lifetime ceiling (which lives
+/// in the VM, since it can change: [`VmShared::set_max_lifetime`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Policy {
-    pub max_lifetime: Option<Duration>,
     pub idle: Option<(Duration, IdlePolicy)>,
     /// Disk the guest console's log may take.
     pub console_log_budget: u64,
@@ -87,7 +87,7 @@ async fn watch(vm: Weak<VmShared>, policy: Policy) {
             vm.sample_guest_cpu();
             vm.bound_console_log(policy.console_log_budget);
         }
-        if let Some(limit) = policy.max_lifetime {
+        if let Some(limit) = vm.max_lifetime() {
             if vm.age() >= limit {
                 tracing::warn!(?limit, "sandbox reached its maximum lifetime; killing it");
                 vm.kill(EndReason::LifetimeExceeded { limit });

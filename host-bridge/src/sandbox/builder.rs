@@ -58,6 +58,11 @@ pub struct SandboxBuilder {
     pub(super) template_dir: PathBuf,
     pub(super) saved_dir: PathBuf,
     pub(super) network: Option<NetworkOptions>,
+    pub(super) adoptable: bool,
+    /// The default environment, in the order given.
+    pub(super) env: Vec<(String, String)>,
+    /// A pool's fill: the adoption record is written at the handout.
+    pub(crate) pooled: bool,
 }
 
 /// The virtio channel the agent serves on (QEMU).
@@ -114,6 +119,9 @@ impl Default for SandboxBuilder {
             template_dir: crate::template::default_dir(),
             saved_dir: crate::saved::default_dir(),
             network: None,
+            adoptable: false,
+            env: Vec::new(),
+            pooled: false,
         }
     }
 }
@@ -135,6 +143,51 @@ impl SandboxBuilder {
     /// [`limits`](crate::Command::limits) win field by field.
     pub fn default_limits(mut self, limits: Limits) -> Self {
         self.default_limits = limits;
+        self
+    }
+
+    /// Sets `key` to `value` in the environment of every program
+    /// ([`Sandbox::exec`](crate::Sandbox::exec)) and every code context
+    /// (those [`Contexts::create`](crate::Contexts::create) makes, and the
+    /// default context a [`run_code`](crate::Sandbox::run_code) without a
+    /// context uses), under the program's or context's own variables. With
+    /// a network these go over the network's variables (proxy, CA bundle,
+    /// secrets' placeholders) of the same name. A later value of a key
+    /// replaces an earlier one.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        let key = key.into();
+        let value = value.into();
+        match self.env.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, old)) => *old = value,
+            None => self.env.push((key, value)),
+        }
+        self
+    }
+
+    /// [`env`](SandboxBuilder::env) for each pair of `vars`.
+    pub fn envs<I, K, V>(self, vars: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        vars.into_iter()
+            .fold(self, |builder, (key, value)| builder.env(key, value))
+    }
+
+    /// Lets the sandbox outlive the process holding it (off by default).
+    /// Its state directory then keeps a record (`adopt.json`, mode 0600,
+    /// kept current) of everything needed to take it over: the machine,
+    /// the VMM process, the clock, the policies, the default limits, user
+    /// and environment, and its network with the secrets' values and the
+    /// sandbox CA's key (so that what the guest holds stays valid). If the
+    /// process dies (SIGKILL, a crash) or [detaches](crate::Sandbox::detach)
+    /// it, the VM runs on, `gc` leaves it alone while it runs and its
+    /// lifetime lasts, and [`SandboxBuilder::adopt`] in another process (or
+    /// this one) takes it over; see [`crate::adopt`]. Needs the serial
+    /// channel (the default): the vsock channel is refused.
+    pub fn adoptable(mut self, adoptable: bool) -> Self {
+        self.adoptable = adoptable;
         self
     }
 
@@ -427,6 +480,25 @@ impl SandboxBuilder {
             return Err(Error::Config(
                 "a workspace needs a root image; set one with .image()".into(),
             ));
+        }
+        if self.adoptable
+            && self.backend == BackendKind::Qemu
+            && self.channel != GuestChannel::Serial
+        {
+            return Err(Error::Config(
+                "an adoptable sandbox needs the serial channel (the default); the vsock \
+                 channel cannot be adopted"
+                    .into(),
+            ));
+        }
+        if let Some((key, _)) = self
+            .env
+            .iter()
+            .find(|(key, _)| key.is_empty() || key.contains(['=', '\0']))
+        {
+            return Err(Error::Config(format!(
+                "environment variable name {key:?} is empty or holds '=' or NUL"
+            )));
         }
         Ok(())
     }

@@ -109,6 +109,16 @@ impl Gateway {
         } else {
             Some(SandboxCa::generate().map_err(GatewayError::Ca)?)
         };
+        Self::with_identity(options, secrets, ca)
+    }
+
+    /// A gateway with the placeholders and CA a sandbox's guest already
+    /// holds (an adopted sandbox's; `options.secrets` is not read).
+    pub(crate) fn with_identity(
+        options: NetworkOptions,
+        secrets: Secrets,
+        ca: Option<SandboxCa>,
+    ) -> Result<Self, GatewayError> {
         let upstream_tls =
             upstream_client_config(&options.upstream_roots).map_err(GatewayError::Roots)?;
         Ok(Self {
@@ -139,6 +149,21 @@ impl Gateway {
     /// The audit records kept, oldest first.
     pub fn audit(&self) -> Vec<AuditRecord> {
         self.audit.records()
+    }
+
+    /// The options it was made with.
+    pub(crate) fn options(&self) -> &NetworkOptions {
+        &self.options
+    }
+
+    /// The secrets with their placeholders.
+    pub(crate) fn secrets(&self) -> &Secrets {
+        &self.secrets
+    }
+
+    /// The sandbox's CA, when secrets are bound.
+    pub(crate) fn ca(&self) -> Option<&SandboxCa> {
+        self.ca.as_ref()
     }
 
     /// The PEM certificate the guest must trust, when secrets are bound.

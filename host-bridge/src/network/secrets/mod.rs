@@ -34,6 +34,7 @@ mod upstream;
 mod test_servers;
 
 pub use self::http::{intercept_tls, serve_http, HttpGate, HttpGateError};
+pub(crate) use ca::CaParts;
 pub use ca::{CaError, SandboxCa, CA_LIFETIME, LEAF_LIFETIME, LEAF_RENEW_BEFORE};
 pub use random::RandomError;
 pub use request::HttpRefusal;

@@ -232,6 +232,7 @@ impl Error {
             Error::Saved(crate::saved::SavedError::NotSaved { .. }) => K::NotFound,
             Error::Fs(FsError::EscapingEntry { .. } | FsError::NonUtf8Path(_)) => K::Invalid,
             Error::Fs(FsError::NotADirectory(_)) => K::Precondition,
+            Error::Adopt(adopt) => adopt.kind(),
             Error::Agent { status, .. } => match status.code() {
                 tonic::Code::NotFound => K::NotFound,
                 tonic::Code::InvalidArgument | tonic::Code::OutOfRange => K::Invalid,

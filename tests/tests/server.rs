@@ -403,3 +403,149 @@ fn bad_input_is_refused_by_field_and_the_server_serves_on() {
         assert_eq!(out, b"still serving\n");
     });
 }
+
+/// The counter a background loop in `id` has written.
+fn count(home: &DaemonHome, server: &TlsServer, key: &str, id: &str) -> u64 {
+    remote_ok(
+        home,
+        server,
+        key,
+        &["sandbox", "exec", id, "--", "cat", "/tmp/count"],
+    )
+    .trim()
+    .parse()
+    .expect("a count")
+}
+
+#[test]
+fn a_server_killed_with_sigkill_is_replaced_by_one_that_adopts_its_sandboxes() {
+    let home = DaemonHome::new();
+    let mut server = TlsServer::start(&home, &[]);
+    let key = make_key(&home, "alice", &[]);
+    let other = make_key(&home, "bob", &[]);
+    // One sandbox counts in the background, with a label and a rule; the
+    // other holds files in /root (the default image).
+    let counter = remote_ok(
+        &home,
+        &server,
+        &key,
+        &[
+            "sandbox",
+            "create",
+            "--no-image",
+            "--memory",
+            "256",
+            "--metadata",
+            "role=counter",
+            "--allow-net",
+            "192.0.2.1:80",
+        ],
+    );
+    let counter = counter.trim().to_owned();
+    remote_ok(
+        &home,
+        &server,
+        &key,
+        &[
+            "sandbox",
+            "exec",
+            &counter,
+            "--",
+            "sh",
+            "-c",
+            "setsid sh -c 'i=0; while :; do echo $i >/tmp/count.new; mv /tmp/count.new /tmp/count; \
+             i=$((i+1)); sleep 0.1; done' </dev/null >/dev/null 2>&1 &",
+        ],
+    );
+    let files = remote_ok(
+        &home,
+        &server,
+        &key,
+        &[
+            "sandbox",
+            "create",
+            "--memory",
+            "512",
+            "--metadata",
+            "role=files",
+        ],
+    );
+    let files = files.trim().to_owned();
+    remote_ok(
+        &home,
+        &server,
+        &key,
+        &[
+            "sandbox",
+            "exec",
+            &files,
+            "--",
+            "sh",
+            "-c",
+            "echo precious > /root/work.txt",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let before = count(&home, &server, &key, &counter);
+
+    // kill -9: no chance to clean up. The VMs run on without a server.
+    server.signal("KILL");
+    for id in [&counter, &files] {
+        assert!(
+            !airlock_tests::processes_mentioning(&home.path().join(id)).is_empty(),
+            "{id}'s VM died with its server"
+        );
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let mut server = TlsServer::start(&home, &[]);
+
+    // Both are back, with their owner and labels.
+    let listed = remote_ok(&home, &server, &key, &["sandbox", "ls", "--json"]);
+    let listed: serde_json::Value = serde_json::from_str(&listed).expect("JSON");
+    let entries = listed.as_array().expect("a list");
+    assert_eq!(entries.len(), 2, "{listed}");
+    for (id, role) in [(&counter, "counter"), (&files, "files")] {
+        let entry = entries
+            .iter()
+            .find(|e| e["id"] == id.as_str())
+            .unwrap_or_else(|| panic!("{id} not listed: {listed}"));
+        assert_eq!(entry["state"], "running", "{entry}");
+        assert_eq!(entry["metadata"]["role"], role, "{entry}");
+    }
+    let strangers = remote_ok(&home, &server, &other, &["sandbox", "ls", "--json"]);
+    assert_eq!(strangers.trim(), "[]", "bob sees alice's adopted sandboxes");
+    // The counter went on while no server was there, and goes on.
+    let after = count(&home, &server, &key, &counter);
+    assert!(
+        after > before + 10,
+        "the counter stalled: {before} then {after}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        count(&home, &server, &key, &counter) > after,
+        "the counter stopped"
+    );
+    assert_eq!(
+        remote_ok(
+            &home,
+            &server,
+            &key,
+            &["sandbox", "exec", &files, "--", "cat", "/root/work.txt"]
+        ),
+        "precious\n"
+    );
+    // The network policy is in force again.
+    let net = remote_ok(
+        &home,
+        &server,
+        &key,
+        &["sandbox", "net", &counter, "--json"],
+    );
+    let net: serde_json::Value = serde_json::from_str(&net).expect("JSON");
+    assert_eq!(net["rules"], serde_json::json!(["192.0.2.1:80"]), "{net}");
+    // And they end as any other.
+    for id in [&counter, &files] {
+        remote_ok(&home, &server, &key, &["sandbox", "kill", id]);
+    }
+    server.signal("TERM");
+}

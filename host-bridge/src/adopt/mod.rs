@@ -108,6 +108,24 @@ pub enum AdoptError {
     },
 }
 
+impl AdoptError {
+    /// What kind of failure this is (see [`ErrorKind`](crate::ErrorKind)).
+    pub fn kind(&self) -> crate::ErrorKind {
+        use crate::ErrorKind as K;
+        match self {
+            AdoptError::NoSuchSandbox { .. } | AdoptError::VmGone { .. } => K::NotFound,
+            AdoptError::NotAdoptable { .. }
+            | AdoptError::Held { .. }
+            | AdoptError::LifetimeEnded { .. }
+            | AdoptError::OtherPidNamespace { .. } => K::Precondition,
+            AdoptError::Busy { .. } => K::Unavailable,
+            AdoptError::Owner { .. } | AdoptError::Record { .. } | AdoptError::Io { .. } => {
+                K::Internal
+            }
+        }
+    }
+}
+
 /// A sandbox waiting for adoption: its owner is gone (or detached it), its
 /// VM runs, and its lifetime ceiling has not passed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -367,6 +367,12 @@ impl SandboxBuilder {
         self
     }
 
+    /// The sandboxes under this builder's state directory base that wait
+    /// for adoption (see [`crate::adopt::orphans`]).
+    pub fn orphans(&self) -> std::io::Result<Vec<crate::adopt::Orphan>> {
+        crate::adopt::orphans(&self.state_dir_base)
+    }
+
     /// The store of sandboxes saved to disk this builder restores from.
     pub fn saved_store(&self) -> crate::saved::SavedStore {
         crate::saved::SavedStore::new(&self.saved_dir)

@@ -308,6 +308,14 @@ impl Sandbox {
         self.vm.set_max_lifetime(limit);
     }
 
+    /// Moves the end of the sandbox's life to `from_now` from now (what an
+    /// API's "set timeout" means), or removes the ceiling with `None`:
+    /// [`set_max_lifetime`](Sandbox::set_max_lifetime) with the sandbox's
+    /// age so far added, so time saved to disk still does not count.
+    pub fn set_timeout(&self, from_now: Option<Duration>) {
+        self.set_max_lifetime(from_now.map(|after| self.vm.age().saturating_add(after)));
+    }
+
     /// Whether the sandbox keeps an adoption record, so that it can be
     /// [detached](Sandbox::detach) or outlive this process (see
     /// [`SandboxBuilder::adoptable`]). A pool's member becomes adoptable at

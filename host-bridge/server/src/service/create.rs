@@ -72,11 +72,13 @@ impl Machine {
 
     /// The library's builder for this machine, from `base`.
     pub fn builder(&self, base: SandboxBuilder, network: Option<NetworkOptions>) -> SandboxBuilder {
+        // A server's sandboxes outlive it: a restarted server adopts them.
         let mut builder = base
             .memory_mib(self.memory_mib)
             .vcpus(self.vcpus)
             .from_template(!self.cold)
-            .max_lifetime(self.timeout);
+            .max_lifetime(self.timeout)
+            .adoptable(true);
         if let Some(path) = &self.image_path {
             builder = builder.image(path.clone());
         }

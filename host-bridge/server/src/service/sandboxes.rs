@@ -1,6 +1,7 @@
 //! `airlock.api.v1.Sandboxes`: the lifecycle calls.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
@@ -198,13 +199,26 @@ impl sandboxes_server::Sandboxes for Services {
     ) -> Result<Response<api::SandboxInfo>, Status> {
         let principal = Principal::of(&request)?;
         let request = request.into_inner();
-        let (_, _handle) = self
+        let from_now = match request.timeout_secs {
+            0 => {
+                principal.require_owner("a sandbox without a timeout (timeout_secs 0)")?;
+                None
+            }
+            secs => Some(Duration::from_secs(validate::within(
+                "timeout_secs",
+                secs,
+                1,
+                limits::MAX_TIMEOUT_SECS,
+            )?)),
+        };
+        let (_, handle) = self
             .state
             .live_sandbox(&principal, &request.sandbox_id)
             .await?;
-        Err(reason::status(
-            ErrorReason::Unsupported,
-            "timeout_secs: this server cannot change a sandbox's timeout yet",
+        handle.set_timeout(from_now);
+        tracing::info!(id = request.sandbox_id, %principal, ?from_now, "timeout set");
+        Ok(Response::new(
+            self.info_of(&principal, &request.sandbox_id)?,
         ))
     }
 

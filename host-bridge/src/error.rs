@@ -10,6 +10,7 @@ use crate::fs::FsError;
 use crate::lifecycle::vm::Unavailable;
 use crate::lifecycle::EndReason;
 use crate::manager::PoolError;
+use crate::trust::TrustError;
 use crate::vmm::VmmError;
 use crate::workspace::WorkspaceError;
 
@@ -32,6 +33,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+
+    /// The CA certificates the guest was to trust cannot be used.
+    #[error(transparent)]
+    Trust(Box<TrustError>),
 
     /// The workspace could not be created, opened or locked.
     #[error(transparent)]
@@ -171,6 +176,12 @@ pub enum Error {
     /// The sandbox's network could not be set up on the host.
     #[error("setting up the sandbox's network")]
     Network(#[from] crate::network::GatewayError),
+}
+
+impl From<TrustError> for Error {
+    fn from(error: TrustError) -> Self {
+        Error::Trust(Box::new(error))
+    }
 }
 
 impl Error {

@@ -15,6 +15,7 @@ use crate::network::audit::AuditRecord;
 use crate::network::fake_ip::GATEWAY_ADDR;
 use crate::network::policy::NetworkPolicy;
 use crate::network::{CarrierPool, Gateway, NetworkOptions};
+use crate::trust::GuestRoots;
 
 use super::Sandbox;
 
@@ -29,13 +30,20 @@ pub(super) struct SandboxNetwork {
 
 impl SandboxNetwork {
     /// Makes the gateway, turns the guest's side on and opens carriers.
+    /// The gateway checks the servers of secret-bound hosts against the
+    /// public roots and `roots`, the ones the guest was given.
     pub(super) async fn enable(
         channel: &Channel,
         features: AgentFeatures,
         options: &NetworkOptions,
+        roots: Option<&GuestRoots>,
     ) -> Result<Self> {
         features.require(Feature::Network)?;
-        let gateway = Arc::new(Gateway::new(options.clone())?);
+        let mut options = options.clone();
+        options.upstream_roots = roots
+            .map(|roots| roots.certs.iter().map(|c| c.der().clone()).collect())
+            .unwrap_or_default();
+        let gateway = Arc::new(Gateway::new(options)?);
         let request = EnableNetworkRequest {
             nameserver: GATEWAY_ADDR.to_string(),
             extra_ca_pem: gateway.ca_pem().unwrap_or_default(),

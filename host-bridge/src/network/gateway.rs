@@ -34,7 +34,7 @@ use super::policy::{is_restricted, normalize_name, NetworkPolicy};
 use super::prefixed::Prefixed;
 use super::secrets::{
     intercept_tls, serve_http, upstream_client_config, HttpGate, HttpRefusal, SandboxCa, Secrets,
-    Upstream,
+    Untrusted, Upstream,
 };
 use super::sniff::{read_head, Head, SniffError};
 use super::splice::splice;
@@ -166,14 +166,7 @@ impl Gateway {
             env.push((key.to_owned(), "localhost,127.0.0.1,::1".to_owned()));
         }
         if let Some(bundle) = ca_bundle.filter(|b| !b.is_empty()) {
-            for key in [
-                "SSL_CERT_FILE",
-                "REQUESTS_CA_BUNDLE",
-                "CURL_CA_BUNDLE",
-                "PIP_CERT",
-                "NODE_EXTRA_CA_CERTS",
-                "GIT_SSL_CAINFO",
-            ] {
+            for key in airlock_proto::contract::trust::BUNDLE_VARIABLES {
                 env.push((key.to_owned(), bundle.to_owned()));
             }
         }
@@ -533,6 +526,7 @@ impl Gateway {
 
     /// The HTTP gate toward `host`, recording its refusals.
     fn gate(&self, host: &str, upstream: Upstream) -> HttpGate {
+        let port = upstream.addr().port();
         let audit = self.audit_sink();
         let name = host.to_owned();
         HttpGate {
@@ -551,7 +545,28 @@ impl Gateway {
                 };
                 audit(Protocol::Http, Some(name.clone()), refusal);
             }),
+            on_untrusted: self.untrusted_sink(host, port),
         }
+    }
+
+    /// A sink for TLS that failed over an untrusted certificate on a
+    /// connection to `host`, recorded so that the host's user sees why.
+    fn untrusted_sink(&self, host: &str, port: u16) -> Arc<dyn Fn(Untrusted) + Send + Sync> {
+        let log = Arc::clone(&self.audit);
+        let name = host.to_owned();
+        Arc::new(move |untrusted| {
+            let refusal = match untrusted {
+                Untrusted::Upstream { detail } => Refusal::UpstreamUntrusted { detail },
+                Untrusted::Guest { alert } => Refusal::GuestUntrusted { alert },
+            };
+            log.record(
+                Protocol::Tls,
+                Some(name.clone()),
+                None,
+                port,
+                Verdict::Refused(refusal),
+            );
+        })
     }
 
     /// A sink for refusals found after the connection was allowed.

@@ -12,7 +12,8 @@
 //! [`shared_vm`] runs a file's checks as named tests on one booted VM.
 //! [`DaemonHome`] gives a CLI test a private state directory, so a private
 //! daemon, and runs `airlock` clients against it. [`interrupt`] sends a
-//! CLI command Ctrl-C the way a terminal would.
+//! CLI command Ctrl-C the way a terminal would. [`tls_index`] serves HTTPS
+//! on loopback under a throwaway CA, with a small Python package index.
 
 #![forbid(unsafe_code)]
 
@@ -20,6 +21,7 @@ pub mod daemon_home;
 pub mod interrupt;
 pub mod shared_vm;
 pub mod soak;
+pub mod tls_index;
 
 pub use daemon_home::DaemonHome;
 

@@ -4,8 +4,8 @@
 //! throwaway CA (`index.test`, resolved to 127.0.0.1 by a `StaticResolver`):
 //! the guest's curl, Python's urllib and `pip download` (from the server's
 //! simple index) fail without the CA and succeed with it, on a clone of a
-//! template and on a cold start; a workspace keeps no root from one start to
-//! the next; `--trust-host-roots` gives the guest the host's store; a
+//! template and on a cold start; a fork installs them again; a workspace
+//! keeps no root from one start to the next; `--trust-host-roots` gives the guest the host's store; a
 //! malformed file is refused, naming it, before anything boots.
 //!
 //! The image is Debian's with curl and python3-pip, built by the first run
@@ -223,6 +223,29 @@ async fn with_the_ca_a_cold_start_reaches_the_server() {
     let sandbox = start(builder).await;
     assert_eq!(sandbox.origin(), &Origin::Cold);
     all_succeed(&sandbox, &server).await;
+}
+
+#[tokio::test]
+async fn a_fork_installs_the_roots_again_and_still_reaches_the_server() {
+    let server = TlsIndex::start(SERVER_NAME).await;
+    let saved = tempfile::tempdir().unwrap();
+    let builder = builder()
+        .await
+        .saved_dir(saved.path())
+        .ca_cert(server.ca.clone());
+    let parent = start(builder).await;
+    let reached = curl(&parent, &server).await;
+    assert!(reached.ok, "{}", reached.out);
+    let child = parent.fork(1).await.unwrap().remove(0);
+    assert!(matches!(child.origin(), Origin::Fork { .. }));
+    // The child's start took its parent's mounts away and made its own.
+    let mounts = attempt(&child, "grep -c /run/airlock/trust /proc/mounts").await;
+    assert_eq!(
+        mounts.out, "2\n",
+        "one overlay each over the two directories"
+    );
+    let reached = curl(&child, &server).await;
+    assert!(reached.ok && reached.out == HELLO, "{}", reached.out);
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@
 //! - into the mounted directories, [`store`] writes each root, its links
 //!   (the [`subject_hash`] link OpenSSL's directory lookup uses) and the
 //!   bundle [`SYSTEM_BUNDLE`];
-//! - [`env`] from then on gives every program [`BUNDLE_VARIABLES`] naming
+//! - [`env()`] from then on gives every program [`BUNDLE_VARIABLES`] naming
 //!   the bundle and [`DIR_VARIABLE`] naming the directory, for runtimes
 //!   that bring roots of their own (Node, Python's requests).
 //!

@@ -10,7 +10,7 @@
 //! - `<certs>/ca-certificates.crt`: the bundle, the roots already there
 //!   (none when replacing) followed by each root.
 //!
-//! [`write`] only writes files; whose directories these are (the image's,
+//! [`write()`] only writes files; whose directories these are (the image's,
 //! or mounts over them) is [`super`]'s business.
 
 use std::io;
@@ -55,7 +55,7 @@ pub struct Layout {
     pub local_as_seen: PathBuf,
 }
 
-/// What [`write`] did.
+/// What [`write()`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Written {
     /// Roots added.

@@ -34,6 +34,7 @@ pub(super) async fn install(
             .collect(),
         replace_image_roots: roots.replace,
     };
+    let began = std::time::Instant::now();
     let mut client = SystemClient::new(channel.clone()).capped();
     let answer = tokio::time::timeout(TRUST_TIMEOUT, client.trust_roots(request))
         .await
@@ -49,6 +50,7 @@ pub(super) async fn install(
         hashed = answer.hashed,
         replace = roots.replace,
         bundle = answer.bundle_path,
+        took = ?began.elapsed(),
         "guest trusts the given roots"
     );
     Ok(())

@@ -8,7 +8,7 @@
 //!   given ([`ca_cert`](crate::SandboxBuilder::ca_cert),
 //!   [`trust_host_roots`](crate::SandboxBuilder::trust_host_roots)), or,
 //!   when it was given nothing, what [`CA_CERTS_ENV`] names. Resolved once
-//!   per start, before the VM boots, into [`GuestRoots`].
+//!   per start, before the VM boots, into `GuestRoots`.
 //!
 //! A start then installs the roots in the guest with `System.TrustRoots`
 //! (see `sandbox::trust`), after the guest is reached, so a clone of a

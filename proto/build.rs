@@ -1,4 +1,4 @@
-//! Compiles `airlock/agent/v1/*.proto` and `airlock/daemon/v1/daemon.proto` with protox (a pure-Rust protobuf
+//! Compiles `airlock/agent/v1/*.proto` with protox (a pure-Rust protobuf
 //! compiler), so building needs no system `protoc`.
 
 use std::path::Path;
@@ -10,7 +10,6 @@ const PROTOS: &[&str] = &[
     "airlock/agent/v1/network.proto",
     "airlock/agent/v1/process.proto",
     "airlock/agent/v1/system.proto",
-    "airlock/daemon/v1/daemon.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -30,9 +29,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // on a channel (`XClient::new`), and `Process.Connect` needs the name.
         .build_transport(false)
         .bytes(".airlock.agent.v1")
-        .bytes(".airlock.daemon.v1")
-        // A secret's `Debug` is written by hand (in `lib.rs`), without its value.
-        .skip_debug([".airlock.daemon.v1.Secret"])
         .compile_fds(descriptors)?;
     Ok(())
 }

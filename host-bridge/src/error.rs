@@ -184,7 +184,79 @@ impl From<TrustError> for Error {
     }
 }
 
+/// What kind of failure an [`Error`] is, for a front (an RPC server, a CLI)
+/// that must tell its caller in its own terms: [`Error::kind`] classifies
+/// every error once, so fronts map kinds, not variants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Something named does not exist: a sandbox, a saved sandbox, a guest
+    /// file, a program, an interpreter.
+    NotFound,
+    /// The caller asked for something malformed or out of bounds.
+    Invalid,
+    /// It exists already (a code context by that id).
+    AlreadyExists,
+    /// A limit was reached: the manager's maximum, the guest's resources.
+    Exhausted,
+    /// The sandbox is not in a state for this: ended, paused, without
+    /// network, configured so that it cannot (a workspace cannot be saved),
+    /// an agent too old, a workspace held elsewhere, a guest refusal.
+    Precondition,
+    /// Try again: the call was cut by a save or a fork, or the connection
+    /// to the agent failed.
+    Unavailable,
+    /// The guest did not answer in time.
+    Timeout,
+    /// Anything else: the VMM, a boot, the host's files, a protocol
+    /// violation.
+    Internal,
+}
+
 impl Error {
+    /// What kind of failure this is (see [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        use ErrorKind as K;
+        match self {
+            Error::Config(_) | Error::Trust(_) => K::Invalid,
+            Error::NoSuchSandbox { .. } => K::NotFound,
+            Error::TooManySandboxes { .. } => K::Exhausted,
+            Error::VmGone { .. }
+            | Error::SandboxEnded { .. }
+            | Error::Paused
+            | Error::ResumeForCall { .. }
+            | Error::AgentTooOld { .. }
+            | Error::CannotSave { .. } => K::Precondition,
+            Error::SavedDuringCall { .. } | Error::ForkedDuringCall { .. } => K::Unavailable,
+            Error::Transport(_) => K::Unavailable,
+            Error::BootTimeout { .. } => K::Timeout,
+            Error::Workspace(WorkspaceError::Busy(_)) => K::Precondition,
+            Error::Workspace(WorkspaceError::TooSmall(_) | WorkspaceError::NotExt4(_)) => {
+                K::Invalid
+            }
+            Error::Pool(PoolError::TooLarge { .. }) => K::Invalid,
+            Error::Pool(PoolError::NoPool) => K::Precondition,
+            Error::Saved(crate::saved::SavedError::NotSaved { .. }) => K::NotFound,
+            Error::Fs(FsError::EscapingEntry { .. } | FsError::NonUtf8Path(_)) => K::Invalid,
+            Error::Fs(FsError::NotADirectory(_)) => K::Precondition,
+            Error::Agent { status, .. } => match status.code() {
+                tonic::Code::NotFound => K::NotFound,
+                tonic::Code::InvalidArgument | tonic::Code::OutOfRange => K::Invalid,
+                tonic::Code::AlreadyExists => K::AlreadyExists,
+                tonic::Code::ResourceExhausted => K::Exhausted,
+                tonic::Code::FailedPrecondition
+                | tonic::Code::PermissionDenied
+                | tonic::Code::Unimplemented => K::Precondition,
+                tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Aborted => {
+                    K::Unavailable
+                }
+                tonic::Code::DeadlineExceeded => K::Timeout,
+                _ => K::Internal,
+            },
+            _ => K::Internal,
+        }
+    }
+
     pub(crate) fn agent(call: &'static str, status: tonic::Status) -> Self {
         let held_back = std::error::Error::source(&status)
             .and_then(|source| source.downcast_ref::<Unavailable>())
@@ -229,4 +301,47 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent(code: tonic::Code) -> Error {
+        Error::agent("Process.Start", tonic::Status::new(code, "refused"))
+    }
+
+    #[test]
+    fn every_kind_has_its_errors() {
+        let cases = [
+            (agent(tonic::Code::NotFound), ErrorKind::NotFound),
+            (Error::NoSuchSandbox { id: "x".into() }, ErrorKind::NotFound),
+            (Error::Config("bad".into()), ErrorKind::Invalid),
+            (agent(tonic::Code::InvalidArgument), ErrorKind::Invalid),
+            (agent(tonic::Code::AlreadyExists), ErrorKind::AlreadyExists),
+            (Error::TooManySandboxes { max: 2 }, ErrorKind::Exhausted),
+            (Error::Paused, ErrorKind::Precondition),
+            (
+                Error::SandboxEnded {
+                    reason: EndReason::Stopped,
+                },
+                ErrorKind::Precondition,
+            ),
+            (
+                Error::Workspace(WorkspaceError::Busy("/ws".into())),
+                ErrorKind::Precondition,
+            ),
+            (
+                agent(tonic::Code::PermissionDenied),
+                ErrorKind::Precondition,
+            ),
+            (Error::SavedDuringCall { call: "x" }, ErrorKind::Unavailable),
+            (agent(tonic::Code::DeadlineExceeded), ErrorKind::Timeout),
+            (Error::Protocol("odd".into()), ErrorKind::Internal),
+            (agent(tonic::Code::Internal), ErrorKind::Internal),
+        ];
+        for (error, kind) in cases {
+            assert_eq!(error.kind(), kind, "{error}");
+        }
+    }
 }

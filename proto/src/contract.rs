@@ -98,8 +98,16 @@ pub mod cmdline {
     pub const WORKSPACE: &str = "airlock.workspace";
 }
 
-/// Guest paths that the builder writes and the agent reads.
+/// Guest paths that the builder writes and the agent reads, and one the
+/// agent writes for the guest's programs.
 pub mod paths {
+    /// The refusal log: one line per connection or DNS query the host
+    /// refused, appended by the agent (`TIME WHERE OUTCOME: REASON`, e.g.
+    /// `2026-12-02T10:00:00Z 192.0.2.7:22 connection reset: no rule allows
+    /// 192.0.2.7:22`), readable by every program in the guest, so that a
+    /// program whose connection was reset can learn why. On the guest's
+    /// `/run` tmpfs; the host's docs and tests name it from here.
+    pub const REFUSAL_LOG: &str = "/run/airlock/net.log";
     /// In the initramfs: the kernel modules to load, one absolute `.ko`
     /// path per line, dependencies first.
     pub const MODULES_ORDER: &str = "/etc/airlock/modules.order";

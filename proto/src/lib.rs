@@ -1,6 +1,6 @@
 //! The `airlock.agent.v1` protocol: the one contract between the host bridge
-//! (`airlock`) and the guest agent (`airlock-agent`); and `airlock.daemon.v1`
-//! ([`daemon::v1`]), the API of the per-user daemon.
+//! (`airlock`) and the guest agent (`airlock-agent`). (The server's public
+//! API, `airlock.api.v1`, is the `airlock-api` crate's.)
 //!
 //! The `.proto` files under `proto/airlock/agent/v1/` are the source of truth;
 //! `build.rs` compiles them with protox and tonic, so this crate exposes the
@@ -23,36 +23,6 @@
 #[cfg(feature = "grpc")]
 pub mod v1 {
     tonic::include_proto!("airlock.agent.v1");
-}
-
-/// The `airlock.daemon.v1` API of the per-user daemon (`airlock serve`),
-/// from `proto/airlock/daemon/v1/daemon.proto`: the `Sandboxes` service
-/// (`sandboxes_client`, `sandboxes_server`) and its messages. Program
-/// events are the agent's [`v1::ProcessEvent`].
-#[cfg(feature = "grpc")]
-pub mod daemon {
-    pub mod v1 {
-        tonic::include_proto!("airlock.daemon.v1");
-
-        /// Never shows the value, so a logged request cannot leak it.
-        impl std::fmt::Debug for Secret {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct("Secret")
-                    .field("name", &self.name)
-                    .field("value", &"<redacted>")
-                    .field("hosts", &self.hosts)
-                    .finish()
-            }
-        }
-    }
-}
-
-/// `airlock.agent.v1` under its package path, which the daemon's generated
-/// code names (`super::super::agent::v1`); use [`v1`].
-#[cfg(feature = "grpc")]
-#[doc(hidden)]
-pub mod agent {
-    pub use crate::v1;
 }
 
 pub mod contract;

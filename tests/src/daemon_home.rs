@@ -53,6 +53,12 @@ impl DaemonHome {
         self.path().join("saved")
     }
 
+    /// Where its server keeps keys and sandbox records
+    /// (`AIRLOCK_SERVER_DIR`).
+    pub fn server_dir(&self) -> PathBuf {
+        self.path().join("server")
+    }
+
     /// What the daemon has logged so far (empty before it starts).
     pub fn daemon_log(&self) -> String {
         std::fs::read_to_string(self.path().join("daemon.log")).unwrap_or_default()
@@ -172,6 +178,7 @@ impl Client<'_> {
             .envs(env)
             .env("AIRLOCK_STATE_DIR", home.path())
             .env("AIRLOCK_SAVED_DIR", home.saved_dir())
+            .env("AIRLOCK_SERVER_DIR", home.server_dir())
             .stdin(if stdin.is_some() {
                 Stdio::piped()
             } else {

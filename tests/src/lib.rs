@@ -11,9 +11,11 @@
 //! process instead of booting a VM, for tests of the lifecycle.
 //! [`shared_vm`] runs a file's checks as named tests on one booted VM.
 //! [`DaemonHome`] gives a CLI test a private state directory, so a private
-//! daemon, and runs `airlock` clients against it. [`interrupt`] sends a
-//! CLI command Ctrl-C the way a terminal would. [`tls_index`] serves HTTPS
-//! on loopback under a throwaway CA, with a small Python package index.
+//! daemon, and runs `airlock` clients against it; [`TlsServer`] runs
+//! `airlock serve` there with a TLS listener, for remote clients.
+//! [`interrupt`] sends a CLI command Ctrl-C the way a terminal would.
+//! [`tls_index`] serves HTTPS on loopback under a throwaway CA, with a
+//! small Python package index.
 
 #![forbid(unsafe_code)]
 
@@ -22,8 +24,10 @@ pub mod interrupt;
 pub mod shared_vm;
 pub mod soak;
 pub mod tls_index;
+pub mod tls_server;
 
 pub use daemon_home::DaemonHome;
+pub use tls_server::TlsServer;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -199,6 +199,7 @@ fn serve_with_a_pool_hands_out_a_frozen_sandbox() {
         .arg(home.socket())
         .env("AIRLOCK_STATE_DIR", home.path())
         .env("AIRLOCK_SAVED_DIR", home.saved_dir())
+        .env("AIRLOCK_SERVER_DIR", home.server_dir())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(home.path().join("daemon.log")).expect("log"))

@@ -487,17 +487,21 @@ async fn a_wrong_server_name_for_an_allowed_address_is_refused(sandbox: &Sandbox
 }
 
 async fn a_raw_address_and_a_refused_name_reach_nothing(sandbox: &Sandbox) {
+    // Plain HTTP is answered with the refusal; other bytes are reset.
     let out = python(
         sandbox,
         "import socket\n\
-         for target in [('192.0.2.77', 80), ('93.184.216.34', 443)]:\n\
+         for target, data in [(('192.0.2.77', 80), b'GET / HTTP/1.0\\r\\n\\r\\n'), (('93.184.216.34', 443), b'\\x00raw')]:\n\
          \x20   try:\n\
-         \x20       s = socket.create_connection(target, timeout=20); s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n')\n\
-         \x20       print('reply', s.recv(100))\n\
+         \x20       s = socket.create_connection(target, timeout=20); s.sendall(data)\n\
+         \x20       print('reply', s.recv(100).split(b'\\r\\n')[0].decode())\n\
          \x20   except OSError as err: print('refused')",
     )
     .await;
-    assert_eq!(out, "refused\nrefused", "{out}");
+    assert_eq!(
+        out, "reply HTTP/1.1 403 airlock: no rule allows 192.0.2.77:80\nrefused",
+        "{out}"
+    );
     let audit = sandbox.network_audit().unwrap();
     for raw in ["192.0.2.77", "93.184.216.34"] {
         let addr: IpAddr = raw.parse().unwrap();
@@ -525,12 +529,15 @@ async fn loopback_needs_a_cidr_rule(sandbox: &Sandbox) {
             "import urllib.request as u\n\
              direct = u.build_opener(u.ProxyHandler({{}}))\n\
              try:\n    direct.open('http://plain.test:{port}/loopback', timeout=20); print('reached')\n\
-             except OSError as err: print('refused')"
+             except u.HTTPError as err: print(err.code, err.reason)"
         ),
     )
     .await;
     sandbox.set_network_policy(policy()).unwrap();
-    assert_eq!(out, "refused");
+    let why = format!(
+        "403 airlock: plain.test:{port} resolves to a restricted address (loopback, private, link-local or metadata) and no CIDR rule allows it"
+    );
+    assert_eq!(out, why);
     assert!(heads_containing("/loopback").is_empty());
     assert!(refusals(sandbox, Some("plain.test"))
         .iter()

@@ -8,9 +8,10 @@
 //! keeps no root from one start to the next; `--trust-host-roots` gives the guest the host's store; a
 //! malformed file is refused, naming it, before anything boots.
 //!
-//! The image is Debian's with curl and python3-pip, built by the first run
-//! into the image store as `test-tls` (debootstrap, as root, from Debian's
-//! mirror; cached by the hash of its inputs afterwards).
+//! The image is `network_refusals.rs`'s, Debian's with pip, requests and
+//! curl, built by the first run into the image store as `test-net-tools`
+//! (debootstrap, as root, from Debian's mirror; cached by the hash of its
+//! inputs afterwards, so the two files share it).
 
 // A test panics with its reason; that is what expect is for here.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -28,15 +29,17 @@ use airlock_tests::{run, sh};
 /// The name the test server's certificate is for.
 const SERVER_NAME: &str = "index.test";
 
-/// The image: the default packages plus curl and pip, named `test-tls`.
+/// The image: the default packages plus pip, requests and curl, named
+/// `test-net-tools` (the same inputs as `network_refusals.rs`'s).
 fn tls_image() -> PathBuf {
+    let extra = ["python3-pip", "python3-requests", "curl"].map(str::to_owned);
     let spec = DebianSpec::new(
         image::debian::DEFAULT_SUITE,
         image::debian::DEFAULT_MIRROR,
-        &["curl".to_owned(), "python3-pip".to_owned()],
+        &extra,
     );
     let options = BuildOptions {
-        name: Some("test-tls".into()),
+        name: Some("test-net-tools".into()),
         ..BuildOptions::new(Source::Debian(spec))
     };
     match image::build(&options) {

@@ -1,18 +1,17 @@
-//! The `airlock` command line tool and its per-user daemon, a thin layer
-//! over the `airlock` library (which an embedder depends on instead, without
-//! clap or a log subscriber).
+//! The `airlock` command line tool, a thin layer over the `airlock` library
+//! (`run`, `shell`: a sandbox in this process), the `airlock-server` crate
+//! (`serve`) and the `airlock-client` crate (`sandbox`, `key`: clients of a
+//! server). An embedder depends on those instead, without clap or a log
+//! subscriber.
 //!
 //! - `commands`: argument parsing and one module per subcommand (`run`,
-//!   `shell`, `image`, `gc`, `serve`, `sandbox ...`).
-//! - `daemon`: `airlock serve` (a [`Sandboxes`](airlock::Sandboxes) manager
-//!   behind a private Unix socket) and the client the `sandbox` commands use.
+//!   `shell`, `image`, `template`, `gc`, `serve`, `sandbox ...`, `key ...`).
 
 #![forbid(unsafe_code)]
 
 use clap::Parser;
 
 mod commands;
-mod daemon;
 
 fn main() -> std::process::ExitCode {
     let args = commands::Args::parse();

@@ -243,6 +243,27 @@ impl Files {
         self.download_paths(paths, host_dir).await
     }
 
+    /// The listed guest files, symlinks and directories (a directory
+    /// alone, not its contents) as one tar stream, each entry under its
+    /// guest path without the leading `/`, for a caller that passes it on.
+    pub async fn download_paths_tar<I, P>(&self, paths: I) -> Result<super::ReadStream>
+    where
+        I: IntoIterator<Item = P>,
+        P: AsRef<Path>,
+    {
+        let paths = paths
+            .into_iter()
+            .map(|path| guest(path.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        let stream = self
+            .changes_client()?
+            .download_paths(DownloadPathsRequest { paths })
+            .await
+            .map_err(|s| Error::agent("Files.DownloadPaths", s))?
+            .into_inner();
+        Ok(super::ReadStream::new("Files.DownloadPaths", stream))
+    }
+
     /// Downloads the listed guest files, symlinks and directories (a
     /// directory alone, not its contents) into `host_dir`, each under its
     /// guest path, in one tar stream; returns the number of entries.

@@ -7,6 +7,8 @@
 //! - `archive`: the tar code and the channel bridges it runs behind.
 //! - `copy`: `copy_in` and `copy_out`, a file or a directory, whichever
 //!   the source is.
+//! - [`host_tar`]: host directories packed into and unpacked from tar
+//!   streams, for programs that carry the stream themselves.
 //! - `changes`: what a run created, modified and deleted under named roots
 //!   ([`ChangeTracker`], [`Changes`]), and downloading those files.
 //! - `metadata`: [`Metadata`], [`WatchEvent`], [`WriteOptions`].
@@ -20,6 +22,7 @@ mod archive;
 mod changes;
 mod copy;
 mod error;
+pub mod host_tar;
 mod metadata;
 mod transfer;
 mod tree;
@@ -107,7 +110,7 @@ impl Files {
             .await
             .map_err(|s| Error::agent("Files.ReadFile", s))?
             .into_inner();
-        Ok(ReadStream { inner })
+        Ok(ReadStream::new("Files.ReadFile", inner))
     }
 
     /// A whole guest file in memory (for small files; see [`Files::read`]).
@@ -239,10 +242,19 @@ fn upload_stream(
     })
 }
 
-/// A guest file's contents as a stream of chunks.
+/// A guest file's contents, or a tar stream from the guest, as a stream of
+/// chunks.
 #[derive(Debug)]
 pub struct ReadStream {
     inner: Streaming<FileChunk>,
+    /// The agent call it comes from, for errors.
+    call: &'static str,
+}
+
+impl ReadStream {
+    pub(crate) fn new(call: &'static str, inner: Streaming<FileChunk>) -> Self {
+        ReadStream { inner, call }
+    }
 }
 
 impl Stream for ReadStream {
@@ -252,11 +264,9 @@ impl Stream for ReadStream {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
-        self.inner.poll_next_unpin(cx).map(|item| {
-            item.map(|r| {
-                r.map(|c| c.data)
-                    .map_err(|s| Error::agent("Files.ReadFile", s))
-            })
-        })
+        let call = self.call;
+        self.inner
+            .poll_next_unpin(cx)
+            .map(|item| item.map(|r| r.map(|c| c.data).map_err(|s| Error::agent(call, s))))
     }
 }

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::archive::{self, ChannelReader, ChannelWriter};
-use super::{guest, Files, FsError, CHUNK};
+use super::{guest, Files, FsError, ReadStream, CHUNK};
 use crate::error::{Error, Result};
 
 /// Chunks in flight per direction.
@@ -125,6 +125,20 @@ impl Files {
             .map_err(|s| Error::agent("Files.DownloadTar", s))?
             .into_inner();
         extract_stream("Files.DownloadTar", stream, host_dir.as_ref()).await
+    }
+
+    /// The guest file or directory `guest_path` as a tar stream (modes and
+    /// symlinks kept), for a caller that passes it on rather than
+    /// extracting it on this host.
+    pub async fn download_tar(&self, guest_path: impl AsRef<Path>) -> Result<ReadStream> {
+        let path = guest(guest_path.as_ref())?;
+        let stream = self
+            .client()?
+            .download_tar(PathRequest { path })
+            .await
+            .map_err(|s| Error::agent("Files.DownloadTar", s))?
+            .into_inner();
+        Ok(ReadStream::new("Files.DownloadTar", stream))
     }
 }
 

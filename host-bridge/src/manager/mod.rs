@@ -324,6 +324,59 @@ impl Sandboxes {
         Ok(sandbox)
     }
 
+    /// The sandbox `id`: a tracked one, else one saved to disk in
+    /// `builder`'s saved directory (by this process before its handle was
+    /// dropped, or by another that ended), restored now with `builder`'s
+    /// policies. [`Error::NoSuchSandbox`] when it is neither.
+    pub async fn get_or_restore(&self, builder: SandboxBuilder, id: &str) -> Result<Arc<Sandbox>> {
+        if let Ok(sandbox) = self.get(id) {
+            return Ok(sandbox);
+        }
+        if !builder.saved_store().contains(id) {
+            return Err(Error::NoSuchSandbox { id: id.to_owned() });
+        }
+        tracing::info!(%id, "restoring a sandbox saved to disk for a call");
+        self.restore(builder, id).await
+    }
+
+    /// Every tracked sandbox (as [`list`](Sandboxes::list)) and every
+    /// sandbox saved in `builder`'s saved directory whose handle is gone,
+    /// listed [`SandboxState::OnDisk`] with the usage its record holds; by
+    /// id.
+    pub fn list_with_saved(&self, builder: &SandboxBuilder) -> Vec<SandboxInfo> {
+        let mut all = self.list();
+        let saved = builder.saved_store().list().unwrap_or_else(|error| {
+            tracing::warn!(%error, "cannot list the saved sandboxes");
+            Vec::new()
+        });
+        for record in saved {
+            if !all.iter().any(|info| info.id == record.id) {
+                all.push(SandboxInfo {
+                    id: record.id.clone(),
+                    state: SandboxState::OnDisk,
+                    usage: record.usage.into(),
+                });
+            }
+        }
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        all
+    }
+
+    /// Ends the sandbox `id` for good: kills a tracked one (one saved to
+    /// disk loses its files with it), or removes the files of one saved in
+    /// `builder`'s saved directory whose handle is gone.
+    /// [`Error::NoSuchSandbox`] when it is neither.
+    pub fn remove(&self, builder: &SandboxBuilder, id: &str) -> Result<()> {
+        match self.kill(id) {
+            Err(Error::NoSuchSandbox { .. }) if builder.saved_store().contains(id) => {
+                builder.saved_store().remove(id)?;
+                tracing::info!(%id, "removed a sandbox saved to disk");
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
     /// Forks the sandbox `id` into `n` new ones (see [`Sandbox::fork`]),
     /// each holding a slot, and tracks them.
     pub async fn fork(&self, id: &str, n: usize) -> Result<Vec<Arc<Sandbox>>> {

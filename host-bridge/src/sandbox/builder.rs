@@ -317,6 +317,11 @@ impl SandboxBuilder {
         self
     }
 
+    /// The store of sandboxes saved to disk this builder restores from.
+    pub fn saved_store(&self) -> crate::saved::SavedStore {
+        crate::saved::SavedStore::new(&self.saved_dir)
+    }
+
     /// Gives the guest network access under `options` (off by default: the
     /// guest has no network at all). The guest's connections and DNS
     /// queries are carried to the host, which allows what the policy allows

@@ -72,6 +72,16 @@ pub struct SavedUsage {
     pub saved_at_unix_ms: u64,
 }
 
+impl From<SavedUsage> for crate::SandboxUsage {
+    fn from(usage: SavedUsage) -> Self {
+        crate::SandboxUsage {
+            wall: std::time::Duration::from_millis(usage.wall_ms),
+            running: std::time::Duration::from_millis(usage.running_ms),
+            guest_cpu: std::time::Duration::from_millis(usage.guest_cpu_ms),
+        }
+    }
+}
+
 /// What `record.json` says about a saved sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SavedRecord {
@@ -137,6 +147,11 @@ impl SavedStore {
             path,
             reason: e.to_string(),
         })
+    }
+
+    /// Whether a sandbox `id` is saved here (with a readable record).
+    pub fn contains(&self, id: &str) -> bool {
+        self.record(id).is_ok()
     }
 
     /// Every saved sandbox with a readable record, by id; unreadable ones

@@ -6,6 +6,8 @@
 //! Also the pseudo-random file contents and the percentile and millisecond
 //! helpers the benchmarks use.
 
+pub mod pool;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

@@ -6,14 +6,16 @@
 //! - `shell`: an interactive shell on a terminal in a fresh sandbox (the
 //!   host terminal handled by `terminal`).
 //! - `gc`: kill and remove the sandboxes whose owner process died.
-//! - `serve` and `sandbox`: the per-user daemon and the commands that keep
-//!   sandboxes alive across invocations through it; `run_code` is `sandbox
-//!   run-code`, a cell of code in a sandbox's persistent context.
+//! - `serve`: the Airlock server (crate `airlock-server`) in the foreground;
+//!   `sandbox` and `key`: clients of it (crate `airlock-client`), local or
+//!   remote (`remote` says where the server is and maps its messages);
+//!   `run_code` is `sandbox run-code`, a cell of code in a sandbox's
+//!   persistent context; `copy` is `sandbox cp`.
 //! - `program_options`: [`ProgramOptions`], how to run the program (env,
 //!   cwd, user, timeout, limits, privilege), flattened into `run`, `shell`
-//!   and `sandbox exec` and carried to the daemon as it is.
+//!   and `sandbox exec` (which carries them in its start).
 //! - `session`: the one loop that drives a program for `run` (a local
-//!   execution) and `sandbox exec` (the daemon's exec stream): host stdin,
+//!   execution) and `sandbox exec` (a server's process stream): host stdin,
 //!   Ctrl-C, output, the exit message and code.
 //! - `program`: the pieces the sessions share (output on the host's
 //!   streams, host stdin, exit code); `shell` reads the host's stdin with
@@ -24,12 +26,15 @@
 //!   sandbox's policy and audit.
 
 mod changes;
+mod copy;
 mod gc;
 mod image;
+mod key;
 mod net;
 mod net_options;
 mod program;
 mod program_options;
+mod remote;
 mod run;
 mod run_code;
 mod sandbox;
@@ -45,7 +50,6 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-pub use net_options::{NetOptions, SecretArg, SecretValue};
 pub use program_options::{ProgramOptions, ProgramOptionsError};
 use vm_options::BootOptions;
 
@@ -81,11 +85,15 @@ pub enum Commands {
     /// AIRLOCK_STATE_DIR, else $XDG_RUNTIME_DIR/airlock or /tmp/airlock),
     /// and the templates nothing can use any more.
     Gc(gc::GcArgs),
-    /// Sandboxes that outlive one command, kept by the daemon (started on
-    /// demand): create, ls, exec, run-code, cp, net, pause, resume, kill.
+    /// Sandboxes that outlive one command, kept by a server (the local one,
+    /// started on demand, or --host/AIRLOCK_HOST): create, ls, exec,
+    /// run-code, cp, net, pause, resume, fork, kill.
     Sandbox(sandbox::SandboxArgs),
-    /// Run the per-user daemon behind `airlock sandbox` in the foreground.
+    /// Run the Airlock server in the foreground: the local Unix socket,
+    /// and with --listen TCP with TLS and API keys.
     Serve(serve::ServeArgs),
+    /// Manage the API keys remote clients present (the local owner's).
+    Key(key::KeyArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -205,6 +213,7 @@ pub async fn main(args: Args) -> u8 {
         Commands::Gc(gc_args) => gc::run(gc_args).await,
         Commands::Sandbox(sandbox_args) => sandbox::run(sandbox_args).await,
         Commands::Serve(serve_args) => serve::run(serve_args).await,
+        Commands::Key(key_args) => key::run(key_args).await,
     }
 }
 

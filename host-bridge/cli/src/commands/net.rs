@@ -2,21 +2,19 @@
 //! running sandbox's network policy and audit, and changes to its rules.
 //!
 //! Rules are parsed here as `--allow-net` parses them, so a bad one is a
-//! usage error before the daemon is asked. The daemon removes the `--deny`
+//! usage error before the server is asked. The server removes the `--deny`
 //! rules, then appends the `--allow` rules, at once
-//! (`ChangeNetworkPolicy`); then this prints the rules in force, one
+//! (`Network.ChangePolicy`); then this prints the rules in force, one
 //! `allow RULE` line each, and the audit, one line per record as the
 //! library writes an [`AuditRecord`](airlock::AuditRecord); `--json` prints
 //! both as one object.
 
-use std::path::Path;
-
 use airlock::NetRule;
-use airlock_proto::daemon::v1 as pb;
+use airlock_client::{api, Client};
 use serde::Serialize;
 
 use super::net_options::parse_rule;
-use crate::daemon::wire;
+use super::remote::message;
 
 /// `airlock sandbox net` options.
 #[derive(Debug, clap::Args)]
@@ -59,14 +57,14 @@ struct AuditEntry {
     verdict: String,
 }
 
-impl From<pb::NetworkAuditRecord> for AuditEntry {
-    fn from(record: pb::NetworkAuditRecord) -> AuditEntry {
+impl From<api::AuditRecord> for AuditEntry {
+    fn from(record: api::AuditRecord) -> AuditEntry {
         AuditEntry {
             seq: record.seq,
-            at_unix_ms: record.at_unix_ms,
+            at_unix_ms: record.at_ms,
             protocol: record.protocol,
-            name: record.name,
-            addr: record.addr,
+            name: (!record.name.is_empty()).then_some(record.name),
+            addr: (!record.addr.is_empty()).then_some(record.addr),
             port: record.port,
             allowed: record.allowed,
             verdict: record.verdict,
@@ -74,27 +72,44 @@ impl From<pb::NetworkAuditRecord> for AuditEntry {
     }
 }
 
-pub async fn run(socket: &Path, args: NetArgs) -> Result<(), String> {
+pub async fn run(client: &Client, args: NetArgs) -> Result<(), String> {
     let texts = |rules: &[NetRule]| rules.iter().map(ToString::to_string).collect::<Vec<_>>();
-    let mut daemon = super::sandbox::connect(socket).await?;
-    let rules = match args.allow.is_empty() && args.deny.is_empty() {
-        true => daemon.network_policy(&args.id).await,
+    let mut network = client.network();
+    let policy = match args.allow.is_empty() && args.deny.is_empty() {
+        true => {
+            network
+                .get_policy(api::GetPolicyRequest {
+                    sandbox_id: args.id.clone(),
+                })
+                .await
+        }
         false => {
-            daemon
-                .change_network_policy(&args.id, texts(&args.allow), texts(&args.deny))
+            network
+                .change_policy(api::ChangePolicyRequest {
+                    sandbox_id: args.id.clone(),
+                    allow: texts(&args.allow),
+                    deny: texts(&args.deny),
+                })
                 .await
         }
     }
-    .map_err(super::sandbox::message)?;
-    let audit = daemon
-        .network_audit(&args.id)
+    .map_err(|status| message(status.into()))?
+    .into_inner();
+    let rules = policy.rules;
+    let audit: Vec<AuditEntry> = network
+        .audit(api::AuditRequest {
+            sandbox_id: args.id.clone(),
+            after_seq: 0,
+        })
         .await
-        .map_err(super::sandbox::message)?;
+        .map_err(|status| message(status.into()))?
+        .into_inner()
+        .records
+        .into_iter()
+        .map(AuditEntry::from)
+        .collect();
     if args.json {
-        let report = Report {
-            rules,
-            audit: audit.into_iter().map(AuditEntry::from).collect(),
-        };
+        let report = Report { rules, audit };
         let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
         println!("{text}");
     } else {
@@ -105,7 +120,7 @@ pub async fn run(socket: &Path, args: NetArgs) -> Result<(), String> {
 
 /// The rules, one `allow RULE` line each (or a line saying there are
 /// none), then a line per audit record.
-fn lines(rules: &[String], audit: &[pb::NetworkAuditRecord]) -> String {
+fn lines(rules: &[String], audit: &[AuditEntry]) -> String {
     let mut out = String::new();
     if rules.is_empty() {
         out.push_str("no rules: every connection and DNS query is refused\n");
@@ -114,10 +129,32 @@ fn lines(rules: &[String], audit: &[pb::NetworkAuditRecord]) -> String {
         out.push_str(&format!("allow {rule}\n"));
     }
     for record in audit {
-        out.push_str(&wire::audit_line(record));
+        out.push_str(&audit_line(record));
         out.push('\n');
     }
     out
+}
+
+/// A record's line, as the library's `Display` writes an
+/// [`AuditRecord`](airlock::AuditRecord): `#SEQ SECONDS.MILLIS PROTOCOL
+/// DESTINATION VERDICT`.
+fn audit_line(record: &AuditEntry) -> String {
+    let port = record.port;
+    let destination = match (&record.name, &record.addr) {
+        (Some(name), Some(addr)) => format!("{name}:{port} ({addr})"),
+        (Some(name), None) => format!("{name}:{port}"),
+        (None, Some(addr)) if addr.contains(':') => format!("[{addr}]:{port}"),
+        (None, Some(addr)) => format!("{addr}:{port}"),
+        (None, None) => format!("?:{port}"),
+    };
+    format!(
+        "#{} {}.{:03} {} {destination} {}",
+        record.seq,
+        record.at_unix_ms / 1000,
+        record.at_unix_ms % 1000,
+        record.protocol,
+        record.verdict
+    )
 }
 
 #[cfg(test)]
@@ -162,15 +199,15 @@ mod tests {
 
     #[test]
     fn rules_then_a_line_per_record() {
-        let record = pb::NetworkAuditRecord {
+        let record = AuditEntry::from(api::AuditRecord {
             seq: 3,
-            at_unix_ms: 1_754_000_000_042,
+            at_ms: 1_754_000_000_042,
             protocol: "tcp".into(),
-            addr: Some("192.0.2.9".into()),
+            addr: "192.0.2.9".into(),
             port: 80,
             verdict: "refused: no rule allows it".into(),
             ..Default::default()
-        };
+        });
         assert_eq!(
             lines(&["127.0.0.1".into()], &[record]),
             "allow 127.0.0.1\n#3 1754000000.042 tcp 192.0.2.9:80 refused: no rule allows it\n"

@@ -84,10 +84,6 @@ pub fn parse_rule(text: &str) -> Result<NetRule, airlock::network::policy::Parse
 pub struct SecretValue(String);
 
 impl SecretValue {
-    pub fn new(value: impl Into<String>) -> SecretValue {
-        SecretValue(value.into())
-    }
-
     /// The value itself, for the library or the daemon's request only.
     pub fn expose(&self) -> &str {
         &self.0

@@ -1,6 +1,6 @@
 //! `airlock sandbox run-code ID [--lang L] [--context C] (-c CODE | FILE)`:
 //! a cell of code in one of a sandbox's persistent contexts, through the
-//! daemon.
+//! server.
 //!
 //! Without `--json`, output goes to the host's streams as it comes: stdout
 //! and stderr as written, rich outputs and the value as their text (a PNG
@@ -14,12 +14,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use airlock::{CellEvent, CellStatus, Language, MimeBundle};
-use airlock_proto::daemon::v1 as pb;
+use airlock_client::api;
 use serde_json::{json, Map, Value};
 
+use super::remote::{cell_event, message, ServerOptions};
 use super::session::fail;
 use super::EXIT_AIRLOCK_ERROR;
-use crate::daemon::Connection;
 
 /// `airlock sandbox run-code` options.
 #[derive(Debug, clap::Args)]
@@ -126,50 +126,49 @@ fn is_image(mime: &str) -> bool {
 }
 
 /// Runs the cell; returns the exit code.
-pub async fn run(socket: &Path, args: RunCodeArgs) -> u8 {
+pub async fn run(server: &ServerOptions, args: RunCodeArgs) -> u8 {
     let code = match args.source() {
         Ok(code) => code,
         Err(message) => return fail(&message),
     };
-    let request = pb::RunCodeRequest {
-        id: args.id.clone(),
+    let request = api::RunCodeRequest {
+        sandbox_id: args.id.clone(),
         language: args.lang.as_str().to_owned(),
-        context: args.context.clone(),
+        context_id: args.context.clone().unwrap_or_default(),
         code,
         timeout_secs: args.timeout,
     };
-    let program = match std::env::current_exe() {
-        Ok(program) => program,
-        Err(e) => return fail(&format!("cannot find the airlock binary: {e}")),
-    };
     let started = async {
-        let mut connection = Connection::connect_or_start(socket, &program).await?;
-        connection.run_code(request).await
+        let client = server.connect().await?;
+        let stream = client
+            .code()
+            .run_code(request)
+            .await
+            .map_err(|status| message(status.into()))?;
+        Ok::<_, String>(stream.into_inner())
     };
     let mut stream = tokio::select! {
         started = started => match started {
             Ok(stream) => stream,
-            Err(error) => return fail(&airlock::error_chain(&error)),
+            Err(message) => return fail(&message),
         },
         _ = tokio::signal::ctrl_c() => return 130,
     };
     let mut images = Images::new(args.save_dir.clone());
     let mut report = Report::default();
     loop {
-        let message = tokio::select! {
-            message = stream.message() => message,
+        let next = tokio::select! {
+            next = stream.message() => next,
             _ = tokio::signal::ctrl_c() => {
                 eprintln!("airlock: interrupted");
                 return 130;
             }
         };
-        let event = match message {
-            Ok(Some(message)) => match CellEvent::from_proto(message) {
-                Ok(event) => event,
-                Err(error) => return fail(&airlock::error_chain(&error)),
-            },
-            Ok(None) => return fail("the daemon ended the cell's stream early; see its log"),
-            Err(status) => return fail(status.message()),
+        let event = match next {
+            Ok(Some(api::CodeEvent { event: Some(event) })) => cell_event(event),
+            Ok(Some(api::CodeEvent { event: None })) => continue,
+            Ok(None) => return fail("the server ended the cell's stream early; see its log"),
+            Err(status) => return fail(&message(status.into())),
         };
         match report.take(event, args.json, &mut images) {
             Ok(Some(code)) => {

@@ -1,27 +1,28 @@
-//! `airlock sandbox create|ls|exec|run-code|cp|net|pause|resume|kill`: sandboxes that
-//! outlive one invocation, kept by the daemon (`airlock serve`, see
-//! `airlock::daemon`). A client that finds no daemon on the socket starts
-//! one in the background (its log is `daemon.log` beside the socket).
-//!
-//! The daemon speaks gRPC (`airlock.daemon.v1.Sandboxes`, see
-//! `crate::daemon`); its refusals print as the daemon worded them.
+//! `airlock sandbox create|ls|exec|run-code|cp|net|pause|resume|fork|kill`:
+//! sandboxes that outlive one invocation, kept by a server: the local one
+//! (`airlock serve` on a private Unix socket, started on demand; its log is
+//! `daemon.log` beside the socket), or a remote one (`--host` or
+//! `AIRLOCK_HOST`, with `AIRLOCK_API_KEY`). Every command is a client of the
+//! server's public API (`airlock.api.v1`, through `airlock-client`); its
+//! refusals print as the server worded them.
 //!
 //! `exec` behaves like `airlock run`: it takes the same program options
-//! ([`ProgramOptions`], carried to the daemon as they are) and is driven by
-//! the same [`Session`]: output on the matching host stream, piped stdin
-//! forwarded, the first Ctrl-C forwarded as SIGINT (a second one, or
-//! SIGTERM, ends the client and with it the program), and the exit code is
-//! the program's (128+N for signal N, 124 for `--timeout`, 125 when
+//! ([`ProgramOptions`]) and is driven by the same [`Session`]: output on
+//! the matching host stream, piped stdin forwarded, the first Ctrl-C
+//! forwarded as SIGINT (a second one, or SIGTERM, ends the client and with
+//! it the program: its start asks for `kill_on_disconnect`), and the exit
+//! code is the program's (128+N for signal N, 124 for `--timeout`, 125 when
 //! Airlock failed).
 
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::daemon::{self, wire, Connection};
-use airlock_proto::daemon::v1 as pb;
+use airlock_client::api;
+use airlock_client::Client;
 use clap::{Subcommand, ValueEnum};
 use serde::Serialize;
 
+use super::remote::{message, ServerOptions};
 use super::session::{fail, Ending, Program, Session};
 use super::vm_options::VmOptions;
 use super::ProgramOptions;
@@ -29,10 +30,8 @@ use super::ProgramOptions;
 /// `airlock sandbox` and its options.
 #[derive(Debug, clap::Args)]
 pub struct SandboxArgs {
-    /// The daemon's socket (default: daemon.sock under AIRLOCK_STATE_DIR,
-    /// else $XDG_RUNTIME_DIR/airlock or /tmp/airlock).
-    #[arg(long, global = true, value_name = "PATH")]
-    pub socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub server: ServerOptions,
 
     #[command(subcommand)]
     pub command: SandboxCommand,
@@ -40,13 +39,17 @@ pub struct SandboxArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum SandboxCommand {
-    /// Start a sandbox in the daemon and print its id.
+    /// Start a sandbox on the server and print its id.
     Create(CreateArgs),
-    /// List the daemon's sandboxes: state, wall, running and guest CPU time.
+    /// List your sandboxes: state, wall, running and guest CPU time,
+    /// labels.
     Ls {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Only sandboxes with this label (KEY=VALUE). Repeatable.
+        #[arg(long = "metadata", value_name = "KEY=VALUE", value_parser = parse_pair)]
+        metadata: Vec<(String, String)>,
     },
     /// Run a command in a sandbox and exit with its exit code.
     Exec(ExecArgs),
@@ -70,7 +73,7 @@ pub enum SandboxCommand {
         id: String,
         /// Save the whole sandbox (memory, programs, files) to disk and end
         /// its VM process, freeing its memory; resume, exec or cp restores
-        /// it, also after the daemon or the host restarted.
+        /// it, also after the server or the host restarted.
         #[arg(long)]
         to_disk: bool,
     },
@@ -118,9 +121,27 @@ pub struct CreateArgs {
     /// What --idle-timeout does.
     #[arg(long, value_enum, default_value_t = Idle::Pause, requires = "idle_timeout")]
     pub idle: Idle,
+
+    /// A label (KEY=VALUE) to find the sandbox by (`ls --metadata`).
+    /// Repeatable.
+    #[arg(long = "metadata", value_name = "KEY=VALUE", value_parser = parse_pair)]
+    pub metadata: Vec<(String, String)>,
+
+    /// An environment variable every command in the sandbox gets
+    /// (KEY=VALUE). Repeatable.
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_pair)]
+    pub env: Vec<(String, String)>,
 }
 
-/// `--idle pause|pause-to-disk|stop`: the daemon's `IdlePolicy`, as clap
+/// `KEY=VALUE`.
+fn parse_pair(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("{text:?} is not KEY=VALUE")),
+    }
+}
+
+/// `--idle pause|pause-to-disk|stop`: the API's `IdlePolicy`, as clap
 /// parses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Idle {
@@ -129,12 +150,12 @@ pub enum Idle {
     Stop,
 }
 
-impl From<Idle> for pb::IdlePolicy {
-    fn from(idle: Idle) -> pb::IdlePolicy {
+impl From<Idle> for api::IdlePolicy {
+    fn from(idle: Idle) -> api::IdlePolicy {
         match idle {
-            Idle::Pause => pb::IdlePolicy::Pause,
-            Idle::PauseToDisk => pb::IdlePolicy::PauseToDisk,
-            Idle::Stop => pb::IdlePolicy::Stop,
+            Idle::Pause => api::IdlePolicy::Pause,
+            Idle::PauseToDisk => api::IdlePolicy::PauseToDisk,
+            Idle::Stop => api::IdlePolicy::Stop,
         }
     }
 }
@@ -145,7 +166,7 @@ pub struct ExecArgs {
     /// The sandbox, as `create` printed it.
     pub id: String,
 
-    /// `run`'s, carried to the daemon as they are.
+    /// `run`'s, carried to the server.
     #[command(flatten)]
     pub program: ProgramOptions,
 
@@ -156,32 +177,12 @@ pub struct ExecArgs {
 
 /// Runs a `sandbox` subcommand and returns the exit code.
 pub async fn run(args: SandboxArgs) -> u8 {
-    let socket = args.socket.unwrap_or_else(daemon::default_socket);
+    let server = args.server;
     let outcome = match args.command {
-        SandboxCommand::Create(create) => create_sandbox(&socket, create).await,
-        SandboxCommand::Ls { json } => list(&socket, json).await,
-        SandboxCommand::Exec(exec) => return exec_in(&socket, exec).await,
-        SandboxCommand::RunCode(args) => return super::run_code::run(&socket, args).await,
-        SandboxCommand::Cp { src, dst } => copy(&socket, &src, &dst).await,
-        SandboxCommand::Net(args) => super::net::run(&socket, args).await,
-        SandboxCommand::Pause { id, to_disk } => match connect(&socket).await {
-            Ok(mut daemon) => daemon.pause(&id, to_disk).await.map_err(message),
-            Err(message) => Err(message),
-        },
-        SandboxCommand::Resume { id } => match connect(&socket).await {
-            Ok(mut daemon) => daemon.resume(&id).await.map_err(message),
-            Err(message) => Err(message),
-        },
-        SandboxCommand::Kill { id } => match connect(&socket).await {
-            Ok(mut daemon) => daemon.kill(&id).await.map_err(message),
-            Err(message) => Err(message),
-        },
-        SandboxCommand::Fork { id, count } => match connect(&socket).await {
-            Ok(mut daemon) => daemon.fork(&id, count).await.map_err(message).map(|ids| {
-                for id in ids {
-                    println!("{id}");
-                }
-            }),
+        SandboxCommand::Exec(exec) => return exec_in(&server, exec).await,
+        SandboxCommand::RunCode(args) => return super::run_code::run(&server, args).await,
+        command => match server.connect().await {
+            Ok(client) => call(&client, command).await,
             Err(message) => Err(message),
         },
     };
@@ -191,64 +192,118 @@ pub async fn run(args: SandboxArgs) -> u8 {
     }
 }
 
-/// Connects to the daemon, starting it if needed.
-pub(super) async fn connect(socket: &Path) -> Result<Connection, String> {
-    let program = std::env::current_exe()
-        .map_err(|e| format!("cannot find the airlock binary to start the daemon: {e}"))?;
-    Connection::connect_or_start(socket, &program)
-        .await
-        .map_err(message)
+/// The commands that are one call (or a few) and print their answer.
+async fn call(client: &Client, command: SandboxCommand) -> Result<(), String> {
+    match command {
+        SandboxCommand::Create(create) => create_sandbox(client, create).await,
+        SandboxCommand::Ls { json, metadata } => list(client, json, metadata).await,
+        SandboxCommand::Cp { src, dst } => super::copy::run(client, &src, &dst).await,
+        SandboxCommand::Net(args) => super::net::run(client, args).await,
+        SandboxCommand::Pause { id, to_disk } => client
+            .sandboxes()
+            .pause(api::PauseSandboxRequest {
+                sandbox_id: id,
+                to_disk,
+            })
+            .await
+            .map(drop)
+            .map_err(|status| message(status.into())),
+        SandboxCommand::Resume { id } => client
+            .sandboxes()
+            .resume(api::ResumeSandboxRequest { sandbox_id: id })
+            .await
+            .map(drop)
+            .map_err(|status| message(status.into())),
+        SandboxCommand::Kill { id } => client
+            .sandboxes()
+            .kill(api::KillSandboxRequest { sandbox_id: id })
+            .await
+            .map(drop)
+            .map_err(|status| message(status.into())),
+        SandboxCommand::Fork { id, count } => {
+            let children = client
+                .sandboxes()
+                .fork(api::ForkSandboxRequest {
+                    sandbox_id: id,
+                    count,
+                })
+                .await
+                .map_err(|status| message(status.into()))?
+                .into_inner();
+            for child in children.sandboxes {
+                println!("{}", child.sandbox_id);
+            }
+            Ok(())
+        }
+        SandboxCommand::Exec(_) | SandboxCommand::RunCode(_) => Ok(()),
+    }
 }
 
-/// What the user reads of a failed call.
-pub(super) fn message(error: daemon::DaemonError) -> String {
-    airlock::error_chain(&error)
-}
-
-async fn create_sandbox(socket: &Path, args: CreateArgs) -> Result<(), String> {
+async fn create_sandbox(client: &Client, args: CreateArgs) -> Result<(), String> {
     let request = create_request(args)?;
-    let id = connect(socket)
-        .await?
+    let info = client
+        .sandboxes()
         .create(request)
         .await
-        .map_err(message)?;
-    println!("{id}");
+        .map_err(|status| message(status.into()))?
+        .into_inner();
+    println!("{}", info.sandbox_id);
     Ok(())
 }
 
-/// What `airlock sandbox create` with no options asks the daemon for: the
-/// configuration `airlock serve --pool` keeps warm.
-pub fn default_create_request() -> Result<pb::CreateRequest, String> {
-    #[derive(clap::Parser)]
-    struct Defaults {
-        #[command(flatten)]
-        create: CreateArgs,
-    }
-    let defaults =
-        <Defaults as clap::Parser>::try_parse_from(["create"]).map_err(|e| e.to_string())?;
-    create_request(defaults.create)
-}
-
-/// The daemon's request for `args`.
-fn create_request(args: CreateArgs) -> Result<pb::CreateRequest, String> {
-    let image = args.vm.image_file()?.as_deref().map(absolute).transpose()?;
-    let workspace = args.vm.workspace.as_deref().map(absolute).transpose()?;
-    // The daemon checks them too; a mistake shows before a round trip.
+/// The server's request for `args`. A secret's value travels in it; the
+/// request's `Debug` does not show it.
+fn create_request(args: CreateArgs) -> Result<api::CreateSandboxRequest, String> {
+    // A mistake in a rule or a secret shows before a round trip.
     args.vm.net.network()?;
+    if args.vm.image.contains('/') {
+        return Err(format!(
+            "--image {}: a server starts sandboxes from the images in its store; name one of \
+             `airlock image ls` (build an image there with airlock-rootfs image build)",
+            args.vm.image
+        ));
+    }
+    let workspace = match &args.vm.workspace {
+        None => String::new(),
+        // A path is the local owner's; a bare name is kept by the server.
+        Some(path) if path.components().count() > 1 || path.is_absolute() => {
+            std::path::absolute(path)
+                .map_err(|e| format!("cannot resolve {}: {e}", path.display()))?
+                .to_string_lossy()
+                .into_owned()
+        }
+        Some(name) => name.to_string_lossy().into_owned(),
+    };
     let net = &args.vm.net;
-    Ok(pb::CreateRequest {
-        image: image.map(|path| path.to_string_lossy().into_owned()),
-        workspace: workspace.map(|path| path.to_string_lossy().into_owned()),
+    Ok(api::CreateSandboxRequest {
+        image: if args.vm.no_image {
+            String::new()
+        } else {
+            args.vm.image.clone()
+        },
+        no_image: args.vm.no_image,
+        workspace,
         memory_mib: args.vm.memory,
         vcpus: args.vm.vcpus,
         cold: args.vm.cold,
-        max_lifetime_secs: args.max_lifetime,
-        idle: args.idle_timeout.map(|timeout_secs| pb::Idle {
+        timeout_secs: args.max_lifetime,
+        idle: args.idle_timeout.map(|timeout_secs| api::Idle {
             timeout_secs,
-            policy: pb::IdlePolicy::from(args.idle).into(),
+            policy: api::IdlePolicy::from(args.idle).into(),
         }),
         allow_net: net.allow_net.iter().map(ToString::to_string).collect(),
-        secrets: net.secrets.iter().map(pb::Secret::from).collect(),
+        secrets: net
+            .secrets
+            .iter()
+            .map(|secret| api::Secret {
+                name: secret.name.clone(),
+                value: secret.value.expose().to_owned(),
+                hosts: secret.hosts.clone(),
+            })
+            .collect(),
+        metadata: args.metadata.into_iter().collect::<HashMap<_, _>>(),
+        envs: args.env.into_iter().collect::<HashMap<_, _>>(),
+        ..api::CreateSandboxRequest::default()
     })
 }
 
@@ -263,30 +318,55 @@ struct SandboxEntry {
     wall_ms: u64,
     running_ms: u64,
     guest_cpu_ms: u64,
+    metadata: std::collections::BTreeMap<String, String>,
 }
 
-impl From<pb::SandboxInfo> for SandboxEntry {
-    fn from(info: pb::SandboxInfo) -> SandboxEntry {
+/// `running`, `paused`, `on-disk` or `ended`, as `ls` prints a state.
+fn state_name(state: api::SandboxState) -> &'static str {
+    match state {
+        api::SandboxState::Running => "running",
+        api::SandboxState::Paused => "paused",
+        api::SandboxState::OnDisk => "on-disk",
+        api::SandboxState::Ended => "ended",
+        api::SandboxState::Unspecified => "unknown",
+    }
+}
+
+impl From<api::SandboxInfo> for SandboxEntry {
+    fn from(info: api::SandboxInfo) -> SandboxEntry {
+        let usage = info.usage.unwrap_or_default();
         SandboxEntry {
-            state: wire::state_name(info.state()),
-            id: info.id,
-            ended: info.ended,
-            wall_ms: info.wall_ms,
-            running_ms: info.running_ms,
-            guest_cpu_ms: info.guest_cpu_ms,
+            state: state_name(info.state()),
+            id: info.sandbox_id,
+            ended: (!info.end_reason.is_empty()).then_some(info.end_reason),
+            wall_ms: usage.wall_ms,
+            running_ms: usage.running_ms,
+            guest_cpu_ms: usage.guest_cpu_ms,
+            metadata: info.metadata.into_iter().collect(),
         }
     }
 }
 
-async fn list(socket: &Path, json: bool) -> Result<(), String> {
-    let sandboxes: Vec<SandboxEntry> = connect(socket)
-        .await?
-        .list()
-        .await
-        .map_err(message)?
-        .into_iter()
-        .map(SandboxEntry::from)
-        .collect();
+async fn list(client: &Client, json: bool, metadata: Vec<(String, String)>) -> Result<(), String> {
+    let mut sandboxes = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .sandboxes()
+            .list(api::ListSandboxesRequest {
+                metadata: metadata.iter().cloned().collect(),
+                page_token,
+                ..api::ListSandboxesRequest::default()
+            })
+            .await
+            .map_err(|status| message(status.into()))?
+            .into_inner();
+        sandboxes.extend(page.sandboxes.into_iter().map(SandboxEntry::from));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
     if json {
         let text = serde_json::to_string_pretty(&sandboxes).map_err(|e| e.to_string())?;
         println!("{text}");
@@ -306,97 +386,28 @@ fn table(sandboxes: &[SandboxEntry]) -> String {
         .unwrap_or(0)
         .max(2);
     let mut out = format!(
-        "{:<width$}  {:<8}  {:>9}  {:>9}  {:>9}\n",
+        "{:<width$}  {:<8}  {:>9}  {:>9}  {:>9}  LABELS\n",
         "ID", "STATE", "WALL", "RUNNING", "GUEST CPU"
     );
     for s in sandboxes {
-        out.push_str(&format!(
-            "{:<width$}  {:<8}  {:>9}  {:>9}  {:>9}\n",
+        let labels: Vec<String> = s.metadata.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let line = format!(
+            "{:<width$}  {:<8}  {:>9}  {:>9}  {:>9}  {}",
             s.id,
             s.state,
             secs(s.wall_ms),
             secs(s.running_ms),
-            secs(s.guest_cpu_ms)
-        ));
+            secs(s.guest_cpu_ms),
+            labels.join(",")
+        );
+        out.push_str(line.trim_end());
+        out.push('\n');
     }
     out
 }
 
-/// One side of `cp`.
-#[derive(Debug, PartialEq, Eq)]
-enum Side {
-    Host(PathBuf),
-    Guest { id: String, path: PathBuf },
-}
-
-/// `ID:/path` is a guest side (the id has no '/'); anything else is a host
-/// path.
-fn side(text: &str) -> Result<Side, String> {
-    match text.split_once(':') {
-        Some((id, path)) if !id.is_empty() && !id.contains('/') => {
-            if !path.starts_with('/') {
-                return Err(format!(
-                    "the guest path in {text:?} must be absolute (ID:/path); write ./{text} for a \
-                     host path"
-                ));
-            }
-            Ok(Side::Guest {
-                id: id.to_owned(),
-                path: PathBuf::from(path),
-            })
-        }
-        _ if text.is_empty() => Err("an empty path".into()),
-        _ => Ok(Side::Host(PathBuf::from(text))),
-    }
-}
-
-/// What `cp SRC DST` asks for; the host path is absolute.
-#[derive(Debug, PartialEq, Eq)]
-enum Copy {
-    In {
-        id: String,
-        host: PathBuf,
-        guest: PathBuf,
-    },
-    Out {
-        id: String,
-        guest: PathBuf,
-        host: PathBuf,
-    },
-}
-
-/// The copy for `cp SRC DST`.
-fn copy_request(src: &str, dst: &str) -> Result<Copy, String> {
-    match (side(src)?, side(dst)?) {
-        (Side::Host(host), Side::Guest { id, path }) => Ok(Copy::In {
-            id,
-            host: absolute(&host)?,
-            guest: path,
-        }),
-        (Side::Guest { id, path }, Side::Host(host)) => Ok(Copy::Out {
-            id,
-            guest: path,
-            host: absolute(&host)?,
-        }),
-        _ => Err("exactly one side of cp must be ID:/guest/path".into()),
-    }
-}
-
-async fn copy(socket: &Path, src: &str, dst: &str) -> Result<(), String> {
-    let request = copy_request(src, dst)?;
-    let copied = match connect(socket).await {
-        Ok(mut daemon) => match &request {
-            Copy::In { id, host, guest } => daemon.copy_in(id, host, guest).await,
-            Copy::Out { id, guest, host } => daemon.copy_out(id, guest, host).await,
-        }
-        .map_err(message),
-        Err(message) => Err(message),
-    };
-    copied.map_err(|message| format!("cannot copy {src} to {dst}: {message}"))
-}
-
 /// Runs a program in a sandbox; returns airlock's exit code.
-async fn exec_in(socket: &Path, args: ExecArgs) -> u8 {
+async fn exec_in(server: &ServerOptions, args: ExecArgs) -> u8 {
     let mut session = match Session::new() {
         Ok(session) => session,
         Err(message) => return fail(&message),
@@ -405,13 +416,11 @@ async fn exec_in(socket: &Path, args: ExecArgs) -> u8 {
         Ok(timeout) => timeout,
         Err(error) => return fail(&error.to_string()),
     };
-    let start = pb::ExecStart {
-        id: args.id,
-        argv: args.command,
-        options: Some(pb::ProgramOptions::from(&args.program)),
-        stdin: session.stdin_piped(),
+    let start = start_request(args, session.stdin_piped());
+    let started = async {
+        let client = server.connect().await?;
+        client.start(start).await.map_err(message)
     };
-    let started = async { connect(socket).await?.exec(start).await.map_err(message) };
     let stream = tokio::select! {
         started = started => match started {
             Ok(stream) => stream,
@@ -420,39 +429,42 @@ async fn exec_in(socket: &Path, args: ExecArgs) -> u8 {
         signal = session.signalled() => return Ending::Signalled(signal).report(None),
     };
     let ran = session
-        .drive(Program::Daemon(Box::new(stream)), timeout)
+        .drive(Program::Remote(Box::new(stream)), timeout)
         .await;
     ran.ending.report(timeout)
 }
 
-/// `path` made absolute against the current directory (the daemon has
-/// its own).
-fn absolute(path: &Path) -> Result<PathBuf, String> {
-    std::path::absolute(path).map_err(|e| format!("cannot resolve {}: {e}", path.display()))
+/// The start of `exec`'s program: its options as `run` takes them, its
+/// stdin piped when the host's is, and killed if this client goes away.
+fn start_request(args: ExecArgs, stdin: bool) -> api::StartProcess {
+    let options = args.program;
+    let limits = (options.limit_memory.is_some()
+        || options.limit_pids.is_some()
+        || options.limit_cpus.is_some())
+    .then_some(api::Limits {
+        memory_bytes: options.limit_memory,
+        pids: options.limit_pids,
+        cpu_millis: options.limit_cpus,
+    });
+    api::StartProcess {
+        sandbox_id: args.id,
+        argv: args.command,
+        envs: options.env.into_iter().collect(),
+        cwd: options.cwd.unwrap_or_default(),
+        user: options.user.unwrap_or_default(),
+        timeout_secs: options.timeout,
+        limits,
+        privileged: options.privileged,
+        stdin,
+        kill_on_disconnect: true,
+        ..api::StartProcess::default()
+    }
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cp_needs_exactly_one_guest_side() {
-        let request = copy_request("data.txt", "sandbox-x1:/tmp/data").unwrap();
-        let Copy::In { id, host, guest } = request else {
-            panic!("not copy in")
-        };
-        assert_eq!(id, "sandbox-x1");
-        assert!(host.is_absolute() && host.ends_with("data.txt"));
-        assert_eq!(guest, PathBuf::from("/tmp/data"));
-        let request = copy_request("sb:/etc", "./out:dir").unwrap();
-        assert!(matches!(request, Copy::Out { .. }), "{request:?}");
-        assert!(copy_request("a", "b").is_err());
-        assert!(copy_request("sb:/a", "sb:/b").is_err());
-        assert!(copy_request("sb:rel", "b")
-            .unwrap_err()
-            .contains("absolute"));
-    }
 
     #[test]
     fn the_table_has_a_line_per_sandbox() {
@@ -463,6 +475,7 @@ mod tests {
             wall_ms: 12_340,
             running_ms: 10_000,
             guest_cpu_ms: 1_500,
+            metadata: [("team".to_owned(), "a".to_owned())].into(),
         };
         let table = table(&[entry]);
         let lines: Vec<_> = table.lines().collect();
@@ -470,7 +483,7 @@ mod tests {
         assert!(lines[0].starts_with("ID"), "{table}");
         assert!(lines[1].starts_with("sandbox-abc  paused"), "{table}");
         assert!(
-            lines[1].contains("12.3s") && lines[1].ends_with("1.5s"),
+            lines[1].contains("12.3s") && lines[1].ends_with("1.5s  team=a"),
             "{table}"
         );
     }

@@ -6,9 +6,10 @@
 //! the end the message and exit code airlock reports.
 //!
 //! The program is a [`Program`]: a local [`Execution`] (`run`, which booted
-//! the sandbox) or the daemon's [`ExecStream`] (`sandbox exec`). Ending the
+//! the sandbox) or a server's [`ProcessStream`] (`sandbox exec`). Ending the
 //! session early kills the sandbox of a local program (the caller drops
-//! it) and the daemon's program (the client hangs up).
+//! it) and the server's program (the client hangs up; its start asked for
+//! that).
 //!
 //! Exit codes: the program's own (128+N when signal N killed it), 124 for
 //! `--timeout`, 128+N when signal N ended the session, 125 when Airlock
@@ -20,9 +21,11 @@ use std::time::{Duration, Instant};
 use airlock::{Event, Execution, Exit, ProcessHandle, Signal};
 use tokio::signal::unix::{signal, Signal as SignalStream, SignalKind};
 
+use airlock_client::{ProcessInputs, ProcessStream};
+
 use super::program::{exit_code, host_stdin, print_event, EXIT_TIMEOUT};
+use super::remote::{event, message};
 use super::EXIT_AIRLOCK_ERROR;
-use crate::daemon::{ExecInputs, ExecStream};
 
 /// How long after `--timeout` the session waits for the kill to be
 /// reported before it gives up on the program.
@@ -32,8 +35,8 @@ const TIMEOUT_GRACE: Duration = Duration::from_secs(30);
 pub enum Program {
     /// In a sandbox this process booted (`run`).
     Local(Box<Execution>),
-    /// In a sandbox the daemon holds (`sandbox exec`).
-    Daemon(Box<ExecStream>),
+    /// In a sandbox a server holds (`sandbox exec`).
+    Remote(Box<ProcessStream>),
 }
 
 impl Program {
@@ -49,10 +52,16 @@ impl Program {
                 .to_string()),
                 Err(error) => Err(error.to_string()),
             },
-            Program::Daemon(stream) => stream
-                .next_event()
-                .await
-                .map_err(|error| airlock::error_chain(&error)),
+            Program::Remote(stream) => loop {
+                match stream.next_event().await {
+                    Ok(Some(next)) => match event(next) {
+                        Some(event) => return Ok(event),
+                        None => continue,
+                    },
+                    Ok(None) => return Err("the server ended the program's stream early".into()),
+                    Err(error) => return Err(message(error)),
+                }
+            },
         }
     }
 
@@ -64,10 +73,10 @@ impl Program {
                     tracing::warn!(%error, "cannot forward SIGINT");
                 }
             }
-            Program::Daemon(stream) => {
+            Program::Remote(stream) => {
                 let signal = Signal::INT.number();
                 if stream.inputs().signal(signal).await.is_err() {
-                    tracing::warn!("cannot forward SIGINT: the daemon connection is gone");
+                    tracing::warn!("cannot forward SIGINT: the server connection is gone");
                 }
             }
         }
@@ -79,8 +88,8 @@ impl Program {
             Program::Local(execution) => {
                 tokio::spawn(stdin_to_process(execution.handle()));
             }
-            Program::Daemon(stream) => {
-                tokio::spawn(stdin_to_daemon(stream.inputs()));
+            Program::Remote(stream) => {
+                tokio::spawn(stdin_to_server(stream.inputs()));
             }
         }
     }
@@ -89,7 +98,7 @@ impl Program {
     fn victim(&self) -> &'static str {
         match self {
             Program::Local(_) => "sandbox",
-            Program::Daemon(_) => "command",
+            Program::Remote(_) => "command",
         }
     }
 }
@@ -257,8 +266,8 @@ async fn stdin_to_process(handle: ProcessHandle) {
     }
 }
 
-/// The host's stdin to the daemon's program, then its end.
-async fn stdin_to_daemon(inputs: ExecInputs) {
+/// The host's stdin to the server's program, then its end.
+async fn stdin_to_server(inputs: ProcessInputs) {
     if let Some(mut chunks) = host_stdin() {
         while let Some(chunk) = chunks.recv().await {
             if inputs.stdin(chunk).await.is_err() {

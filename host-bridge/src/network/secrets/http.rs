@@ -4,14 +4,15 @@
 //! head, a timeout on reading each head that also closes a connection left
 //! idle that long) and sends them on with hyper's client. Each request head
 //! is checked and rewritten by [`prepare`](super::request); a refused
-//! request is answered here (421, 403 or 400 with a short text body) and
-//! reported through [`HttpGate::on_refusal`]. Bodies stream through both
-//! ways without being buffered whole.
+//! request is answered here (421, 403 or 400, whose reason phrase and short
+//! text body say why in the gateway's one wording, `crate::network::told`)
+//! and reported through [`HttpGate::on_refusal`]. Bodies stream through
+//! both ways without being buffered whole.
 //!
 //! One upstream connection serves one guest connection: it is opened on the
 //! first request that passes, reused for the next, and opened again if the
 //! server closed it. When it cannot be opened or fails before a response,
-//! the guest gets 502.
+//! the guest gets 502 with the reason.
 //!
 //! Not served: protocol upgrades (`Upgrade` is hop-by-hop and removed, so a
 //! WebSocket handshake gets the server's non-upgrade answer) and HTTP/2
@@ -30,6 +31,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
+use hyper::ext::ReasonPhrase;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -43,6 +45,8 @@ use super::secret::normalize_host;
 use super::set::Secrets;
 use super::untrusted::{self, Untrusted};
 use super::upstream::{Upstream, UpstreamError};
+use crate::network::audit::Refusal;
+use crate::network::told;
 
 /// The smallest read buffer hyper accepts; a smaller `max_header_bytes`
 /// still bounds the head, but not the buffer.
@@ -184,7 +188,8 @@ impl Proxy {
         let (mut parts, body) = request.into_parts();
         if let Err(refusal) = prepare(&mut parts, &self.expected_host, &self.gate.secrets) {
             tracing::info!(%refusal, "request refused");
-            let response = text_response(refusal.status(), format!("airlock: {refusal}\n"));
+            let reason = told::sentence(&Refusal::from(refusal.clone()), &self.destination());
+            let response = text_response(refusal.status(), &reason);
             (self.gate.on_refusal)(refusal);
             return response;
         }
@@ -198,18 +203,34 @@ impl Proxy {
             }
             Err(error) => {
                 tracing::warn!(%method, error = %error_chain(&error), "upstream failed");
-                if let Some(untrusted) = match &error {
+                let untrusted = match &error {
                     HttpGateError::Upstream(upstream) => untrusted::of_upstream(upstream),
                     _ => None,
-                } {
+                };
+                let refusal = match &untrusted {
+                    Some(Untrusted::Upstream { detail }) => Refusal::UpstreamUntrusted {
+                        detail: detail.clone(),
+                    },
+                    _ => Refusal::Upstream {
+                        message: guest_reason(&error),
+                    },
+                };
+                if let Some(untrusted) = untrusted {
                     (self.gate.on_untrusted)(untrusted);
                 }
-                text_response(
-                    StatusCode::BAD_GATEWAY,
-                    "airlock: the upstream server could not be reached\n".into(),
-                )
+                let reason = told::sentence(&refusal, &self.destination());
+                text_response(StatusCode::BAD_GATEWAY, &reason)
             }
         }
+    }
+
+    /// The host and port the connection is for, as the guest named them.
+    fn destination(&self) -> String {
+        format!(
+            "{}:{}",
+            self.expected_host,
+            self.gate.upstream.addr().port()
+        )
     }
 
     /// Sends on the open upstream connection, or a new one if there is
@@ -262,10 +283,11 @@ impl Proxy {
     }
 }
 
-/// A short plain-text answer from the proxy itself.
-fn text_response(status: StatusCode, text: String) -> Response<GateBody> {
+/// A short plain-text answer from the proxy itself: `reason` (a
+/// [`told::sentence`]) as its reason phrase and in its body.
+fn text_response(status: StatusCode, reason: &str) -> Response<GateBody> {
     let mut response = Response::new(
-        Full::new(Bytes::from(text))
+        Full::new(Bytes::from(told::body(status, reason)))
             .map_err(|never| match never {})
             .boxed(),
     );
@@ -274,7 +296,23 @@ fn text_response(status: StatusCode, text: String) -> Response<GateBody> {
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
+    if let Ok(phrase) = ReasonPhrase::try_from(told::reason_phrase(reason).into_bytes()) {
+        response.extensions_mut().insert(phrase);
+    }
     response
+}
+
+/// Why the upstream failed, for the guest: what the OS or TLS said,
+/// without the address the host resolved the name to.
+fn guest_reason(error: &HttpGateError) -> String {
+    match error {
+        HttpGateError::Upstream(UpstreamError::Connect { source, .. }) => source.to_string(),
+        HttpGateError::Upstream(UpstreamError::Handshake { source, .. }) => {
+            format!("TLS handshake failed: {source}")
+        }
+        HttpGateError::Upstream(UpstreamError::Timeout { .. }) => "connecting timed out".to_owned(),
+        other => error_chain(other),
+    }
 }
 
 /// An error with its causes, for a log line.
@@ -441,7 +479,11 @@ mod tests {
         let (status, body) =
             tokio::time::timeout(PATIENCE, exchange(&mut guest, request)).await??;
         assert_eq!(status, StatusCode::FORBIDDEN);
-        assert!(body.contains("OTHER_TOKEN"), "{body}");
+        let why = format!(
+            "airlock: the placeholder of secret OTHER_TOKEN may not be sent to api.test:{}\n",
+            server.addr.port()
+        );
+        assert!(body.starts_with(&why), "{body}");
         assert!(!body.contains("sk-real"), "{body}");
         assert_eq!(server.requests(), 0);
         assert_eq!(
@@ -467,8 +509,14 @@ mod tests {
         let (mut guest, _served) = guest_through_tls(gate).await?;
 
         let request = get("/", "other.test:443").body(Full::default())?;
-        let (status, _) = tokio::time::timeout(PATIENCE, exchange(&mut guest, request)).await??;
+        let (status, body) =
+            tokio::time::timeout(PATIENCE, exchange(&mut guest, request)).await??;
         assert_eq!(status, StatusCode::MISDIRECTED_REQUEST);
+        let why = format!(
+            "airlock: HTTP host \"other.test\" is not api.test:{}, the name this connection was allowed for",
+            server.addr.port()
+        );
+        assert!(body.starts_with(&why), "{body}");
         assert_eq!(server.requests(), 0);
         assert_eq!(
             reported(&reports),
@@ -609,8 +657,14 @@ mod tests {
         let _served = tokio::spawn(serve_http(host_side, gate));
         let mut guest = guest_client(guest, None).await?;
         let request = get("/", "plain.test").body(Full::default())?;
-        let (status, _) = tokio::time::timeout(PATIENCE, exchange(&mut guest, request)).await??;
+        let (status, body) =
+            tokio::time::timeout(PATIENCE, exchange(&mut guest, request)).await??;
         assert_eq!(status, StatusCode::BAD_GATEWAY);
+        let why = format!(
+            "airlock: plain.test:{} could not be reached: Connection refused",
+            closed.port()
+        );
+        assert!(body.starts_with(&why), "{body}");
         Ok(())
     }
 

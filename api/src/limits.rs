@@ -1,0 +1,65 @@
+//! The bounds of requests, as docs/api.md lists them. The server refuses a
+//! request past one with `INVALID_ARGUMENT` naming the field; a client may
+//! check first to fail without a round trip.
+
+/// Bytes in a sandbox id.
+pub const MAX_ID_BYTES: usize = 128;
+/// Labels on a sandbox.
+pub const MAX_LABELS: usize = 64;
+/// Bytes in a label's key.
+pub const MAX_LABEL_KEY_BYTES: usize = 128;
+/// Bytes in a label's value.
+pub const MAX_LABEL_VALUE_BYTES: usize = 1024;
+/// Environment variables in a create or a start.
+pub const MAX_ENVS: usize = 256;
+/// Bytes in an environment variable's value.
+pub const MAX_ENV_VALUE_BYTES: usize = 32 * 1024;
+/// Network allow rules.
+pub const MAX_RULES: usize = 256;
+/// Bytes in one rule.
+pub const MAX_RULE_BYTES: usize = 512;
+/// Bound secrets.
+pub const MAX_SECRETS: usize = 64;
+/// Hosts one secret is bound to.
+pub const MAX_SECRET_HOSTS: usize = 16;
+/// Bytes in a secret's value.
+pub const MAX_SECRET_VALUE_BYTES: usize = 4096;
+/// Extra CA certificates, and bytes in each.
+pub const MAX_CA_CERTS: usize = 16;
+pub const MAX_CA_CERT_BYTES: usize = 64 * 1024;
+/// Guest memory, MiB.
+pub const MIN_MEMORY_MIB: u32 = 64;
+pub const MAX_MEMORY_MIB: u32 = 65536;
+/// Virtual CPUs.
+pub const MAX_VCPUS: u32 = 64;
+/// A sandbox's timeout, and an idle timeout, in seconds (30 days, 7 days).
+pub const MAX_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
+pub const MAX_IDLE_SECS: u64 = 7 * 24 * 3600;
+/// Sandboxes one fork makes.
+pub const MAX_FORK: u32 = 16;
+/// A list page, and its default.
+pub const MAX_PAGE_SIZE: u32 = 1000;
+pub const DEFAULT_PAGE_SIZE: u32 = 100;
+/// A program's arguments, and their bytes in all.
+pub const MAX_ARGS: usize = 4096;
+pub const MAX_ARGV_BYTES: usize = 1 << 20;
+/// Bytes in a guest path.
+pub const MAX_PATH_BYTES: usize = 4096;
+/// Bytes in a tag, a user name, a context id, a name.
+pub const MAX_NAME_BYTES: usize = 128;
+/// Bytes of data in one message (stdin, a file chunk, a tar chunk).
+pub const MAX_CHUNK_BYTES: usize = 1 << 20;
+/// The size the server sends file and tar chunks in.
+pub const CHUNK_BYTES: usize = 256 * 1024;
+/// Bytes of code in a cell.
+pub const MAX_CODE_BYTES: usize = 4 << 20;
+/// Levels of a directory listing.
+pub const MAX_LIST_DEPTH: u32 = 64;
+/// Roots of a change tracker.
+pub const MAX_TRACK_ROOTS: usize = 16;
+/// A terminal's rows and columns.
+pub const MAX_TERMINAL: u32 = 1000;
+/// Bytes in a key's name.
+pub const MAX_KEY_NAME_BYTES: usize = 64;
+/// Bytes of a whole message either way (a chunk plus its framing fits).
+pub const MAX_MESSAGE_BYTES: usize = 4 << 20;

@@ -1,0 +1,121 @@
+//! `airlock key create|ls|rm`: the API keys of the local server, which
+//! clients on TCP present (`AIRLOCK_API_KEY`). Only the machine's owner
+//! manages them, on the server's Unix socket.
+
+use airlock_client::api;
+use clap::Subcommand;
+
+use super::remote::message;
+use super::session::fail;
+
+/// `airlock key` and its options.
+#[derive(Debug, clap::Args)]
+pub struct KeyArgs {
+    /// The local server's socket (default: daemon.sock under
+    /// AIRLOCK_STATE_DIR, else $XDG_RUNTIME_DIR/airlock or /tmp/airlock).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub socket: Option<std::path::PathBuf>,
+
+    #[command(subcommand)]
+    pub command: KeyCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeyCommand {
+    /// Make a key and print it, once, on the last line of stdout.
+    Create {
+        /// Its name: letters, digits, '.', '_', '-'.
+        name: String,
+        /// Live sandboxes it may hold at once (default: no limit of its own).
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        max_sandboxes: u32,
+        /// Guest memory, MiB, its sandboxes may use in all.
+        #[arg(long, value_name = "MIB", default_value_t = 0)]
+        max_memory: u64,
+        /// Calls it may have in flight at once (default: the server's).
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        max_calls: u32,
+    },
+    /// List the keys (never the keys themselves).
+    Ls,
+    /// Remove a key: its next call is refused.
+    Rm { name: String },
+}
+
+/// Runs a `key` subcommand; returns the exit code.
+pub async fn run(args: KeyArgs) -> u8 {
+    // Keys are the local owner's: never a remote server.
+    let socket = args.socket.unwrap_or_else(super::remote::default_socket);
+    let program = match std::env::current_exe() {
+        Ok(program) => program,
+        Err(e) => return fail(&format!("cannot find the airlock binary: {e}")),
+    };
+    let client = match airlock_client::Client::connect_or_start(&socket, &program).await {
+        Ok(client) => client,
+        Err(error) => return fail(&message(error)),
+    };
+    let mut keys = client.keys();
+    let outcome = match args.command {
+        KeyCommand::Create {
+            name,
+            max_sandboxes,
+            max_memory,
+            max_calls,
+        } => keys
+            .create_key(api::CreateKeyRequest {
+                name,
+                quota: Some(api::KeyQuota {
+                    max_sandboxes,
+                    max_memory_mib: max_memory,
+                    max_concurrent_calls: max_calls,
+                }),
+            })
+            .await
+            .map(|answer| {
+                let answer = answer.into_inner();
+                if let Some(key) = answer.key {
+                    eprintln!("airlock: key {} made; it is shown this once", key.name);
+                }
+                println!("{}", answer.secret);
+            }),
+        KeyCommand::Ls => keys.list_keys(api::ListKeysRequest {}).await.map(|answer| {
+            println!(
+                "{:<24}  {:>9}  {:>10}  {:>9}",
+                "NAME", "SANDBOXES", "MAX", "MAX MIB"
+            );
+            for key in answer.into_inner().keys {
+                let quota = key.quota.unwrap_or_default();
+                let limit = |n: u64| {
+                    if n == 0 {
+                        "-".to_owned()
+                    } else {
+                        n.to_string()
+                    }
+                };
+                println!(
+                    "{:<24}  {:>9}  {:>10}  {:>9}",
+                    key.name,
+                    key.sandboxes,
+                    limit(u64::from(quota.max_sandboxes)),
+                    limit(quota.max_memory_mib)
+                );
+            }
+        }),
+        KeyCommand::Rm { name } => keys
+            .remove_key(api::RemoveKeyRequest { name: name.clone() })
+            .await
+            .map(|answer| {
+                let left = answer.into_inner().sandbox_ids;
+                if !left.is_empty() {
+                    eprintln!(
+                        "airlock: key {name} removed; its sandboxes run on, the owner's to end: {}",
+                        left.join(" ")
+                    );
+                }
+            }),
+    };
+    match outcome {
+        Ok(()) => 0,
+        Err(status) => fail(&message(status.into())),
+    }
+}

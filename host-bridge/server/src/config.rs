@@ -1,0 +1,99 @@
+//! [`ServerConfig`]: what a server is made of besides its listeners.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock::{Sandbox, SandboxBuilder};
+
+/// The environment variable naming the server's data directory.
+pub const DATA_DIR_ENV: &str = "AIRLOCK_SERVER_DIR";
+
+/// The data directory unless configured: `$AIRLOCK_SERVER_DIR`, else
+/// `server/` in the Airlock home (which survives a reboot, as the saved
+/// sandboxes beside it do).
+pub fn default_data_dir() -> PathBuf {
+    match std::env::var_os(DATA_DIR_ENV) {
+        Some(dir) => PathBuf::from(dir),
+        None => airlock::artifacts::home().join("server"),
+    }
+}
+
+/// Makes the builder every sandbox starts from, before a request's
+/// options: where state directories and saved sandboxes go, the VMM user,
+/// or (in tests) the process backend.
+pub type BuilderFactory = Arc<dyn Fn() -> SandboxBuilder + Send + Sync>;
+
+/// What a clean stop does with the sandboxes the server holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnExit {
+    /// Save each to disk (ending its VM process); the next server lists
+    /// them and restores each on its next call.
+    PauseToDisk,
+    /// Kill them.
+    #[default]
+    Kill,
+}
+
+impl std::str::FromStr for OnExit {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "pause-to-disk" => Ok(OnExit::PauseToDisk),
+            "kill" => Ok(OnExit::Kill),
+            other => Err(format!("{other:?} is not one of pause-to-disk, kill")),
+        }
+    }
+}
+
+/// A server's configuration.
+#[derive(Clone)]
+pub struct ServerConfig {
+    /// The most sandboxes alive at once.
+    pub max_sandboxes: usize,
+    /// Keys, sandbox records and workspaces.
+    pub data_dir: PathBuf,
+    /// The builder every sandbox starts from.
+    pub builder: BuilderFactory,
+    /// Keep this many sandboxes of the default configuration (a create
+    /// without machine options) started and frozen.
+    pub pool: usize,
+    pub on_exit: OnExit,
+    /// Calls a key may have in flight at once unless its quota says.
+    pub max_calls_per_key: u32,
+    /// A sandbox's lifetime when its create names none.
+    pub default_timeout: Duration,
+    /// Origins whose browser pages may call the TCP listener (gRPC-Web).
+    pub cors_origins: Vec<String>,
+}
+
+impl fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("max_sandboxes", &self.max_sandboxes)
+            .field("data_dir", &self.data_dir)
+            .field("pool", &self.pool)
+            .field("on_exit", &self.on_exit)
+            .field("max_calls_per_key", &self.max_calls_per_key)
+            .field("default_timeout", &self.default_timeout)
+            .field("cors_origins", &self.cors_origins)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            max_sandboxes: 8,
+            data_dir: default_data_dir(),
+            builder: Arc::new(Sandbox::builder),
+            pool: 0,
+            on_exit: OnExit::default(),
+            max_calls_per_key: 64,
+            default_timeout: airlock::DEFAULT_MAX_LIFETIME,
+            cors_origins: Vec::new(),
+        }
+    }
+}

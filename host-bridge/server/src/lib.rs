@@ -1,0 +1,57 @@
+//! The Airlock server: the `airlock` library behind the public API
+//! `airlock.api.v1` (crate `airlock-api`), for the `airlock` CLI, the SDKs
+//! and the MCP server alike.
+//!
+//! A call flows like this:
+//!
+//! ```text
+//! client ─ gRPC (or gRPC-Web) ─> listener (Unix socket: the owner; TCP: TLS + an API key)
+//!   ─> interceptor puts the Principal on the request (`auth`, `throttle`)
+//!   ─> service (`service::*`): checks the request (`validate`), finds the caller's
+//!      sandbox (`state`, `registry`), calls the library, maps the answer (`convert`)
+//!      or the error (`status`)
+//!   ─> airlock::Sandbox ─> the guest agent
+//! ```
+//!
+//! Modules:
+//! - `serve`: [`serve`] and [`Listeners`]: start, recover, serve, stop.
+//! - `config`: [`ServerConfig`] (limits, data directory, the builder
+//!   factory, the pool, [`OnExit`]).
+//! - `listen`: [`UnixSocket`] and [`TcpEndpoint`].
+//! - `auth`, `throttle`, `principal`: who calls, and refusing strangers.
+//! - `keys`: [`KeyStore`], API keys as hashes.
+//! - `registry`, `record`: the server's sandboxes with owners and labels,
+//!   tenancy and quotas, and their records on disk.
+//! - `state`: what calls share (the manager, calls in flight per key).
+//! - `service`: one module per service of the API.
+//! - `validate`, `convert`, `status`: requests checked, answers and errors
+//!   mapped, each in one place.
+//! - `error`: [`ServerError`].
+//!
+//! The server's tests run on the library's process backend (the agent as a
+//! host process), without VMs: see `tests/`.
+
+#![forbid(unsafe_code)]
+
+mod auth;
+mod config;
+mod convert;
+mod error;
+pub mod keys;
+mod listen;
+mod principal;
+mod record;
+mod registry;
+mod serve;
+mod service;
+mod state;
+mod status;
+mod throttle;
+mod validate;
+
+pub use config::{default_data_dir, BuilderFactory, OnExit, ServerConfig, DATA_DIR_ENV};
+pub use error::ServerError;
+pub use keys::KeyStore;
+pub use listen::{TcpEndpoint, TlsFiles, UnixSocket};
+pub use principal::Principal;
+pub use serve::{serve, Listeners};

@@ -1,0 +1,270 @@
+//! [`serve`]: a server from its configuration and listeners, until told to
+//! stop.
+//!
+//! Starting, it opens the key store and reads the sandbox records a
+//! previous server left: a sandbox saved to disk is listed again (and
+//! restored on its next call). Then it serves the same services on each
+//! listener: on the Unix socket every call is the owner's; on TCP every
+//! call must carry a key, and gRPC-Web is served beside gRPC for the
+//! configured origins. Stopping, it does with its sandboxes what
+//! [`OnExit`] says and ends its tasks.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use http::{HeaderName, HeaderValue};
+use tokio::sync::oneshot;
+use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
+use tonic::service::interceptor::InterceptedService;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+use airlock::{SandboxState, Sandboxes};
+use airlock_api::limits::MAX_MESSAGE_BYTES;
+use airlock_api::v1 as api;
+use airlock_api::v1::{
+    code_server::CodeServer, files_server::FilesServer, keys_server::KeysServer,
+    network_server::NetworkServer, processes_server::ProcessesServer,
+    sandboxes_server::SandboxesServer,
+};
+
+use crate::auth::{KeyAuth, OwnerOnly};
+use crate::config::{OnExit, ServerConfig};
+use crate::error::ServerError;
+use crate::keys::KeyStore;
+use crate::listen::{TcpEndpoint, UnixSocket};
+use crate::principal::Principal;
+use crate::record::{Record, Records};
+use crate::registry::Registry;
+use crate::service::{create, Services};
+use crate::state::State;
+use crate::throttle::Throttle;
+
+/// How long a stopping server waits for its connections to close.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where a server listens.
+#[derive(Debug, Default)]
+pub struct Listeners {
+    /// The owner's Unix socket.
+    pub unix: Option<UnixSocket>,
+    /// TCP, with keys.
+    pub tcp: Option<TcpEndpoint>,
+}
+
+/// Every service of the API behind `$interceptor`, on the server builder
+/// `$server` (a macro: the builder's type changes with its layers).
+macro_rules! routes {
+    ($server:expr, $services:expr, $interceptor:expr) => {{
+        macro_rules! service {
+            ($kind:ident) => {
+                InterceptedService::new(
+                    $kind::new($services.clone())
+                        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                        .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                    $interceptor.clone(),
+                )
+            };
+        }
+        $server
+            .add_service(service!(SandboxesServer))
+            .add_service(service!(ProcessesServer))
+            .add_service(service!(FilesServer))
+            .add_service(service!(CodeServer))
+            .add_service(service!(NetworkServer))
+            .add_service(service!(KeysServer))
+    }};
+}
+
+/// The CORS answer for browser pages of `origins` (gRPC-Web).
+fn cors(origins: &[String]) -> CorsLayer {
+    let origins: Vec<HeaderValue> = origins
+        .iter()
+        .filter_map(|origin| HeaderValue::from_str(origin).ok())
+        .collect();
+    let header = |name: &'static str| HeaderName::from_static(name);
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::list(origins))
+        .allow_methods([http::Method::POST, http::Method::OPTIONS])
+        .allow_headers([
+            header("authorization"),
+            header("content-type"),
+            header("x-grpc-web"),
+            header("x-user-agent"),
+            header("grpc-timeout"),
+        ])
+        .expose_headers([
+            header("grpc-status"),
+            header("grpc-message"),
+            header("grpc-status-details-bin"),
+            header(airlock_api::reason::REASON_KEY),
+            header(airlock_api::reason::FIELD_KEY),
+        ])
+        .max_age(Duration::from_secs(600))
+}
+
+/// Serves until `shutdown` completes, then stops as `config.on_exit` says.
+pub async fn serve(
+    config: ServerConfig,
+    mut listeners: Listeners,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let keys = Arc::new(KeyStore::open(&config.data_dir)?);
+    let registry = Registry::new(Records::open(config.data_dir.join("sandboxes"))?);
+    let sandboxes = Sandboxes::new(config.max_sandboxes);
+    let pool = match config.pool {
+        0 => None,
+        size => {
+            let images = airlock::images::ImageStore::open_default();
+            let default = create::check(
+                api::CreateSandboxRequest::default(),
+                &Principal::Owner,
+                &images,
+                &config.data_dir,
+                config.default_timeout,
+            )
+            .map_err(|status| ServerError::Pool(status.message().to_owned()))?;
+            let builder = default.machine.builder((config.builder)(), None);
+            sandboxes
+                .set_pool(builder, size)
+                .map_err(|error| ServerError::Pool(airlock::error_chain(&error)))?;
+            tracing::info!(size, "keeping a warm pool");
+            Some(default.machine)
+        }
+    };
+    let on_exit = config.on_exit;
+    let cors_origins = config.cors_origins.clone();
+    let state = Arc::new(State::new(config, sandboxes, registry, keys, pool));
+    recover(&state);
+    let tls = listeners.tcp.as_ref().is_some_and(TcpEndpoint::is_tls);
+    let grpc_web = listeners.tcp.is_some();
+    let services = Services {
+        state: Arc::clone(&state),
+        tls,
+        grpc_web,
+    };
+    let mut stops = Vec::new();
+    let mut servers = Vec::new();
+    if let Some(listener) = listeners.unix.as_mut().and_then(UnixSocket::take_listener) {
+        let incoming = UnixListenerStream::new(listener).filter_map(|accepted| async move {
+            match accepted {
+                Ok(stream) => Some(Ok::<_, std::io::Error>(stream)),
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    None
+                }
+            }
+        });
+        let (stop, stopped) = oneshot::channel::<()>();
+        let router = routes!(tonic::transport::Server::builder(), services, OwnerOnly);
+        servers.push(tokio::spawn(router.serve_with_incoming_shutdown(
+            incoming,
+            async {
+                let _ = stopped.await;
+            },
+        )));
+        stops.push(stop);
+    }
+    if let Some(endpoint) = listeners.tcp.take() {
+        let address = endpoint.local_addr().ok();
+        let incoming = ReceiverStream::new(endpoint.accept());
+        let auth = KeyAuth::new(Arc::clone(&state.keys), Arc::new(Throttle::default()));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let mut builder = tonic::transport::Server::builder()
+            .accept_http1(true)
+            .layer(cors(&cors_origins))
+            .layer(tonic_web::GrpcWebLayer::new());
+        let router = routes!(builder, services, auth);
+        servers.push(tokio::spawn(router.serve_with_incoming_shutdown(
+            incoming,
+            async {
+                let _ = stopped.await;
+            },
+        )));
+        stops.push(stop);
+        tracing::info!(?address, tls, "serving on TCP");
+    }
+    if let Some(socket) = &listeners.unix {
+        tracing::info!(socket = %socket.path().display(), "serving on the Unix socket");
+    }
+    shutdown.await;
+    stop_sandboxes(&state, on_exit).await;
+    state.end_tasks().await;
+    for stop in stops {
+        let _ = stop.send(());
+    }
+    let mut served = Ok(());
+    for server in servers {
+        match tokio::time::timeout(DRAIN_TIMEOUT, server).await {
+            Ok(Ok(Err(error))) => served = Err(ServerError::Serve(error)),
+            Ok(_) => {}
+            Err(_) => tracing::warn!("connections still open; stopping anyway"),
+        }
+    }
+    drop(listeners);
+    served
+}
+
+/// Reads back what a previous server left: records of sandboxes saved to
+/// disk are listed again; records of sandboxes that are gone are removed;
+/// saved sandboxes without a record (from a library user, or an older
+/// server) are listed as the owner's.
+fn recover(state: &State) {
+    let saved = state.builder().saved_store();
+    let mut known = Vec::new();
+    for record in state.registry.stored_records() {
+        if saved.contains(&record.id) {
+            tracing::info!(id = record.id, owner = ?record.owner, "a sandbox saved to disk is back in the list");
+            known.push(record.id.clone());
+            state.registry.insert(record, None);
+        } else {
+            tracing::info!(id = record.id, "a sandbox of a previous server is gone");
+            state.registry.forget_record(&record.id);
+        }
+    }
+    for saved in saved.list().unwrap_or_default() {
+        if known.contains(&saved.id) {
+            continue;
+        }
+        let mut record = Record::new(saved.id.clone());
+        record.memory_mib = saved.vm.memory_mib;
+        record.vcpus = saved.vm.vcpus;
+        state.registry.insert(record, None);
+    }
+}
+
+/// Does with every sandbox what `on_exit` says.
+async fn stop_sandboxes(state: &State, on_exit: OnExit) {
+    let entries = state.registry.all();
+    if on_exit == OnExit::PauseToDisk {
+        for entry in &entries {
+            let Some(handle) = &entry.handle else {
+                continue;
+            };
+            if !matches!(handle.state(), SandboxState::Running | SandboxState::Paused) {
+                continue;
+            }
+            match handle.pause_to_disk().await {
+                Ok(()) => tracing::info!(id = handle.id(), "saved to disk for the next server"),
+                Err(error) => tracing::warn!(
+                    id = handle.id(),
+                    error = %airlock::error_chain(&error),
+                    "cannot save to disk; killing it"
+                ),
+            }
+        }
+    }
+    tracing::info!(sandboxes = entries.len(), ?on_exit, "stopping");
+    // Kills what runs; a sandbox on disk stays there.
+    state.sandboxes.kill_all();
+    for entry in entries {
+        if let Some(handle) = entry.handle {
+            if matches!(handle.state(), SandboxState::OnDisk) {
+                continue;
+            }
+            handle.kill();
+        }
+    }
+}

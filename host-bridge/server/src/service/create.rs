@@ -1,0 +1,300 @@
+//! A create request, checked field by field, as the library's builder: the
+//! [`Machine`] (what decides whether the warm pool can serve it) and the
+//! server's own parts (labels, environment), which any sandbox can take.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tonic::Status;
+
+use airlock::network::secrets::Secrets;
+use airlock::{IdlePolicy, NetRule, NetworkOptions, NetworkPolicy, SandboxBuilder, Secret};
+use airlock_api::limits;
+use airlock_api::reason::{self, invalid};
+use airlock_api::v1::{self as api, ErrorReason};
+
+use crate::principal::Principal;
+use crate::validate;
+
+/// The server's default guest memory and vCPUs, as the CLI's.
+pub const DEFAULT_MEMORY_MIB: u32 = 512;
+pub const DEFAULT_VCPUS: u32 = 1;
+
+/// What the guest machine is: two requests with the same machine can be
+/// served by the same pooled sandbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Machine {
+    /// The image's name ("" for none) and its file.
+    pub image: String,
+    pub image_path: Option<PathBuf>,
+    pub memory_mib: u32,
+    pub vcpus: u32,
+    /// `None`: never killed for age.
+    pub timeout: Option<Duration>,
+    pub idle: Option<(Duration, IdlePolicy)>,
+    pub cold: bool,
+    pub rules: Vec<NetRule>,
+    /// Name and hosts of each secret (the values stay out of comparisons
+    /// and logs; they are in `network`).
+    pub secret_names: Vec<(String, Vec<String>)>,
+    pub workspace: Option<PathBuf>,
+    pub ca_certs: Vec<String>,
+}
+
+/// A checked create request.
+#[derive(Debug)]
+pub struct Create {
+    pub machine: Machine,
+    pub network: Option<NetworkOptions>,
+    pub metadata: BTreeMap<String, String>,
+    pub envs: BTreeMap<String, String>,
+    pub template: String,
+}
+
+impl Machine {
+    /// Whether a sandbox with this machine can come from a pool of `pool`'s:
+    /// the same image and size, and nothing that is fixed at boot and not
+    /// in the pool's (a network, a workspace, other roots, an idle policy,
+    /// a cold boot). The lifetime is set at handout.
+    pub fn pooled_from(&self, pool: &Machine) -> bool {
+        self.image == pool.image
+            && self.memory_mib == pool.memory_mib
+            && self.vcpus == pool.vcpus
+            && self.timeout == pool.timeout
+            && self.idle.is_none()
+            && !self.cold
+            && self.rules.is_empty()
+            && self.secret_names.is_empty()
+            && self.workspace.is_none()
+            && self.ca_certs.is_empty()
+    }
+
+    /// The library's builder for this machine, from `base`.
+    pub fn builder(&self, base: SandboxBuilder, network: Option<NetworkOptions>) -> SandboxBuilder {
+        let mut builder = base
+            .memory_mib(self.memory_mib)
+            .vcpus(self.vcpus)
+            .from_template(!self.cold)
+            .max_lifetime(self.timeout);
+        if let Some(path) = &self.image_path {
+            builder = builder.image(path.clone());
+        }
+        if let Some(path) = &self.workspace {
+            builder = builder.workspace(path.clone());
+        }
+        if let Some((after, policy)) = self.idle {
+            builder = builder.idle_timeout(after, policy);
+        }
+        if let Some(network) = network {
+            builder = builder.network(network);
+        }
+        builder
+    }
+}
+
+/// Where a key's named workspaces live.
+pub fn workspace_dir(data_dir: &std::path::Path, principal: &Principal) -> PathBuf {
+    let owner = principal.key().unwrap_or("_owner");
+    data_dir.join("workspaces").join(owner)
+}
+
+/// Checks `request` and makes it a [`Create`]. `images` resolves image
+/// names; `default_timeout` is the lifetime of a request that names none.
+pub fn check(
+    request: api::CreateSandboxRequest,
+    principal: &Principal,
+    images: &airlock::images::ImageStore,
+    data_dir: &std::path::Path,
+    default_timeout: Duration,
+) -> Result<Create, Status> {
+    validate::labels("metadata", &request.metadata)?;
+    let envs = validate::envs("envs", &request.envs)?;
+    let memory_mib = match request.memory_mib {
+        0 => DEFAULT_MEMORY_MIB,
+        mib => validate::within(
+            "memory_mib",
+            mib,
+            limits::MIN_MEMORY_MIB,
+            limits::MAX_MEMORY_MIB,
+        )?,
+    };
+    let vcpus = match request.vcpus {
+        0 => DEFAULT_VCPUS,
+        n => validate::within("vcpus", n, 1, limits::MAX_VCPUS)?,
+    };
+    let timeout = match request.timeout_secs {
+        None => Some(default_timeout),
+        Some(0) => {
+            principal.require_owner("a sandbox without a timeout (timeout_secs 0)")?;
+            None
+        }
+        Some(secs) => Some(Duration::from_secs(validate::within(
+            "timeout_secs",
+            secs,
+            1,
+            limits::MAX_TIMEOUT_SECS,
+        )?)),
+    };
+    let idle = match request.idle {
+        None => None,
+        Some(idle) => {
+            let after = validate::within(
+                "idle.timeout_secs",
+                idle.timeout_secs,
+                1,
+                limits::MAX_IDLE_SECS,
+            )?;
+            let policy = match idle.policy() {
+                api::IdlePolicy::Pause => IdlePolicy::Pause,
+                api::IdlePolicy::Stop => IdlePolicy::Stop,
+                api::IdlePolicy::PauseToDisk => IdlePolicy::PauseToDisk,
+                api::IdlePolicy::Unspecified => {
+                    return Err(invalid(
+                        "idle.policy",
+                        "an idle timeout needs a policy: pause, pause-to-disk or stop",
+                    ))
+                }
+            };
+            Some((Duration::from_secs(after), policy))
+        }
+    };
+    let (image, image_path) = if request.no_image {
+        if !request.image.is_empty() {
+            return Err(invalid("image", "no_image and an image exclude each other"));
+        }
+        (String::new(), None)
+    } else {
+        let name = match request.image.as_str() {
+            "" => airlock::images::DEFAULT_IMAGE,
+            name => name,
+        };
+        validate::name("image", name)?;
+        let found = images.resolve(name).map_err(|error| {
+            reason::status(
+                ErrorReason::NotFound,
+                format!(
+                    "image: {}; ListImages lists the images (the owner builds them with \
+                     airlock-rootfs image build)",
+                    airlock::error_chain(&error)
+                ),
+            )
+        })?;
+        (name.to_owned(), Some(found.path))
+    };
+    if !request.template.is_empty() {
+        validate::name("template", &request.template)?;
+        return Err(reason::status(
+            ErrorReason::NotFound,
+            format!("template: no template named {}", request.template),
+        ));
+    }
+    let workspace = match request.workspace.as_str() {
+        "" => None,
+        path if path.starts_with('/') => {
+            principal.require_owner("a workspace given as a host path")?;
+            if request.no_image {
+                return Err(invalid("workspace", "a workspace needs a root image"));
+            }
+            Some(PathBuf::from(path))
+        }
+        name => {
+            validate::name("workspace", name)?;
+            if request.no_image {
+                return Err(invalid("workspace", "a workspace needs a root image"));
+            }
+            Some(workspace_dir(data_dir, principal).join(format!("{name}.ext4")))
+        }
+    };
+    validate::count("allow_net", &request.allow_net, limits::MAX_RULES)?;
+    let rules = request
+        .allow_net
+        .iter()
+        .map(|text| {
+            if text.len() > limits::MAX_RULE_BYTES {
+                return Err(invalid(
+                    "allow_net",
+                    format!("a rule longer than {} bytes", limits::MAX_RULE_BYTES),
+                ));
+            }
+            text.parse::<NetRule>()
+                .map_err(|error| invalid("allow_net", error))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    validate::count("secrets", &request.secrets, limits::MAX_SECRETS)?;
+    let mut secrets = Vec::with_capacity(request.secrets.len());
+    for secret in &request.secrets {
+        if secret.value.len() > limits::MAX_SECRET_VALUE_BYTES {
+            return Err(invalid(
+                "secrets",
+                format!(
+                    "{}: a value longer than {} bytes",
+                    secret.name,
+                    limits::MAX_SECRET_VALUE_BYTES
+                ),
+            ));
+        }
+        if secret.hosts.is_empty() || secret.hosts.len() > limits::MAX_SECRET_HOSTS {
+            return Err(invalid(
+                "secrets",
+                format!("{}: 1 to {} hosts", secret.name, limits::MAX_SECRET_HOSTS),
+            ));
+        }
+        // The library's words never contain the value.
+        let made = Secret::new(secret.name.clone(), secret.value.clone())
+            .map_err(|error| invalid("secrets", error))?
+            .hosts(&secret.hosts);
+        secrets.push(made);
+    }
+    Secrets::new(secrets.clone())
+        .map_err(|error| invalid("secrets", airlock::error_chain(&error)))?;
+    validate::count("ca_certs", &request.ca_certs, limits::MAX_CA_CERTS)?;
+    for pem in &request.ca_certs {
+        if pem.len() > limits::MAX_CA_CERT_BYTES {
+            return Err(invalid(
+                "ca_certs",
+                format!(
+                    "a certificate longer than {} bytes",
+                    limits::MAX_CA_CERT_BYTES
+                ),
+            ));
+        }
+    }
+    if !request.ca_certs.is_empty() {
+        return Err(reason::status(
+            ErrorReason::Unsupported,
+            "ca_certs: this server cannot give a guest extra roots yet",
+        ));
+    }
+    let network = (!rules.is_empty() || !secrets.is_empty()).then(|| {
+        let policy = NetworkPolicy::from_rules(rules.iter().cloned());
+        secrets
+            .iter()
+            .cloned()
+            .fold(NetworkOptions::new().policy(policy), NetworkOptions::secret)
+    });
+    let machine = Machine {
+        image,
+        image_path,
+        memory_mib,
+        vcpus,
+        timeout,
+        idle,
+        cold: request.cold,
+        rules,
+        secret_names: request
+            .secrets
+            .iter()
+            .map(|s| (s.name.clone(), s.hosts.clone()))
+            .collect(),
+        workspace,
+        ca_certs: request.ca_certs,
+    };
+    Ok(Create {
+        machine,
+        network,
+        metadata: request.metadata.into_iter().collect(),
+        envs,
+        template: request.template,
+    })
+}

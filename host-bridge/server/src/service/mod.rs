@@ -1,0 +1,34 @@
+//! The services of `airlock.api.v1`, thin: each call checks its request,
+//! finds the caller's sandbox through the [`State`], calls the library, and
+//! maps the answer (`convert`) or the error (`status`).
+//!
+//! - `sandboxes`: the lifecycle (`create` checks a create request).
+//! - `processes`: programs, streamed (`relay` lets `Wait` listen to a
+//!   stream that is attached).
+//! - `files`: files, trees, tar streams, change trackers.
+//! - `code`: cells and contexts.
+//! - `network`: rules and audit.
+//! - `keys`: API keys (the owner's).
+
+pub mod code;
+pub mod create;
+pub mod files;
+pub mod keys;
+pub mod network;
+pub mod processes;
+pub mod relay;
+pub mod sandboxes;
+
+use std::sync::Arc;
+
+use crate::state::State;
+
+/// One value behind every service, cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Services {
+    pub(crate) state: Arc<State>,
+    /// Whether the server has a TLS listener (for `Ping`'s features).
+    pub(crate) tls: bool,
+    /// Whether it serves gRPC-Web.
+    pub(crate) grpc_web: bool,
+}

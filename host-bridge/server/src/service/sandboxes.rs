@@ -1,0 +1,384 @@
+//! `airlock.api.v1.Sandboxes`: the lifecycle calls.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use airlock::SandboxState;
+use airlock_api::limits;
+use airlock_api::reason::{self, invalid};
+use airlock_api::v1::{self as api, sandboxes_server, ErrorReason};
+
+use super::create::{self, Create};
+use super::Services;
+use crate::convert::{self, now_ms, sandbox_info};
+use crate::principal::Principal;
+use crate::record::Record;
+use crate::registry::Entry;
+use crate::status::error_status;
+use crate::validate;
+
+impl Services {
+    /// The info of the sandbox `id` as it is now.
+    fn info_of(&self, principal: &Principal, id: &str) -> Result<api::SandboxInfo, Status> {
+        Ok(sandbox_info(&self.state.registry.get(principal, id)?))
+    }
+
+    /// The server's record for a sandbox it just started.
+    fn record_for(&self, id: &str, principal: &Principal, create: &Create, pooled: bool) -> Record {
+        let mut record = Record::new(id.to_owned());
+        record.owner = principal.key().map(str::to_owned);
+        record.metadata = create.metadata.clone();
+        record.envs = create.envs.clone();
+        record.image = create.machine.image.clone();
+        record.template = create.template.clone();
+        record.memory_mib = create.machine.memory_mib;
+        record.vcpus = create.machine.vcpus;
+        record.created_at_ms = now_ms();
+        record.ends_at_ms = create
+            .machine
+            .timeout
+            .map_or(0, |after| record.created_at_ms + convert::millis(after));
+        record.network = create.network.is_some();
+        record.secrets = create.machine.secret_names.clone();
+        record.pooled = pooled;
+        record
+    }
+}
+
+#[tonic::async_trait]
+impl sandboxes_server::Sandboxes for Services {
+    async fn ping(
+        &self,
+        request: Request<api::PingRequest>,
+    ) -> Result<Response<api::PingResponse>, Status> {
+        let principal = Principal::of(&request)?;
+        let mut features = vec![
+            airlock_api::features::KEYS.to_owned(),
+            airlock_api::features::ADOPTION.to_owned(),
+        ];
+        if self.tls {
+            features.push(airlock_api::features::TLS.to_owned());
+        }
+        if self.grpc_web {
+            features.push(airlock_api::features::GRPC_WEB.to_owned());
+        }
+        if self.state.pool.is_some() {
+            features.push(airlock_api::features::POOL.to_owned());
+        }
+        Ok(Response::new(api::PingResponse {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            api_revision: airlock_api::REVISION,
+            features,
+            pid: match principal {
+                Principal::Owner => std::process::id(),
+                Principal::Key(_) => 0,
+            },
+            principal: principal.to_string(),
+        }))
+    }
+
+    async fn create(
+        &self,
+        request: Request<api::CreateSandboxRequest>,
+    ) -> Result<Response<api::SandboxInfo>, Status> {
+        let principal = Principal::of(&request)?;
+        let _call = self.state.admit(&principal)?;
+        let state = &self.state;
+        let create = create::check(
+            request.into_inner(),
+            &principal,
+            &state.images,
+            &state.config.data_dir,
+            state.config.default_timeout,
+        )?;
+        let reservation = state.registry.reserve(
+            &principal,
+            state.quota(&principal),
+            1,
+            create.machine.memory_mib,
+        )?;
+        if let Some(parent) = create.machine.workspace.as_ref().and_then(|w| w.parent()) {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                reason::status(
+                    ErrorReason::Internal,
+                    format!(
+                        "cannot make the workspace directory {}: {e}",
+                        parent.display()
+                    ),
+                )
+            })?;
+        }
+        let pooled = state
+            .pool
+            .as_ref()
+            .is_some_and(|pool| create.machine.pooled_from(pool));
+        let started = if pooled {
+            state.sandboxes.start_pooled().await
+        } else {
+            let builder = create
+                .machine
+                .builder(state.builder(), create.network.clone());
+            state.sandboxes.start(builder).await
+        };
+        let handle = started.map_err(|error| error_status(&error))?;
+        let record = self.record_for(handle.id(), &principal, &create, pooled);
+        tracing::info!(id = handle.id(), %principal, pooled, "created");
+        let id = record.id.clone();
+        state.registry.insert(record, Some(handle));
+        drop(reservation);
+        Ok(Response::new(self.info_of(&principal, &id)?))
+    }
+
+    async fn get(
+        &self,
+        request: Request<api::GetSandboxRequest>,
+    ) -> Result<Response<api::SandboxInfo>, Status> {
+        let principal = Principal::of(&request)?;
+        let id = &request.get_ref().sandbox_id;
+        validate::sandbox_id("sandbox_id", id)?;
+        Ok(Response::new(self.info_of(&principal, id)?))
+    }
+
+    async fn list(
+        &self,
+        request: Request<api::ListSandboxesRequest>,
+    ) -> Result<Response<api::ListSandboxesResponse>, Status> {
+        let principal = Principal::of(&request)?;
+        let request = request.into_inner();
+        validate::labels("metadata", &request.metadata)?;
+        let page_size = match request.page_size {
+            0 => limits::DEFAULT_PAGE_SIZE,
+            n => validate::within("page_size", n, 1, limits::MAX_PAGE_SIZE)?,
+        } as usize;
+        if !request.page_token.is_empty() {
+            validate::sandbox_id("page_token", &request.page_token)?;
+        }
+        let states: Vec<api::SandboxState> = request
+            .states
+            .iter()
+            .map(|&value| {
+                api::SandboxState::try_from(value)
+                    .ok()
+                    .filter(|s| *s != api::SandboxState::Unspecified)
+                    .ok_or_else(|| invalid("states", format!("{value} is not a sandbox state")))
+            })
+            .collect::<Result<_, _>>()?;
+        let matching: Vec<Entry> = self
+            .state
+            .registry
+            .list(&principal)
+            .into_iter()
+            .filter(|entry| entry.record.id.as_str() > request.page_token.as_str())
+            .filter(|entry| {
+                request
+                    .metadata
+                    .iter()
+                    .all(|(k, v)| entry.record.metadata.get(k) == Some(v))
+            })
+            .filter(|entry| states.is_empty() || states.contains(&convert::state(&entry.state())))
+            .take(page_size + 1)
+            .collect();
+        let more = matching.len() > page_size;
+        let sandboxes: Vec<api::SandboxInfo> =
+            matching.iter().take(page_size).map(sandbox_info).collect();
+        let next_page_token = match (more, sandboxes.last()) {
+            (true, Some(last)) => last.sandbox_id.clone(),
+            _ => String::new(),
+        };
+        Ok(Response::new(api::ListSandboxesResponse {
+            sandboxes,
+            next_page_token,
+        }))
+    }
+
+    async fn set_timeout(
+        &self,
+        request: Request<api::SetTimeoutRequest>,
+    ) -> Result<Response<api::SandboxInfo>, Status> {
+        let principal = Principal::of(&request)?;
+        let request = request.into_inner();
+        let (_, _handle) = self
+            .state
+            .live_sandbox(&principal, &request.sandbox_id)
+            .await?;
+        Err(reason::status(
+            ErrorReason::Unsupported,
+            "timeout_secs: this server cannot change a sandbox's timeout yet",
+        ))
+    }
+
+    async fn kill(
+        &self,
+        request: Request<api::KillSandboxRequest>,
+    ) -> Result<Response<api::KillSandboxResponse>, Status> {
+        let principal = Principal::of(&request)?;
+        let id = &request.get_ref().sandbox_id;
+        validate::sandbox_id("sandbox_id", id)?;
+        let entry = self.state.registry.remove(&principal, id)?;
+        match self.state.sandboxes.remove(&self.state.builder(), id) {
+            Ok(()) => {}
+            // Ended and forgotten by the manager already.
+            Err(airlock::Error::NoSuchSandbox { .. }) => {
+                if let Some(handle) = &entry.handle {
+                    handle.kill();
+                }
+            }
+            Err(error) => return Err(error_status(&error)),
+        }
+        self.state.trackers.forget_sandbox(id);
+        self.state.relays.forget_sandbox(id);
+        tracing::info!(%id, %principal, "killed");
+        Ok(Response::new(api::KillSandboxResponse {}))
+    }
+
+    async fn pause(
+        &self,
+        request: Request<api::PauseSandboxRequest>,
+    ) -> Result<Response<api::SandboxInfo>, Status> {
+        let principal = Principal::of(&request)?;
+        let _call = self.state.admit(&principal)?;
+        let request = request.into_inner();
+        let (_, handle) = self
+            .state
+            .live_sandbox(&principal, &request.sandbox_id)
+            .await?;
+        let paused = if request.to_disk {
+            handle.pause_to_disk().await
+        } else {
+            handle.pause().await
+        };
+        paused.map_err(|error| error_status(&error))?;
+        Ok(Response::new(
+            self.info_of(&principal, &request.sandbox_id)?,
+        ))
+    }
+
+    async fn resume(
+        &self,
+        request: Request<api::ResumeSandboxRequest>,
+    ) -> Result<Response<api::SandboxInfo>, Status> {
+        let principal = Principal::of(&request)?;
+        let _call = self.state.admit(&principal)?;
+        let id = request.into_inner().sandbox_id;
+        let (_, handle) = self.state.live_sandbox(&principal, &id).await?;
+        handle
+            .resume()
+            .await
+            .map_err(|error| error_status(&error))?;
+        Ok(Response::new(self.info_of(&principal, &id)?))
+    }
+
+    async fn fork(
+        &self,
+        request: Request<api::ForkSandboxRequest>,
+    ) -> Result<Response<api::ForkSandboxResponse>, Status> {
+        let principal = Principal::of(&request)?;
+        let _call = self.state.admit(&principal)?;
+        let request = request.into_inner();
+        let count = validate::within("count", request.count, 1, limits::MAX_FORK)?;
+        let (parent, _) = self
+            .state
+            .live_sandbox(&principal, &request.sandbox_id)
+            .await?;
+        let reservation = self.state.registry.reserve(
+            &principal,
+            self.state.quota(&principal),
+            count,
+            parent.record.memory_mib,
+        )?;
+        let children = self
+            .state
+            .sandboxes
+            .fork(&request.sandbox_id, count as usize)
+            .await
+            .map_err(|error| error_status(&error))?;
+        let mut sandboxes = Vec::with_capacity(children.len());
+        for child in children {
+            let mut record = (*parent.record).clone();
+            record.id = child.id().to_owned();
+            record.created_at_ms = now_ms();
+            record.pooled = false;
+            let id = record.id.clone();
+            self.state.registry.insert(record, Some(Arc::clone(&child)));
+            sandboxes.push(self.info_of(&principal, &id)?);
+        }
+        drop(reservation);
+        tracing::info!(parent = request.sandbox_id, count, %principal, "forked");
+        Ok(Response::new(api::ForkSandboxResponse { sandboxes }))
+    }
+
+    async fn get_metrics(
+        &self,
+        request: Request<api::GetMetricsRequest>,
+    ) -> Result<Response<api::SandboxMetrics>, Status> {
+        let principal = Principal::of(&request)?;
+        let _call = self.state.admit(&principal)?;
+        let id = request.into_inner().sandbox_id;
+        let (_, handle) = self.state.live_sandbox(&principal, &id).await?;
+        let mut metrics = api::SandboxMetrics {
+            usage: Some(convert::usage(&handle.usage())),
+            at_ms: now_ms(),
+            ..api::SandboxMetrics::default()
+        };
+        // A paused sandbox is not woken to be measured.
+        if handle.state() == SandboxState::Running {
+            let health = handle
+                .health()
+                .await
+                .map_err(|error| error_status(&error))?;
+            metrics.memory_total_bytes = health.memory_total_bytes;
+            metrics.memory_available_bytes = health.memory_available_bytes;
+            metrics.programs_cpu_ms = health.programs_cpu_us / 1000;
+            metrics.programs_memory_bytes = health.programs_memory_bytes;
+        }
+        Ok(Response::new(metrics))
+    }
+
+    async fn list_images(
+        &self,
+        _: Request<api::ListImagesRequest>,
+    ) -> Result<Response<api::ListImagesResponse>, Status> {
+        let images =
+            self.state.images.list().map_err(|error| {
+                reason::status(ErrorReason::Internal, airlock::error_chain(&error))
+            })?;
+        let images = images
+            .into_iter()
+            .flat_map(|image| {
+                let size = image.meta.image_bytes;
+                let source = image.meta.source.clone();
+                image.names.into_iter().map(move |name| api::ImageInfo {
+                    name,
+                    size_bytes: size,
+                    source: source.clone(),
+                })
+            })
+            .collect();
+        Ok(Response::new(api::ListImagesResponse { images }))
+    }
+
+    async fn list_templates(
+        &self,
+        _: Request<api::ListTemplatesRequest>,
+    ) -> Result<Response<api::ListTemplatesResponse>, Status> {
+        let store = airlock::template::TemplateStore::new(airlock::template::default_dir());
+        let templates = store
+            .list()
+            .map_err(|error| reason::status(ErrorReason::Internal, airlock::error_chain(&error)))?;
+        let templates = templates
+            .into_iter()
+            .filter(|entry| entry.current)
+            .map(|entry| api::TemplateInfo {
+                name: entry.key.clone(),
+                size_bytes: entry.disk_bytes,
+                created_at_ms: entry
+                    .meta
+                    .as_ref()
+                    .map_or(0, |meta| meta.created_unix_secs * 1000),
+                image: String::new(),
+            })
+            .collect();
+        Ok(Response::new(api::ListTemplatesResponse { templates }))
+    }
+}

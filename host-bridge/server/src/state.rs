@@ -1,0 +1,168 @@
+//! [`State`]: what every call of the server shares: the library's manager,
+//! the registry of owners and labels, the keys, the calls in flight per
+//! principal, and the server's own tasks.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tonic::Status;
+
+use airlock::{Sandbox, SandboxBuilder, SandboxState, Sandboxes};
+use airlock_api::reason;
+use airlock_api::v1::ErrorReason;
+
+use crate::config::ServerConfig;
+use crate::keys::{KeyStore, Quota};
+use crate::principal::Principal;
+use crate::registry::{Entry, Registry};
+use crate::service::create::Machine;
+use crate::service::files::Trackers;
+use crate::service::relay::Relays;
+use crate::status::error_status;
+use crate::validate;
+
+/// Calls in flight the owner may have (the Unix socket).
+const OWNER_CALLS: u32 = 4096;
+
+/// What the server's calls share.
+#[derive(Debug)]
+pub struct State {
+    pub config: ServerConfig,
+    pub sandboxes: Sandboxes,
+    pub registry: Registry,
+    pub keys: Arc<KeyStore>,
+    /// Where image names are looked up.
+    pub images: airlock::images::ImageStore,
+    /// The machine the warm pool keeps, if there is a pool.
+    pub pool: Option<Machine>,
+    pub trackers: Trackers,
+    pub relays: Relays,
+    /// Held while a network policy is read, changed and written back.
+    pub policy_changes: tokio::sync::Mutex<()>,
+    calls: Mutex<HashMap<Principal, Arc<Semaphore>>>,
+    tasks: Mutex<JoinSet<()>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl State {
+    pub fn new(
+        config: ServerConfig,
+        sandboxes: Sandboxes,
+        registry: Registry,
+        keys: Arc<KeyStore>,
+        pool: Option<Machine>,
+    ) -> Self {
+        State {
+            config,
+            sandboxes,
+            registry,
+            keys,
+            images: airlock::images::ImageStore::open_default(),
+            pool,
+            trackers: Trackers::default(),
+            relays: Relays::default(),
+            policy_changes: tokio::sync::Mutex::new(()),
+            calls: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(JoinSet::new()),
+        }
+    }
+
+    /// A builder as the server starts every sandbox from.
+    pub fn builder(&self) -> SandboxBuilder {
+        (self.config.builder)()
+    }
+
+    /// The quota of a key (the owner has none).
+    pub fn quota(&self, principal: &Principal) -> Option<Quota> {
+        let name = principal.key()?;
+        Some(self.keys.get(name).map(|key| key.quota).unwrap_or_default())
+    }
+
+    /// A place for one more call of `principal`, held until the call (or
+    /// its stream) ends; `RATE_LIMITED` when it has as many in flight as
+    /// it may.
+    pub fn admit(&self, principal: &Principal) -> Result<OwnedSemaphorePermit, Status> {
+        let limit = match principal {
+            Principal::Owner => OWNER_CALLS,
+            Principal::Key(_) => match self.quota(principal) {
+                Some(Quota {
+                    max_concurrent_calls,
+                    ..
+                }) if max_concurrent_calls > 0 => max_concurrent_calls,
+                _ => self.config.max_calls_per_key,
+            },
+        };
+        let semaphore = Arc::clone(
+            lock(&self.calls)
+                .entry(principal.clone())
+                .or_insert_with(|| Arc::new(Semaphore::new(limit as usize))),
+        );
+        semaphore.try_acquire_owned().map_err(|_| {
+            reason::status(
+                ErrorReason::RateLimited,
+                format!(
+                    "{principal} has {limit} calls in flight, the most it may; retry when one ends"
+                ),
+            )
+        })
+    }
+
+    /// The sandbox `id` for a call of `principal`, with its handle: one
+    /// saved to disk whose handle is gone is restored now.
+    /// `SANDBOX_NOT_FOUND` for an id that does not exist or is not the
+    /// principal's.
+    pub async fn sandbox(
+        &self,
+        principal: &Principal,
+        id: &str,
+    ) -> Result<(Entry, Arc<Sandbox>), Status> {
+        validate::sandbox_id("sandbox_id", id)?;
+        let entry = self.registry.get(principal, id)?;
+        if let Some(handle) = &entry.handle {
+            return Ok((entry.clone(), Arc::clone(handle)));
+        }
+        let handle = self
+            .sandboxes
+            .get_or_restore(self.builder(), id)
+            .await
+            .map_err(|error| error_status(&error))?;
+        self.registry.set_handle(id, Arc::clone(&handle));
+        Ok((entry, handle))
+    }
+
+    /// The sandbox's handle, refusing one that has ended.
+    pub async fn live_sandbox(
+        &self,
+        principal: &Principal,
+        id: &str,
+    ) -> Result<(Entry, Arc<Sandbox>), Status> {
+        let (entry, handle) = self.sandbox(principal, id).await?;
+        if let SandboxState::Ended(reason) = handle.state() {
+            return Err(reason::status(
+                ErrorReason::SandboxEnded,
+                format!("sandbox {id} has ended: {reason}"),
+            ));
+        }
+        Ok((entry, handle))
+    }
+
+    /// Spawns `task` where a stopping server ends it.
+    pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let mut tasks = lock(&self.tasks);
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(task);
+    }
+
+    /// Ends every task the server spawned, and waits for them.
+    pub async fn end_tasks(&self) {
+        let mut running = std::mem::take(&mut *lock(&self.tasks));
+        running.abort_all();
+        while running.join_next().await.is_some() {}
+    }
+}

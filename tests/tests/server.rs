@@ -1,0 +1,405 @@
+//! The server as a remote user meets it, on real VMs: `airlock serve` with a
+//! TLS listener, `airlock key create` on the owner's socket, and `airlock
+//! sandbox` commands from "another machine" (`AIRLOCK_HOST`,
+//! `AIRLOCK_API_KEY`, `AIRLOCK_CA_CERT`): what a key may do, what it is
+//! refused, and a 1 GiB file through the API both ways.
+
+#![allow(clippy::expect_used)]
+
+use std::process::Output;
+use std::time::Duration;
+
+use airlock_tests::{sha256_hex, DaemonHome, TlsServer};
+
+/// How long one client may take: a boot under TCG on a loaded host.
+const LIMIT: Duration = Duration::from_secs(300);
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `airlock ARGS` as a remote client with `key` (or none).
+fn remote(home: &DaemonHome, server: &TlsServer, key: Option<&str>, args: &[&str]) -> Output {
+    let mut client = home.client(args).limit(LIMIT);
+    for (name, value) in server.env() {
+        client = client.env(&name, &value);
+    }
+    if let Some(key) = key {
+        client = client.env("AIRLOCK_API_KEY", key);
+    }
+    client.output()
+}
+
+/// Like [`remote`], requiring success; returns stdout.
+fn remote_ok(home: &DaemonHome, server: &TlsServer, key: &str, args: &[&str]) -> String {
+    let out = remote(home, server, Some(key), args);
+    assert!(
+        out.status.success(),
+        "airlock {args:?}: {}\nserver log:\n{}",
+        text(&out.stderr),
+        home.daemon_log()
+    );
+    text(&out.stdout)
+}
+
+/// `airlock key create NAME EXTRA...` on the owner's socket; the key.
+fn make_key(home: &DaemonHome, name: &str, extra: &[&str]) -> String {
+    let argv = [&["key", "create", name], extra].concat();
+    let out = home.airlock(&argv);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let key = stdout.lines().last().unwrap_or_default().trim().to_owned();
+    assert!(key.starts_with("ak_") && key.len() == 46, "{stdout:?}");
+    key
+}
+
+/// Asserts that `out` failed with airlock's code and a message containing
+/// `needle`.
+fn refused(out: &Output, needle: &str) {
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains(needle), "{needle:?} not in {stderr:?}");
+}
+
+#[test]
+fn a_remote_key_creates_execs_and_copies_over_tls() {
+    let home = DaemonHome::new();
+    let server = TlsServer::start(&home, &[]);
+    let key = make_key(&home, "alice", &[]);
+    let id = remote_ok(
+        &home,
+        &server,
+        &key,
+        &["sandbox", "create", "--no-image", "--memory", "256"],
+    );
+    let id = id.trim();
+    let out = remote_ok(
+        &home,
+        &server,
+        &key,
+        &[
+            "sandbox",
+            "exec",
+            id,
+            "--",
+            "sh",
+            "-c",
+            "echo hi from $(hostname)",
+        ],
+    );
+    assert_eq!(out, format!("hi from {id}\n"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("in.txt");
+    std::fs::write(&file, b"over the wire\n").expect("write");
+    let guest = format!("{id}:/tmp/in.txt");
+    remote_ok(
+        &home,
+        &server,
+        &key,
+        &["sandbox", "cp", file.to_str().expect("utf-8"), &guest],
+    );
+    let back = dir.path().join("back.txt");
+    remote_ok(
+        &home,
+        &server,
+        &key,
+        &["sandbox", "cp", &guest, back.to_str().expect("utf-8")],
+    );
+    assert_eq!(std::fs::read(&back).expect("read"), b"over the wire\n");
+    let listed = remote_ok(&home, &server, &key, &["sandbox", "ls"]);
+    assert!(listed.contains(id), "{listed}");
+    remote_ok(&home, &server, &key, &["sandbox", "kill", id]);
+}
+
+#[test]
+fn no_key_a_wrong_key_and_a_removed_key_are_refused() {
+    let home = DaemonHome::new();
+    let server = TlsServer::start(&home, &[]);
+    let key = make_key(&home, "temp", &[]);
+    refused(
+        &remote(&home, &server, None, &["sandbox", "ls"]),
+        "no API key",
+    );
+    let wrong = format!("ak_{}", "Z".repeat(43));
+    refused(
+        &remote(&home, &server, Some(&wrong), &["sandbox", "ls"]),
+        "an unknown or removed API key",
+    );
+    remote_ok(&home, &server, &key, &["sandbox", "ls"]);
+    let out = home.airlock(&["key", "rm", "temp"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    refused(
+        &remote(&home, &server, Some(&key), &["sandbox", "ls"]),
+        "an unknown or removed API key",
+    );
+    // The failures were logged, the keys never.
+    let log = home.daemon_log();
+    assert!(log.contains("authentication failed"), "{log}");
+    assert!(
+        !log.contains(&key[3..]) && !log.contains(&wrong[3..]),
+        "a key in the log"
+    );
+}
+
+#[test]
+fn two_keys_cannot_see_or_touch_each_others_sandboxes() {
+    let home = DaemonHome::new();
+    let server = TlsServer::start(&home, &[]);
+    let alice = make_key(&home, "alice", &[]);
+    let bob = make_key(&home, "bob", &[]);
+    let id = remote_ok(
+        &home,
+        &server,
+        &alice,
+        &["sandbox", "create", "--no-image", "--memory", "256"],
+    );
+    let id = id.trim();
+    let not_found = format!("no sandbox {id}");
+    let listed = remote_ok(&home, &server, &bob, &["sandbox", "ls", "--json"]);
+    assert_eq!(listed.trim(), "[]", "bob lists alice's sandbox: {listed}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = dir.path().join("x");
+    std::fs::write(&host, b"x").expect("write");
+    let guest = format!("{id}:/tmp/x");
+    for argv in [
+        vec!["sandbox", "exec", id, "--", "true"],
+        vec!["sandbox", "cp", host.to_str().expect("utf-8"), &guest],
+        vec!["sandbox", "cp", &guest, host.to_str().expect("utf-8")],
+        vec!["sandbox", "pause", id],
+        vec!["sandbox", "kill", id],
+    ] {
+        refused(&remote(&home, &server, Some(&bob), &argv), &not_found);
+    }
+    // Alice's sandbox is as it was.
+    let out = remote_ok(
+        &home,
+        &server,
+        &alice,
+        &["sandbox", "exec", id, "--", "echo", "still mine"],
+    );
+    assert_eq!(out, "still mine\n");
+}
+
+#[test]
+fn a_key_over_its_quota_is_refused_with_the_figures() {
+    let home = DaemonHome::new();
+    let server = TlsServer::start(&home, &[]);
+    let key = make_key(&home, "small", &["--max-sandboxes", "1"]);
+    let id = remote_ok(
+        &home,
+        &server,
+        &key,
+        &["sandbox", "create", "--no-image", "--memory", "256"],
+    );
+    refused(
+        &remote(
+            &home,
+            &server,
+            Some(&key),
+            &["sandbox", "create", "--no-image", "--memory", "256"],
+        ),
+        "may hold 1 sandboxes and holds 1",
+    );
+    remote_ok(&home, &server, &key, &["sandbox", "kill", id.trim()]);
+    remote_ok(
+        &home,
+        &server,
+        &key,
+        &["sandbox", "create", "--no-image", "--memory", "256"],
+    );
+}
+
+#[test]
+fn a_gib_file_goes_up_and_down_through_the_api_unchanged() {
+    let home = DaemonHome::new();
+    let server = TlsServer::start(&home, &[]);
+    let key = make_key(&home, "bulk", &[]);
+    let id = remote_ok(
+        &home,
+        &server,
+        &key,
+        &["sandbox", "create", "--no-image", "--memory", "2560"],
+    );
+    let id = id.trim();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("big.bin");
+    // 1 GiB of bytes that are not all alike, written in 4 MiB pieces.
+    {
+        use std::io::Write;
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&file).expect("create"));
+        let mut block = vec![0u8; 4 << 20];
+        for round in 0u32..256 {
+            for (i, byte) in block.iter_mut().enumerate() {
+                *byte = (i as u32)
+                    .wrapping_mul(2_654_435_761)
+                    .wrapping_add(round)
+                    .to_le_bytes()[1];
+            }
+            out.write_all(&block).expect("write");
+        }
+    }
+    let expected = {
+        use sha2::Digest;
+        use std::io::Read;
+        let mut hash = sha2::Sha256::new();
+        let mut input = std::fs::File::open(&file).expect("open");
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = input.read(&mut buf).expect("read");
+            if n == 0 {
+                break;
+            }
+            hash.update(&buf[..n]);
+        }
+        hash.finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let guest = format!("{id}:/tmp/big.bin");
+    remote_ok(
+        &home,
+        &server,
+        &key,
+        &["sandbox", "cp", file.to_str().expect("utf-8"), &guest],
+    );
+    let in_guest = remote_ok(
+        &home,
+        &server,
+        &key,
+        &["sandbox", "exec", id, "--", "sha256sum", "/tmp/big.bin"],
+    );
+    assert!(
+        in_guest.starts_with(&expected),
+        "guest {in_guest} host {expected}"
+    );
+    let back = dir.path().join("back.bin");
+    remote_ok(
+        &home,
+        &server,
+        &key,
+        &["sandbox", "cp", &guest, back.to_str().expect("utf-8")],
+    );
+    std::fs::remove_file(&file).expect("remove");
+    let data = std::fs::read(&back).expect("read back");
+    assert_eq!(data.len(), 1 << 30);
+    assert_eq!(sha256_hex(&data), expected);
+}
+
+/// A client of the TLS server with `key`, through the Rust client crate.
+async fn api_client(server: &TlsServer, key: &str) -> airlock_client::Client {
+    airlock_client::Endpoint::remote(
+        &format!("https://localhost:{}", server.port),
+        Some(key.to_owned()),
+        Some(server.ca.clone()),
+    )
+    .expect("endpoint")
+    .connect()
+    .await
+    .expect("connect")
+}
+
+#[test]
+fn bad_input_is_refused_by_field_and_the_server_serves_on() {
+    use airlock_client::api;
+    let home = DaemonHome::new();
+    let server = TlsServer::start(&home, &[]);
+    let key = make_key(&home, "careless", &[]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let client = api_client(&server, &key).await;
+        let field = |status: tonic::Status| {
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+            airlock_client::reason::field_of(&status).map(str::to_owned)
+        };
+        let mut sandboxes = client.sandboxes();
+        let bad_creates = [
+            (
+                api::CreateSandboxRequest {
+                    memory_mib: 1,
+                    no_image: true,
+                    ..Default::default()
+                },
+                "memory_mib",
+            ),
+            (
+                api::CreateSandboxRequest {
+                    no_image: true,
+                    allow_net: vec!["not a rule!".into()],
+                    ..Default::default()
+                },
+                "allow_net",
+            ),
+            (
+                api::CreateSandboxRequest {
+                    no_image: true,
+                    metadata: [("k y".into(), "v".into())].into(),
+                    ..Default::default()
+                },
+                "metadata",
+            ),
+        ];
+        for (request, expected) in bad_creates {
+            let status = sandboxes.create(request).await.expect_err("refused");
+            assert_eq!(field(status).as_deref(), Some(expected));
+        }
+        let id = sandboxes
+            .create(api::CreateSandboxRequest {
+                no_image: true,
+                memory_mib: 256,
+                ..Default::default()
+            })
+            .await
+            .expect("create")
+            .into_inner()
+            .sandbox_id;
+        let bad_start = client
+            .start(api::StartProcess {
+                sandbox_id: id.clone(),
+                argv: vec!["true".into()],
+                cwd: "relative/dir".into(),
+                ..Default::default()
+            })
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            field(bad_start.status().expect("a status").clone()).as_deref(),
+            Some("start.cwd")
+        );
+        let missing = client
+            .start(api::StartProcess {
+                sandbox_id: id.clone(),
+                argv: vec!["no-such-program".into()],
+                ..Default::default()
+            })
+            .await
+            .expect_err("refused");
+        assert_eq!(missing.code(), Some(tonic::Code::NotFound));
+        assert_eq!(missing.reason(), Some(api::ErrorReason::GuestNotFound));
+        let bad_path = client
+            .files()
+            .stat(api::StatRequest {
+                sandbox_id: id.clone(),
+                path: "etc/passwd".into(),
+            })
+            .await
+            .expect_err("refused");
+        assert_eq!(field(bad_path).as_deref(), Some("path"));
+        // The same server, the same sandbox, answering.
+        let mut stream = client
+            .start(api::StartProcess {
+                sandbox_id: id.clone(),
+                argv: vec!["echo".into(), "still serving".into()],
+                ..Default::default()
+            })
+            .await
+            .expect("start");
+        let mut out = Vec::new();
+        while let Some(event) = stream.next_event().await.expect("events") {
+            if let api::process_event::Event::Stdout(o) = event {
+                out.extend_from_slice(&o.data);
+            }
+        }
+        assert_eq!(out, b"still serving\n");
+    });
+}

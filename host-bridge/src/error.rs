@@ -10,6 +10,7 @@ use crate::fs::FsError;
 use crate::lifecycle::vm::Unavailable;
 use crate::lifecycle::EndReason;
 use crate::manager::PoolError;
+use crate::trust::TrustError;
 use crate::vmm::VmmError;
 use crate::workspace::WorkspaceError;
 
@@ -32,6 +33,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+
+    /// The CA certificates the guest was to trust cannot be used.
+    #[error(transparent)]
+    Trust(Box<TrustError>),
 
     /// The workspace could not be created, opened or locked.
     #[error(transparent)]
@@ -177,6 +182,12 @@ pub enum Error {
     Adopt(#[from] crate::adopt::AdoptError),
 }
 
+impl From<TrustError> for Error {
+    fn from(error: TrustError) -> Self {
+        Error::Trust(Box::new(error))
+    }
+}
+
 /// What kind of failure an [`Error`] is, for a front (an RPC server, a CLI)
 /// that must tell its caller in its own terms: [`Error::kind`] classifies
 /// every error once, so fronts map kinds, not variants.
@@ -211,7 +222,7 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         use ErrorKind as K;
         match self {
-            Error::Config(_) => K::Invalid,
+            Error::Config(_) | Error::Trust(_) => K::Invalid,
             Error::NoSuchSandbox { .. } => K::NotFound,
             Error::TooManySandboxes { .. } => K::Exhausted,
             Error::VmGone { .. }

@@ -34,6 +34,8 @@
 //! - `manager`: [`Sandboxes`], many sandboxes under one maximum, with a warm
 //!   pool of frozen ones to hand out.
 //! - `workspace`: the persistent, exclusively locked disk behind `.workspace()`.
+//! - [`trust`]: CA certificates the guest trusts ([`CaCert`],
+//!   `.ca_cert()`, `.trust_host_roots()`), installed at every start.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), airlock::Error> {
@@ -69,6 +71,7 @@ pub mod saved;
 pub mod state_dir;
 pub mod template;
 pub mod transport;
+pub mod trust;
 mod vmm;
 mod workspace;
 
@@ -104,6 +107,7 @@ pub use sandbox::{
 };
 /// gRPC status codes, as returned by [`Error::agent_code`].
 pub use tonic::Code;
+pub use trust::{CaCert, CaCertError, CA_CERTS_ENV};
 pub use vmm::qmp::{Qmp, QmpError};
 pub use vmm::{VmmError, VmmUser};
 pub use workspace::{WorkspaceError, DEFAULT_WORKSPACE_BYTES};

@@ -3,7 +3,8 @@
 //! guest paths the builder writes and the agent reads, the kernel modules
 //! the guest needs, the vsock ports and the start-up announcement, and the
 //! protocol's features with the revision that added each, and the limits
-//! of running code ([`code`]) and of change tracking ([`changes`]).
+//! of running code ([`code`]), of change tracking ([`changes`]) and of the
+//! roots a guest is given to trust ([`trust`]).
 //!
 //! Neither side spells any of these itself: the host bridge
 //! (`airlock`), the agent (`airlock-agent`) and the builder
@@ -13,7 +14,7 @@ use std::fmt;
 
 /// The revision of `airlock.agent.v1` that this crate describes: the
 /// revision of the newest [`Feature`].
-pub const PROTOCOL_REVISION: u32 = 9;
+pub const PROTOCOL_REVISION: u32 = 10;
 
 /// The vsock port the agent listens on unless the kernel command line says
 /// otherwise ([`cmdline::PORT`]).
@@ -161,6 +162,42 @@ pub mod changes {
     pub const MAX_HELD_ENTRIES: u64 = 2 * MAX_ENTRIES;
 }
 
+/// The CA certificates a guest is given to trust (`System.TrustRoots`).
+pub mod trust {
+    /// The most certificates one `TrustRoots` call carries: a system store
+    /// holds about 150, so this leaves room for a large corporate one
+    /// while keeping the request far under the 4 MiB message cap.
+    pub const MAX_ROOTS: usize = 1000;
+    /// The most bytes of one certificate (DER).
+    pub const MAX_ROOT_BYTES: usize = 16 * 1024;
+    /// The most bytes of all the certificates of one call together (DER),
+    /// under the 4 MiB message cap.
+    pub const MAX_TOTAL_BYTES: usize = 3 << 20;
+    /// The guest's bundle of trusted roots (PEM), where OpenSSL on
+    /// Debian, Ubuntu and Alpine looks by default.
+    pub const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+    /// The guest's directory of trusted roots, each linked by its subject
+    /// hash (`<8 hex digits>.N`), as OpenSSL's `-CApath` reads it.
+    pub const CERT_DIR: &str = "/etc/ssl/certs";
+    /// Where update-ca-certificates takes local CA certificates from
+    /// (`*.crt`), so that a guest that runs it keeps the roots it was given.
+    pub const LOCAL_CERT_DIR: &str = "/usr/local/share/ca-certificates";
+    /// The environment variables that name a CA bundle to the runtimes and
+    /// tools that read their roots from somewhere else than the system
+    /// store, or let a variable override it: OpenSSL, Python's requests,
+    /// curl, pip, git and Node (which adds the file to its own roots).
+    pub const BUNDLE_VARIABLES: [&str; 6] = [
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "PIP_CERT",
+        "NODE_EXTRA_CA_CERTS",
+        "GIT_SSL_CAINFO",
+    ];
+    /// The variable that names OpenSSL's certificate directory.
+    pub const DIR_VARIABLE: &str = "SSL_CERT_DIR";
+}
+
 /// A feature of the protocol that a host may need from an agent, with the
 /// revision of `airlock.agent.v1` that added it. A host checks a feature
 /// against the agent's reported revision before a call an older agent
@@ -193,11 +230,13 @@ pub enum Feature {
     ExecStamps,
     /// The `Network` service: guest connections and DNS carried to the host.
     Network,
+    /// `System.TrustRoots`: CA certificates the guest's programs trust.
+    TrustRoots,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Feature; 12] = [
+    pub const ALL: [Feature; 13] = [
         Feature::ExtendedStart,
         Feature::Attach,
         Feature::List,
@@ -210,6 +249,7 @@ impl Feature {
         Feature::TreeChanges,
         Feature::ExecStamps,
         Feature::Network,
+        Feature::TrustRoots,
     ];
 
     /// The protocol revision that added this feature.
@@ -223,6 +263,7 @@ impl Feature {
             Feature::RunCode | Feature::TreeChanges => 7,
             Feature::ExecStamps => 8,
             Feature::Network => 9,
+            Feature::TrustRoots => 10,
         }
     }
 
@@ -247,6 +288,7 @@ impl fmt::Display for Feature {
             Feature::TreeChanges => "tracking file changes",
             Feature::ExecStamps => "the agent's timestamps of a program",
             Feature::Network => "network for the guest's programs",
+            Feature::TrustRoots => "CA certificates the guest trusts",
         })
     }
 }
@@ -281,6 +323,8 @@ mod tests {
         const { assert!(code::MAX_OUTPUT_BYTES < 3 << 20) };
         const { assert!(code::STREAM_CHUNK <= code::MAX_OUTPUT_BYTES) };
         const { assert!(changes::MAX_HELD_ENTRIES >= changes::MAX_ENTRIES) };
+        const { assert!(trust::MAX_TOTAL_BYTES < 4 << 20) };
+        const { assert!(trust::MAX_ROOT_BYTES <= trust::MAX_TOTAL_BYTES) };
     }
 
     #[test]

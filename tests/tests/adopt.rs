@@ -126,9 +126,10 @@ async fn hold_a_sandbox(role: &str) {
                     Secret::new("API_KEY", SECRET_VALUE)
                         .unwrap()
                         .host("api.test"),
-                )
-                .upstream_root(upstream_ca.into());
+                );
+            let upstream_ca = airlock::trust::CaCert::from_der(upstream_ca).expect("the test CA");
             let sandbox = airlock_tests::builder()
+                .ca_cert(upstream_ca)
                 .image(airlock_tests::default_image())
                 .from_template(true)
                 .state_dir_base(&base)

@@ -102,6 +102,15 @@ pub fn sentence(refusal: &Refusal, destination: &str) -> String {
             format!("{destination} did not resolve on the host: {message}")
         }
         Refusal::Upstream { message } => format!("{destination} could not be reached: {message}"),
+        Refusal::UpstreamUntrusted { detail } => format!(
+            "the certificate of {destination} is not from a CA the host trusts ({detail}); \
+             give the sandbox that CA (--ca-cert FILE, or --trust-host-roots behind a \
+             TLS-inspecting proxy)"
+        ),
+        Refusal::GuestUntrusted { alert } => format!(
+            "the program refused the sandbox's certificate for {destination} ({alert}): it \
+             does not read the system store; point it at $SSL_CERT_FILE"
+        ),
     }
 }
 
@@ -116,7 +125,10 @@ pub fn status(refusal: &Refusal) -> StatusCode {
         Refusal::TooManyConnections { .. } => StatusCode::TOO_MANY_REQUESTS,
         Refusal::Malformed { .. } => StatusCode::BAD_REQUEST,
         Refusal::TimedOut => StatusCode::GATEWAY_TIMEOUT,
-        Refusal::Resolve { .. } | Refusal::Upstream { .. } => StatusCode::BAD_GATEWAY,
+        Refusal::Resolve { .. }
+        | Refusal::Upstream { .. }
+        | Refusal::UpstreamUntrusted { .. }
+        | Refusal::GuestUntrusted { .. } => StatusCode::BAD_GATEWAY,
     }
 }
 

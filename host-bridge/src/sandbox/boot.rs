@@ -1,7 +1,8 @@
 //! Starting a configured sandbox: lock the workspace, create the state
 //! directory, start the VMM (a cold boot, or a clone of a template: see
 //! `clone`), reach the agent (see `connect`), make the guest its own
-//! machine (`System.Personalize`), and hand the running VM to
+//! machine (`System.Personalize`), install the CA certificates it trusts
+//! (`trust`), turn its network on, and hand the running VM to
 //! `lifecycle`'s watchdog.
 
 use std::sync::Arc;
@@ -122,9 +123,15 @@ impl SandboxBuilder {
     /// [`start`](SandboxBuilder::start), holding a manager's slot until the
     /// VM ends.
     #[tracing::instrument(name = "sandbox_start", skip_all)]
-    pub(crate) async fn start_in_slot(self, slot: Option<OwnedSemaphorePermit>) -> Result<Sandbox> {
+    pub(crate) async fn start_in_slot(
+        mut self,
+        slot: Option<OwnedSemaphorePermit>,
+    ) -> Result<Sandbox> {
         let begin = Instant::now();
         self.validate()?;
+        // Read and checked before anything boots: a bad file is an error
+        // naming it, and no VM has started.
+        self.trust.resolve()?;
         let accel = self
             .accel
             .resolve()
@@ -213,7 +220,7 @@ impl SandboxBuilder {
 
     /// Makes a [`Sandbox`] of a VM whose agent answered: gives the guest
     /// its identity, entropy and clock, and hands the VM to the watchdog.
-    pub(super) async fn assemble(self, parts: Assembly) -> Result<Sandbox> {
+    pub(super) async fn assemble(mut self, parts: Assembly) -> Result<Sandbox> {
         let Assembly {
             launched,
             origin,
@@ -242,8 +249,26 @@ impl SandboxBuilder {
             personalize(&channel, &id).await?;
         }
         let vmm_identity = vmm.identity();
+        let roots = self.trust.resolve()?;
+        let roots = match (&vmm, roots) {
+            (Backend::Qemu(_), Some(roots)) => {
+                super::trust::install(&channel, features, &roots).await?;
+                Some(roots)
+            }
+            // An agent on the host: the host's own store is not the
+            // sandbox's to change.
+            (Backend::Process(_), Some(_)) if !self.trust.env_decides() => {
+                return Err(Error::Config(
+                    "CA certificates are installed in a VM's guest; the process backend has none"
+                        .into(),
+                ))
+            }
+            _ => None,
+        };
         let network = match &self.network {
-            Some(options) => Some(SandboxNetwork::enable(&channel, features, options).await?),
+            Some(options) => {
+                Some(SandboxNetwork::enable(&channel, features, options, roots.as_deref()).await?)
+            }
             None => None,
         };
         let answered = answered.saturating_duration_since(begin);

@@ -12,6 +12,7 @@ use crate::exec::Limits;
 use crate::lifecycle::{IdlePolicy, PausedCalls};
 use crate::network::policy::NetRule;
 use crate::network::NetworkOptions;
+use crate::trust::{CaCert, TrustConfig};
 use crate::vmm::{guest_disk_device, BackendKind, Disk, SerialPort, VmmUser};
 use crate::workspace::DEFAULT_WORKSPACE_BYTES;
 use crate::{artifacts, state_dir, Accel};
@@ -63,6 +64,8 @@ pub struct SandboxBuilder {
     pub(super) env: Vec<(String, String)>,
     /// A pool's fill: the adoption record is written at the handout.
     pub(crate) pooled: bool,
+    /// The roots the guest trusts besides its image's.
+    pub(super) trust: TrustConfig,
 }
 
 /// The virtio channel the agent serves on (QEMU).
@@ -122,6 +125,7 @@ impl Default for SandboxBuilder {
             adoptable: false,
             env: Vec::new(),
             pooled: false,
+            trust: TrustConfig::default(),
         }
     }
 }
@@ -395,6 +399,42 @@ impl SandboxBuilder {
         let mut options = self.network.take().unwrap_or_default();
         options.policy.push(rule);
         self.network = Some(options);
+        self
+    }
+
+    /// Makes the guest trust `cert` as a root of TLS, besides its image's
+    /// roots (repeatable): every client that reads the system store
+    /// (OpenSSL's bundle and directory, Python's default context, pip,
+    /// curl) and, through `SSL_CERT_FILE`, `REQUESTS_CA_BUNDLE`,
+    /// `NODE_EXTRA_CA_CERTS` and the like, runtimes with roots of their
+    /// own. With a network, the host also trusts it when it checks the
+    /// servers of secret-bound hosts. The roots are installed at every
+    /// start, cold or a clone of a template, before anything runs; a
+    /// workspace keeps none of them.
+    ///
+    /// A builder given no roots at all takes them from
+    /// [`AIRLOCK_CA_CERTS`](crate::trust::CA_CERTS_ENV); `ca_certs([])`
+    /// says "none".
+    pub fn ca_cert(self, cert: CaCert) -> Self {
+        self.ca_certs([cert])
+    }
+
+    /// [`ca_cert`](Self::ca_cert) for each of `certs` (a PEM file's, say:
+    /// [`CaCert::from_pem_file`]).
+    pub fn ca_certs(mut self, certs: impl IntoIterator<Item = CaCert>) -> Self {
+        self.trust.add(certs);
+        self
+    }
+
+    /// Makes the guest trust exactly the host's system store (read at
+    /// start: `SSL_CERT_FILE`, else the distribution's bundle, such as
+    /// `/etc/ssl/certs/ca-certificates.crt`) instead of its image's roots,
+    /// plus any [`ca_cert`](Self::ca_cert): what a host behind a
+    /// TLS-inspecting proxy needs, so that the guest reaches what the host
+    /// reaches. Like `ca_cert`, it also goes to the host's checks of
+    /// secret-bound servers.
+    pub fn trust_host_roots(mut self, on: bool) -> Self {
+        self.trust.host_roots(on);
         self
     }
 

@@ -56,6 +56,7 @@ mod connect;
 mod fork;
 mod network;
 mod restore;
+mod trust;
 
 pub use boot::{BootTimings, Origin};
 pub use builder::{

@@ -21,6 +21,7 @@ use crate::network::fake_ip::GATEWAY_ADDR;
 use crate::network::policy::{NetRule, NetworkPolicy};
 use crate::network::secrets::{CaParts, SandboxCa, Secret, Secrets};
 use crate::network::{CarrierPool, Gateway, GatewayError, NetworkOptions};
+use crate::trust::GuestRoots;
 
 use super::Sandbox;
 
@@ -36,12 +37,19 @@ pub(super) struct SandboxNetwork {
 
 impl SandboxNetwork {
     /// Makes the gateway, turns the guest's side on and opens carriers.
+    /// The gateway checks the servers of secret-bound hosts against the
+    /// public roots and `roots`, the ones the guest was given.
     pub(super) async fn enable(
         channel: &Channel,
         features: AgentFeatures,
         options: &NetworkOptions,
+        roots: Option<&GuestRoots>,
     ) -> Result<Self> {
-        let gateway = Gateway::new(options.clone())?;
+        let mut options = options.clone();
+        options.upstream_roots = roots
+            .map(|roots| roots.certs.iter().map(|c| c.der().clone()).collect())
+            .unwrap_or_default();
+        let gateway = Gateway::new(options)?;
         Self::enable_with(channel, features, gateway).await
     }
 
@@ -280,13 +288,12 @@ mod tests {
                     .map_err(|e| unusable(e.to_string()))?
                     .host("api.test"),
             )
-            .upstream_root(
-                SandboxCa::generate()
-                    .map_err(|e| Error::Network(GatewayError::Ca(e)))?
-                    .cert_der()
-                    .clone(),
-            )
             .max_connections(12);
+        let mut options = options;
+        options.upstream_roots = vec![SandboxCa::generate()
+            .map_err(|e| Error::Network(GatewayError::Ca(e)))?
+            .cert_der()
+            .clone()];
         let first = Gateway::new(options)?;
         let network = SandboxNetwork {
             gateway: Arc::new(first),

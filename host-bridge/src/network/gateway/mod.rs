@@ -44,7 +44,7 @@ use super::prefixed::Prefixed;
 use super::proxy::{Target, PROXY_PORT};
 use super::secrets::{
     intercept_tls, serve_http, upstream_client_config, HttpGate, HttpRefusal, SandboxCa, Secrets,
-    Upstream,
+    Untrusted, Upstream,
 };
 use super::sniff::{read_head, Head, SniffError};
 use super::splice::splice;
@@ -184,14 +184,7 @@ impl Gateway {
             env.push((key.to_owned(), "localhost,127.0.0.1,::1".to_owned()));
         }
         if let Some(bundle) = ca_bundle.filter(|b| !b.is_empty()) {
-            for key in [
-                "SSL_CERT_FILE",
-                "REQUESTS_CA_BUNDLE",
-                "CURL_CA_BUNDLE",
-                "PIP_CERT",
-                "NODE_EXTRA_CA_CERTS",
-                "GIT_SSL_CAINFO",
-            ] {
+            for key in airlock_proto::contract::trust::BUNDLE_VARIABLES {
                 env.push((key.to_owned(), bundle.to_owned()));
             }
         }
@@ -492,6 +485,7 @@ impl Gateway {
     /// The HTTP gate toward `host`, recording its refusals and telling the
     /// agent of them.
     fn gate(&self, host: &str, upstream: Upstream, tell: &Tell) -> HttpGate {
+        let on_untrusted = self.untrusted_sink(host, upstream.addr().port(), tell);
         let log = Arc::clone(&self.audit);
         let name = host.to_owned();
         let destination = format!("{host}:{}", upstream.addr().port());
@@ -514,7 +508,41 @@ impl Gateway {
                     Verdict::Refused(refusal),
                 );
             }),
+            on_untrusted,
         }
+    }
+
+    /// A sink for TLS that failed over an untrusted certificate on a
+    /// connection to `host`: recorded so that the host's user sees why,
+    /// and told to the agent for the guest's refusal log.
+    fn untrusted_sink(
+        &self,
+        host: &str,
+        port: u16,
+        tell: &Tell,
+    ) -> Arc<dyn Fn(Untrusted) + Send + Sync> {
+        let log = Arc::clone(&self.audit);
+        let name = host.to_owned();
+        let destination = format!("{host}:{port}");
+        let tell = Arc::clone(tell);
+        Arc::new(move |untrusted| {
+            let (refusal, answered) = match untrusted {
+                Untrusted::Upstream { detail } => (Refusal::UpstreamUntrusted { detail }, true),
+                Untrusted::Guest { alert } => (Refusal::GuestUntrusted { alert }, false),
+            };
+            let reason = told::sentence(&refusal, &destination);
+            tell(match answered {
+                true => Told::http(told::status(&refusal), reason),
+                false => Told::reset(reason),
+            });
+            log.record(
+                Protocol::Tls,
+                Some(name.clone()),
+                None,
+                port,
+                Verdict::Refused(refusal),
+            );
+        })
     }
 
     /// Dials the upstream (unless `upstream` is already open) and carries

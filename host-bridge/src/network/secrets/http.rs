@@ -43,6 +43,7 @@ use super::ca::{CaError, SandboxCa};
 use super::request::{prepare, strip_hop_by_hop, HttpRefusal};
 use super::secret::normalize_host;
 use super::set::Secrets;
+use super::untrusted::{self, Untrusted};
 use super::upstream::{Upstream, UpstreamError};
 use crate::network::audit::Refusal;
 use crate::network::told;
@@ -95,6 +96,10 @@ pub struct HttpGate {
     pub header_timeout: Duration,
     /// Told of every request refused.
     pub on_refusal: Arc<dyn Fn(HttpRefusal) + Send + Sync>,
+    /// Told when TLS fails because a side does not trust a certificate:
+    /// the upstream's (an unknown issuer), or the guest's refusal of the
+    /// sandbox's.
+    pub on_untrusted: Arc<dyn Fn(Untrusted) + Send + Sync>,
 }
 
 impl fmt::Debug for HttpGate {
@@ -154,10 +159,16 @@ where
 {
     let config = ca.server_config_for(host)?;
     let handshake = TlsAcceptor::from(config).accept(guest);
-    let tls = tokio::time::timeout(gate.header_timeout, handshake)
-        .await
-        .map_err(|_| HttpGateError::HandshakeTimeout)?
-        .map_err(HttpGateError::Handshake)?;
+    let tls = match tokio::time::timeout(gate.header_timeout, handshake).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(error)) => {
+            if let Some(untrusted) = untrusted::of_guest_handshake(&error) {
+                (gate.on_untrusted)(untrusted);
+            }
+            return Err(HttpGateError::Handshake(error));
+        }
+        Err(_) => return Err(HttpGateError::HandshakeTimeout),
+    };
     tracing::debug!(host, "guest TLS intercepted");
     serve_http(tls, gate).await
 }
@@ -192,9 +203,21 @@ impl Proxy {
             }
             Err(error) => {
                 tracing::warn!(%method, error = %error_chain(&error), "upstream failed");
-                let refusal = Refusal::Upstream {
-                    message: guest_reason(&error),
+                let untrusted = match &error {
+                    HttpGateError::Upstream(upstream) => untrusted::of_upstream(upstream),
+                    _ => None,
                 };
+                let refusal = match &untrusted {
+                    Some(Untrusted::Upstream { detail }) => Refusal::UpstreamUntrusted {
+                        detail: detail.clone(),
+                    },
+                    _ => Refusal::Upstream {
+                        message: guest_reason(&error),
+                    },
+                };
+                if let Some(untrusted) = untrusted {
+                    (self.gate.on_untrusted)(untrusted);
+                }
                 let reason = told::sentence(&refusal, &self.destination());
                 text_response(StatusCode::BAD_GATEWAY, &reason)
             }
@@ -359,6 +382,7 @@ mod tests {
                     reports.push(refusal);
                 }
             }),
+            on_untrusted: Arc::new(|_| {}),
         };
         (gate, reports)
     }
@@ -675,6 +699,73 @@ mod tests {
         let shown = format!("{gate:?}");
         assert!(shown.contains("api.test"), "{shown}");
         assert!(!shown.contains("sk-real"), "{shown}");
+        Ok(())
+    }
+
+    /// A gate whose untrusted-certificate reports are kept.
+    fn reporting(mut gate: HttpGate) -> (HttpGate, Arc<StdMutex<Vec<Untrusted>>>) {
+        let kept: Arc<StdMutex<Vec<Untrusted>>> = Arc::default();
+        let sink = Arc::clone(&kept);
+        gate.on_untrusted = Arc::new(move |untrusted| {
+            if let Ok(mut kept) = sink.lock() {
+                kept.push(untrusted);
+            }
+        });
+        (gate, kept)
+    }
+
+    #[tokio::test]
+    async fn an_upstream_from_an_unknown_issuer_is_a_502_reported_as_untrusted() -> TestResult {
+        let server = echo_upstream(TLS).await?;
+        let secrets = secrets()?;
+        // The host does not trust the test server's CA.
+        let upstream = Upstream::Tls {
+            addr: server.addr,
+            server_name: "api.test".into(),
+            config: upstream_client_config(&[])?,
+        };
+        let (gate, kept) = reporting(gate("api.test", &secrets, upstream).0);
+        let (mut guest, _served) = guest_through_tls(gate).await?;
+        let request = get("/", "api.test").body(Full::default())?;
+        let (status, _) = tokio::time::timeout(PATIENCE, exchange(&mut guest, request)).await??;
+        assert_eq!(status, StatusCode::BAD_GATEWAY);
+        assert_eq!(server.requests(), 0);
+        let kept = kept.lock().map(|k| k.clone()).unwrap_or_default();
+        assert_eq!(
+            kept,
+            [Untrusted::Upstream {
+                detail: "UnknownIssuer".into()
+            }]
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_guest_that_refuses_the_sandbox_certificate_is_reported() -> TestResult {
+        let server = echo_upstream(TLS).await?;
+        let secrets = secrets()?;
+        let (gate, kept) = reporting(gate("api.test", &secrets, tls_upstream(&server)?).0);
+        let ca = SandboxCa::generate()?;
+        // The guest trusts another CA than the one the host answers with.
+        let other = SandboxCa::generate()?.cert_der().clone();
+        let (guest, host_side) = tokio::io::duplex(64 << 10);
+        let served =
+            tokio::spawn(async move { intercept_tls(host_side, "api.test", &ca, gate).await });
+        assert!(guest_client(guest, Some(("api.test", &other)))
+            .await
+            .is_err());
+        let served = tokio::time::timeout(PATIENCE, served).await??;
+        assert!(
+            matches!(served, Err(HttpGateError::Handshake(_))),
+            "{served:?}"
+        );
+        let kept = kept.lock().map(|k| k.clone()).unwrap_or_default();
+        assert_eq!(
+            kept,
+            [Untrusted::Guest {
+                alert: "UnknownCA".into()
+            }]
+        );
         Ok(())
     }
 }

@@ -133,10 +133,20 @@ impl SavedStore {
             }
             Err(source) => return Err(SavedError::Io { path, source }),
         };
-        serde_json::from_slice(&bytes).map_err(|e| SavedError::Corrupt {
-            path,
-            reason: e.to_string(),
-        })
+        let record: SavedRecord =
+            serde_json::from_slice(&bytes).map_err(|e| SavedError::Corrupt {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+        // Its snapshots and the next save are found by the record's id:
+        // one that names another sandbox would act on that one's files.
+        if record.id != id {
+            return Err(SavedError::Corrupt {
+                path,
+                reason: format!("the record names sandbox {:?}", record.id),
+            });
+        }
+        Ok(record)
     }
 
     /// Every saved sandbox with a readable record, by id; unreadable ones
@@ -543,6 +553,29 @@ mod tests {
             assert!(matches!(store.remove(id), Err(SavedError::NotSaved { .. })));
         }
         assert!(store.list().unwrap().is_empty());
+    }
+
+    /// Found by the `saved_file` fuzz target: a record whose `id` names
+    /// another sandbox was loaded for this one, and a restore and the next
+    /// save then used that sandbox's files.
+    #[test]
+    fn a_record_naming_another_sandbox_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SavedStore::new(dir.path());
+        let mut other = record("sandbox-b");
+        save(&store, &mut other, b"b's");
+        std::fs::create_dir_all(store.sandbox_dir("sandbox-a")).unwrap();
+        std::fs::write(
+            store.sandbox_dir("sandbox-a").join(RECORD),
+            serde_json::to_vec(&other).unwrap(),
+        )
+        .unwrap();
+        let error = store.record("sandbox-a").unwrap_err();
+        assert!(
+            matches!(&error, SavedError::Corrupt { reason, .. } if reason.contains("sandbox-b")),
+            "{error}"
+        );
+        assert_eq!(store.list().unwrap(), [other]);
     }
 
     #[test]

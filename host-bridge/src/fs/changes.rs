@@ -379,9 +379,7 @@ mod tests {
     fn more_changes_than_asked_for_are_refused() {
         let mut reader = ChangesReader::new(3);
         reader.push(chunk(&["/tmp/a", "/tmp/b"], false)).unwrap();
-        let error = reader
-            .push(chunk(&["/tmp/c", "/tmp/d"], true))
-            .unwrap_err();
+        let error = reader.push(chunk(&["/tmp/c", "/tmp/d"], true)).unwrap_err();
         assert!(error.to_string().contains("3 were asked for"), "{error}");
         // Asking for none, or for more than the maximum, asks for the maximum.
         assert_eq!(ChangesReader::new(0).max_changes, MAX_CHANGES);

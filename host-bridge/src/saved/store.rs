@@ -146,6 +146,17 @@ impl SavedStore {
                 reason: format!("the record names sandbox {:?}", record.id),
             });
         }
+        // The next save takes the number after the last and drops the
+        // oldest: out of order, it would drop the snapshot it just wrote.
+        if !record.generations.windows(2).all(|pair| pair[0] < pair[1]) {
+            return Err(SavedError::Corrupt {
+                path,
+                reason: format!(
+                    "its generations {:?} are not in increasing order",
+                    record.generations
+                ),
+            });
+        }
         Ok(record)
     }
 
@@ -190,7 +201,13 @@ impl SavedStore {
             .mode(0o700)
             .create(&dir)
             .map_err(SavedError::io(&dir))?;
-        let generation = record.generations.last().map_or(1, |last| last + 1);
+        let generation = match record.generations.last() {
+            None => 1,
+            Some(last) => last.checked_add(1).ok_or_else(|| SavedError::Corrupt {
+                path: dir.join(RECORD),
+                reason: format!("generation {last} has no next one"),
+            })?,
+        };
         let writing = Writing::create(&self.snapshot_path(&record.id, generation))?;
         Ok((generation, writing))
     }
@@ -576,6 +593,29 @@ mod tests {
             "{error}"
         );
         assert_eq!(store.list().unwrap(), [other]);
+    }
+
+    /// Found by the `saved_file` fuzz target: with a record's generations
+    /// out of order (`[1, 0]`), the next save wrote snapshot 1 and then
+    /// removed it as the oldest, leaving a record that names a missing file.
+    #[test]
+    fn generations_out_of_order_are_refused_and_the_last_one_has_a_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SavedStore::new(dir.path());
+        let mut saved = record("sandbox-c");
+        save(&store, &mut saved, b"one");
+        let mut shuffled = saved.clone();
+        shuffled.generations = vec![1, 0];
+        store.write_record(&shuffled).unwrap();
+        let error = store.record("sandbox-c").unwrap_err();
+        assert!(error.to_string().contains("increasing order"), "{error}");
+
+        let mut last = saved.clone();
+        last.generations = vec![u64::MAX];
+        assert!(matches!(
+            store.begin(&last),
+            Err(SavedError::Corrupt { .. })
+        ));
     }
 
     #[test]

@@ -75,11 +75,6 @@ fn opening(s: &Seeds) -> Result {
     )?;
     s.write(
         t,
-        "host_flooded",
-        &cat(&[&[2, 0], &[1, b'x'], &nonce.ready()]),
-    )?;
-    s.write(
-        t,
         "guest_junk_repeats",
         &cat(&[
             &[1, 0],

@@ -3,9 +3,10 @@
 //! host, and the flush that ends a half-read frame of an old connection.
 //!
 //! Input: `[mode: u8][chunking seed: u8][bytes]`. An even mode is the
-//! host's side (mode 2 with about 4 MiB of junk in front, to reach its skip
-//! limit), an odd one the guest's; mode 0xF_ checks the flush against a
-//! half-read frame described by the bytes.
+//! host's side, an odd one the guest's; mode 0xF_ checks the flush against
+//! a half-read frame described by the bytes. (The host's 4 MiB skip limit
+//! is checked as an invariant but not reached: 4 MiB per input would take
+//! the fuzzer to a few inputs a second; a unit test reaches it.)
 #![no_main]
 
 use airlock_fuzz::{chunks, find, Input};
@@ -26,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
     if mode & 0xf0 == 0xf0 {
         flush_ends_any_half_read_frame(bytes);
     } else if mode & 1 == 0 {
-        host(seed, bytes, mode == 2);
+        host(seed, bytes);
     } else {
         guest(seed, bytes);
     }
@@ -34,23 +35,12 @@ fuzz_target!(|data: &[u8]| {
 
 /// The host takes the stream after its own answer, exactly, and gives up
 /// only past its skip limit.
-fn host(seed: u8, bytes: &[u8], junk_first: bool) {
+fn host(seed: u8, bytes: &[u8]) {
     let nonce = Nonce::new(NONCE);
     let answer = nonce.ready();
     let mut opening = HostOpening::new(nonce);
     let mut seen: Vec<u8> = Vec::new();
-    let junk: Vec<Vec<u8>> = if junk_first {
-        // 63 to 66 reads of 64 KiB of one byte: around MAX_SKIPPED.
-        let count = bytes.first().map_or(0, |b| 63 + usize::from(*b % 4));
-        vec![vec![bytes.get(1).copied().unwrap_or(b'x'); 64 << 10]; count]
-    } else {
-        Vec::new()
-    };
-    let reads = junk
-        .iter()
-        .map(Vec::as_slice)
-        .chain(chunks(seed, bytes))
-        .collect::<Vec<_>>();
+    let reads = chunks(seed, bytes);
     for read in reads {
         // Where the answer could end within this read.
         let from = seen.len().saturating_sub(answer.len() - 1);

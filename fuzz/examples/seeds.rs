@@ -5,7 +5,7 @@
 //! after changing a layout:
 //!
 //! ```sh
-//! cargo run --manifest-path fuzz/Cargo.toml --example seeds
+//! cargo run --release --manifest-path fuzz/Cargo.toml --example seeds
 //! ```
 
 use std::path::{Path, PathBuf};

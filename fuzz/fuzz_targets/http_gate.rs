@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use airlock::network::secrets::{serve_http, HttpGate, HttpRefusal, Upstream};
 use airlock_fuzz::{
-    block_on, bound, count, holds_placeholder, secrets, with_placeholders, Input, HOSTS, SECRETS,
+    block_on, bound, count, holds_placeholder, host_of_header, secrets, with_placeholders, Input,
+    HOSTS, SECRETS,
 };
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -165,17 +166,7 @@ fuzz_target!(|data: &[u8]| {
         let [named] = &request.hosts[..] else {
             panic!("{} Host headers reached upstream", request.hosts.len())
         };
-        let named = named.rsplit_once(':').map_or(named.as_str(), |(h, port)| {
-            if port.bytes().all(|b| b.is_ascii_digit()) {
-                h
-            } else {
-                named
-            }
-        });
-        let named = named
-            .strip_suffix('.')
-            .unwrap_or(named)
-            .to_ascii_lowercase();
+        let named = host_of_header(named);
         assert_eq!(named, host, "a request for another host reached upstream");
         if let Some(name) = holds_placeholder(&request.head) {
             panic!("the placeholder of {name} reached upstream");

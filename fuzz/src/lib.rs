@@ -258,6 +258,23 @@ pub fn count(haystack: &[u8], needle: &[u8]) -> usize {
         .count()
 }
 
+/// The host a `Host` header names, as a server reads it: the text before a
+/// port of digits (the whole text otherwise), without IPv6 brackets or a
+/// trailing dot, lowercase.
+pub fn host_of_header(value: &str) -> String {
+    let host = match value.rsplit_once(':') {
+        Some((host, port)) if !value.ends_with(']') && port.bytes().all(|b| b.is_ascii_digit()) => {
+            host
+        }
+        _ => value,
+    };
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase()
+}
+
 /// Whether `haystack` holds a placeholder of any fixture secret.
 pub fn holds_placeholder(haystack: &[u8]) -> Option<&'static str> {
     SECRETS

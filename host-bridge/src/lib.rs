@@ -62,6 +62,9 @@ mod error;
 mod exec;
 mod features;
 pub mod fs;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gc;
 mod lifecycle;
 mod manager;

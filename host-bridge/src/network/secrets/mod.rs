@@ -39,6 +39,8 @@ pub use self::http::{intercept_tls, serve_http, HttpGate, HttpGateError};
 pub(crate) use ca::CaParts;
 pub use ca::{CaError, SandboxCa, CA_LIFETIME, LEAF_LIFETIME, LEAF_RENEW_BEFORE};
 pub use random::RandomError;
+#[cfg(feature = "fuzzing")]
+pub(crate) use request::prepare as prepare_request;
 pub use request::HttpRefusal;
 pub use secret::{Secret, SecretError};
 pub use set::{Leak, Secrets, SecretsError};

@@ -14,10 +14,12 @@
 //! daemon, and runs `airlock` clients against it; [`TlsServer`] runs
 //! `airlock serve` there with a TLS listener, for remote clients.
 //! [`interrupt`] sends a CLI command Ctrl-C the way a terminal would.
+//! [`images`] builds the root images some tests need, once.
 
 #![forbid(unsafe_code)]
 
 pub mod daemon_home;
+pub mod images;
 pub mod interrupt;
 pub mod shared_vm;
 pub mod soak;

@@ -203,6 +203,11 @@ impl AirlockTools {
         params: CreateSandbox,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, Stop> {
+        if params.lifetime_secs == Some(0) {
+            return Err(Stop::Invalid(
+                "lifetime_secs must be at least 1: every sandbox made here ends".into(),
+            ));
+        }
         let client = self.session.client(&context).await?;
         let request = CreateSandboxRequest {
             image: params.image.clone().unwrap_or_default(),

@@ -278,14 +278,21 @@ async fn handle(
     }
 }
 
-/// A response of a JSON object `{"error": message}`.
+/// A response of a JSON object `{"error": message}`, closing the
+/// connection: the request's body is left unread, so the connection cannot
+/// carry another request (a client that sent one on it would find it cut).
 fn plain(status: StatusCode, message: &str) -> Response<BoxBody<Bytes, Infallible>> {
     let body = serde_json::json!({ "error": message }).to_string();
     let mut response = Response::new(Full::new(Bytes::from(body)).boxed());
     *response.status_mut() = status;
-    response.headers_mut().insert(
+    let headers = response.headers_mut();
+    headers.insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
     );
     response
 }

@@ -30,13 +30,10 @@ struct Spill {
     done: JoinHandle<Result<(), ClientError>>,
 }
 
-/// One stream's bytes as they arrive.
-#[derive(Debug)]
-pub struct Capture {
-    client: Client,
-    sandbox_id: String,
-    /// The log file, when the stream is cut or binary.
-    log: String,
+/// What is kept of a stream to show: all of it while it is short, its
+/// head and tail once it is past [`SHOWN`].
+#[derive(Debug, Default)]
+struct Kept {
     /// Everything while the stream is short; its first [`HEAD`] bytes
     /// once cut.
     kept: Vec<u8>,
@@ -45,6 +42,74 @@ pub struct Capture {
     total: u64,
     /// Past [`SHOWN`]: only the head and tail are kept.
     cut: bool,
+}
+
+impl Kept {
+    /// Takes the next chunk; returns what the log file must get: nothing
+    /// while the stream is short, everything so far when it passes the
+    /// bound, then each chunk.
+    fn take(&mut self, chunk: Bytes) -> Option<Bytes> {
+        self.total += chunk.len() as u64;
+        if self.cut {
+            self.keep_tail(&chunk);
+            return Some(chunk);
+        }
+        if self.kept.len() + chunk.len() <= SHOWN {
+            self.kept.extend_from_slice(&chunk);
+            return None;
+        }
+        self.cut = true;
+        let mut so_far = std::mem::take(&mut self.kept);
+        so_far.extend_from_slice(&chunk);
+        let so_far = Bytes::from(so_far);
+        self.kept = so_far[..HEAD].to_vec();
+        self.keep_tail(&so_far[HEAD..]);
+        Some(so_far)
+    }
+
+    fn keep_tail(&mut self, data: &[u8]) {
+        let limit = SHOWN - HEAD;
+        if data.len() >= limit {
+            self.tail.clear();
+            self.tail.extend_from_slice(&data[data.len() - limit..]);
+        } else {
+            self.tail.extend_from_slice(data);
+            if self.tail.len() > limit {
+                let excess = self.tail.len() - limit;
+                self.tail.drain(..excess);
+            }
+        }
+    }
+
+    fn is_binary(&self) -> bool {
+        text::looks_binary(&self.kept) || text::looks_binary(&self.tail)
+    }
+
+    /// What a model sees.
+    fn shown(&self) -> Shown {
+        if self.is_binary() {
+            Shown::Binary {
+                prefix: text::hex_prefix(&self.kept, 16),
+            }
+        } else if self.cut {
+            Shown::Cut {
+                head: text::head(&self.kept, HEAD),
+                tail: text::tail(&self.tail, SHOWN - HEAD),
+            }
+        } else {
+            Shown::Whole(String::from_utf8_lossy(&self.kept).into_owned())
+        }
+    }
+}
+
+/// One stream's bytes as they arrive.
+#[derive(Debug)]
+pub struct Capture {
+    client: Client,
+    sandbox_id: String,
+    /// The log file, when the stream is cut or binary.
+    log: String,
+    kept: Kept,
     spill: Option<Spill>,
 }
 
@@ -77,49 +142,18 @@ impl Capture {
             client,
             sandbox_id: sandbox_id.to_owned(),
             log,
-            kept: Vec::new(),
-            tail: Vec::new(),
-            total: 0,
-            cut: false,
+            kept: Kept::default(),
             spill: None,
         }
     }
 
     /// Takes the next chunk.
     pub async fn push(&mut self, chunk: Bytes) {
-        self.total += chunk.len() as u64;
-        if !self.cut {
-            if self.kept.len() + chunk.len() <= SHOWN {
-                self.kept.extend_from_slice(&chunk);
-                return;
+        if let Some(data) = self.kept.take(chunk) {
+            if self.spill.is_none() {
+                self.spill = Some(self.open());
             }
-            // Past the bound: the log file gets everything so far, the
-            // answer its head and (from now on) its tail.
-            self.cut = true;
-            self.spill = Some(self.open());
-            let mut so_far = std::mem::take(&mut self.kept);
-            so_far.extend_from_slice(&chunk);
-            let so_far = Bytes::from(so_far);
-            self.kept = so_far[..HEAD].to_vec();
-            self.keep_tail(&so_far[HEAD..]);
-            self.write(so_far).await;
-            return;
-        }
-        self.keep_tail(&chunk);
-        self.write(chunk).await;
-    }
-
-    fn keep_tail(&mut self, data: &[u8]) {
-        let limit = SHOWN - HEAD;
-        if data.len() >= limit {
-            self.tail.clear();
-            self.tail.extend_from_slice(&data[data.len() - limit..]);
-        } else {
-            self.tail.extend_from_slice(data);
-            if self.tail.len() > limit {
-                let excess = self.tail.len() - limit;
-                self.tail.drain(..excess);
-            }
+            self.write(data).await;
         }
     }
 
@@ -166,12 +200,10 @@ impl Capture {
 
     /// Ends the stream: finishes the log file and says what to show.
     pub async fn finish(mut self) -> Captured {
-        let cut = self.cut;
-        let binary = text::looks_binary(&self.kept) || text::looks_binary(&self.tail);
-        if binary && !cut && !self.kept.is_empty() {
+        if self.kept.is_binary() && !self.kept.cut && !self.kept.kept.is_empty() {
             // Short but binary: it goes to the log file whole.
             self.spill = Some(self.open());
-            let all = Bytes::from(self.kept.clone());
+            let all = Bytes::from(self.kept.kept.clone());
             self.write(all).await;
         }
         let log = match self.spill.take() {
@@ -185,21 +217,9 @@ impl Capture {
             }
             None => None,
         };
-        let shown = if binary {
-            Shown::Binary {
-                prefix: text::hex_prefix(&self.kept, 16),
-            }
-        } else if cut {
-            Shown::Cut {
-                head: text::head(&self.kept, HEAD),
-                tail: text::tail(&self.tail, SHOWN - HEAD),
-            }
-        } else {
-            Shown::Whole(String::from_utf8_lossy(&self.kept).into_owned())
-        };
         Captured {
-            total: self.total,
-            shown,
+            total: self.kept.total,
+            shown: self.kept.shown(),
             log,
         }
     }
@@ -254,5 +274,93 @@ impl Captured {
                 text::bytes(self.total)
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stream of `len` bytes of numbered lines.
+    fn stream(len: usize) -> Vec<u8> {
+        (0..)
+            .flat_map(|n: u32| format!("line {n}\n").into_bytes())
+            .take(len)
+            .collect()
+    }
+
+    #[test]
+    fn a_short_stream_is_kept_whole_and_logged_nowhere() {
+        let mut kept = Kept::default();
+        let data = stream(SHOWN);
+        for chunk in data.chunks(1000) {
+            assert_eq!(kept.take(Bytes::copy_from_slice(chunk)), None);
+        }
+        match kept.shown() {
+            Shown::Whole(text) => assert_eq!(text.as_bytes(), &data[..]),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_long_stream_shows_its_head_and_tail_and_logs_every_byte() {
+        let mut kept = Kept::default();
+        let data = stream(200_000);
+        let mut logged = Vec::new();
+        for chunk in data.chunks(7000) {
+            if let Some(out) = kept.take(Bytes::copy_from_slice(chunk)) {
+                logged.extend_from_slice(&out);
+            }
+        }
+        assert_eq!(logged, data, "the log file gets the whole stream, in order");
+        assert_eq!(kept.total, 200_000);
+        let Shown::Cut { head, tail } = kept.shown() else {
+            panic!("not cut")
+        };
+        assert_eq!(head.as_bytes(), &data[..HEAD]);
+        assert_eq!(tail.as_bytes(), &data[data.len() - (SHOWN - HEAD)..]);
+        let captured = Captured {
+            total: kept.total,
+            shown: kept.shown(),
+            log: Some(Ok("/var/log/airlock-mcp/x-1.stdout".into())),
+        };
+        let text = captured.render("stdout");
+        assert!(text.len() < SHOWN + 1000, "{} bytes shown", text.len());
+        assert!(
+            text.contains("183,616 bytes (179.3 KiB) cut here"),
+            "{text}"
+        );
+        assert!(text.contains("read_file it"), "{text}");
+        assert!(text.contains("/var/log/airlock-mcp/x-1.stdout"), "{text}");
+    }
+
+    #[test]
+    fn binary_is_described_not_shown() {
+        let mut kept = Kept::default();
+        assert_eq!(
+            kept.take(Bytes::from_static(b"\x7fELF\x02\x01\x00\x00")),
+            None
+        );
+        let captured = Captured {
+            total: kept.total,
+            shown: kept.shown(),
+            log: Some(Ok("/var/log/airlock-mcp/x-2.stdout".into())),
+        };
+        let text = captured.render("stdout");
+        assert!(
+            text.contains("8 bytes of binary data, not shown (starts 7f 45 4c 46"),
+            "{text}"
+        );
+        assert!(!text.contains("ELF"), "{text}");
+    }
+
+    #[test]
+    fn nothing_is_no_section() {
+        let captured = Captured {
+            total: 0,
+            shown: Shown::Whole(String::new()),
+            log: None,
+        };
+        assert_eq!(captured.render("stderr"), "");
     }
 }

@@ -31,6 +31,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -48,6 +49,8 @@ use gate::{Gate, Refusal};
 pub const MCP_PATH: &str = "/mcp";
 /// How much longer than the longest call rmcp's keep-alive waits.
 const BACKSTOP_MARGIN: Duration = Duration::from_secs(60);
+/// Connections served at once; past it new ones are closed at once.
+const MAX_CONNECTIONS: usize = 1024;
 /// How long a TLS handshake may take.
 const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
 
@@ -142,6 +145,7 @@ impl HttpServer {
         let cancel = CancellationToken::new();
         let service = self.service(&registry, &cancel);
         let mut connections = JoinSet::new();
+        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
         tokio::pin!(stop);
         loop {
             let (tcp, peer) = tokio::select! {
@@ -157,10 +161,15 @@ impl HttpServer {
                 },
                 Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                tracing::warn!(%peer, "too many connections: closing a new one");
+                continue;
+            };
             let tls = self.tls.clone();
             let gate = self.gate.clone();
             let service = service.clone();
             connections.spawn(async move {
+                let _slot = slot;
                 let handler = hyper::service::service_fn(move |request| {
                     let gate = gate.clone();
                     let service = service.clone();

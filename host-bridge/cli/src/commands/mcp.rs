@@ -128,3 +128,54 @@ async fn serve(args: McpArgs) -> Result<(), String> {
     };
     server.run(stop).await.map_err(failed)
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::commands::{Args, Commands};
+
+    fn parse(args: &[&str]) -> Result<super::McpArgs, clap::Error> {
+        let argv = [&["airlock", "mcp"], args].concat();
+        Args::try_parse_from(&argv).map(|args| match args.command {
+            Commands::Mcp(mcp) => *mcp,
+            other => panic!("{other:?}"),
+        })
+    }
+
+    #[test]
+    fn stdio_by_default_and_http_with_its_tls_files() {
+        let stdio = parse(&[]).unwrap();
+        assert!(stdio.http.is_none());
+        assert_eq!(stdio.lifetime, 3600);
+        let http = parse(&[
+            "--http",
+            "0.0.0.0:8443",
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "--idle-timeout",
+            "600",
+            "--image",
+            "dev",
+            "--allow-net",
+            "pypi.org",
+            "--allow-net",
+            "*.github.com",
+        ])
+        .unwrap();
+        assert_eq!(http.http, Some("0.0.0.0:8443".parse().unwrap()));
+        assert_eq!(http.idle_timeout, 600);
+        assert_eq!(http.image.as_deref(), Some("dev"));
+        assert_eq!(http.allow_net, ["pypi.org", "*.github.com"]);
+    }
+
+    #[test]
+    fn tls_files_come_in_pairs_and_only_with_http() {
+        assert!(parse(&["--tls-cert", "c.pem", "--tls-key", "k.pem"]).is_err());
+        assert!(parse(&["--http", "127.0.0.1:1", "--tls-cert", "c.pem"]).is_err());
+        assert!(parse(&["--idle-timeout", "60"]).is_err());
+        assert!(parse(&["--lifetime", "0"]).is_err());
+    }
+}

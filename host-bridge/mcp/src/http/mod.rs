@@ -331,3 +331,64 @@ fn acceptor(files: &TlsFiles) -> Result<tokio_rustls::TlsAcceptor, ServeError> {
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(listen: &str, server: Endpoint) -> HttpOptions {
+        HttpOptions {
+            listen: listen.parse().unwrap(),
+            tls: None,
+            server,
+            sandbox: SessionSandbox::default(),
+            idle: Duration::from_secs(60),
+        }
+    }
+
+    fn remote() -> Endpoint {
+        Endpoint::remote("http://127.0.0.1:1", None, None).unwrap()
+    }
+
+    #[tokio::test]
+    async fn plain_http_is_refused_off_loopback_and_served_on_it() {
+        let refused = HttpServer::bind(options("0.0.0.0:0", remote())).await;
+        assert!(
+            matches!(refused, Err(ServeError::PlainHttp(_))),
+            "{refused:?}"
+        );
+        let served = HttpServer::bind(options("127.0.0.1:0", remote()))
+            .await
+            .unwrap();
+        assert!(served.url().unwrap().starts_with("http://127.0.0.1:"));
+        assert!(served.url().unwrap().ends_with("/mcp"));
+    }
+
+    #[tokio::test]
+    async fn keys_need_the_server_on_tcp() {
+        let local = Endpoint::Local {
+            socket: "/nonexistent/daemon.sock".into(),
+        };
+        let refused = HttpServer::bind(options("127.0.0.1:0", local)).await;
+        assert!(
+            matches!(refused, Err(ServeError::NeedsTcpServer)),
+            "{refused:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn tls_files_that_are_not_there_are_named() {
+        let mut with_tls = options("127.0.0.1:0", remote());
+        with_tls.tls = Some(TlsFiles {
+            cert: "/nonexistent/cert.pem".into(),
+            key: "/nonexistent/key.pem".into(),
+        });
+        let refused = HttpServer::bind(with_tls).await;
+        match refused {
+            Err(ServeError::Tls { path, .. }) => {
+                assert_eq!(path, PathBuf::from("/nonexistent/cert.pem"))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -198,7 +198,10 @@ impl Session {
             }
             None => {
                 let request = self.session_request();
-                let info = self.create(&client, request, false).await?;
+                let info = self
+                    .create(&client, request, false)
+                    .await
+                    .map_err(|e| Stop::call("cannot start this session's sandbox", e))?;
                 tracing::info!(sandbox = %info.sandbox_id, session = %self.tag, "made the session's sandbox");
                 *own = Some(Own {
                     id: info.sandbox_id.clone(),
@@ -245,16 +248,11 @@ impl Session {
         client: &Client,
         mut request: CreateSandboxRequest,
         keep: bool,
-    ) -> Result<SandboxInfo, Stop> {
+    ) -> Result<SandboxInfo, ClientError> {
         request
             .metadata
             .insert(SESSION_LABEL.to_owned(), self.tag.clone());
-        let info = client
-            .sandboxes()
-            .create(request)
-            .await
-            .map_err(|status| Stop::call("cannot create the sandbox", status.into()))?
-            .into_inner();
+        let info = client.sandboxes().create(request).await?.into_inner();
         self.registry
             .created(self.number, &info.sandbox_id, client, keep);
         Ok(info)

@@ -11,12 +11,12 @@ use serde::Deserialize;
 use serde_json::json;
 
 use airlock_client::api::{
-    CreateSandboxRequest, KillSandboxRequest, ListImagesRequest, ListSandboxesRequest,
+    CreateSandboxRequest, ErrorReason, KillSandboxRequest, ListImagesRequest, ListSandboxesRequest,
     PauseSandboxRequest, ResumeSandboxRequest, SandboxState,
 };
 
 use super::AirlockTools;
-use crate::outcome::{finish, Reply, Stop};
+use crate::outcome::{chain, finish, Reply, Stop};
 use crate::render;
 
 /// Sandboxes listed at most.
@@ -221,7 +221,9 @@ impl AirlockTools {
         };
         let info = match self.session.create(&client, request, params.keep).await {
             Ok(info) => info,
-            Err(Stop::Failed(message)) if params.image.is_some() => {
+            Err(error)
+                if params.image.is_some() && error.reason() == Some(ErrorReason::NotFound) =>
+            {
                 // An unknown image: say which there are.
                 let images = client
                     .sandboxes()
@@ -230,13 +232,14 @@ impl AirlockTools {
                     .map(|r| r.into_inner().images)
                     .unwrap_or_default();
                 let names: Vec<&str> = images.iter().map(|i| i.name.as_str()).collect();
+                let message = format!("cannot create the sandbox: {}", chain(&error));
                 return Err(Stop::Failed(if names.is_empty() {
                     message
                 } else {
-                    format!("{message}. Images there are: {}", names.join(", "))
+                    format!("{message}. The images there are: {}", names.join(", "))
                 }));
             }
-            Err(stop) => return Err(stop),
+            Err(error) => return Err(Stop::call("cannot create the sandbox", error)),
         };
         if params.use_by_default {
             self.session.adopt(&info.sandbox_id).await;

@@ -16,11 +16,13 @@
 //! [`interrupt`] sends a CLI command Ctrl-C the way a terminal would.
 //! [`owner`] runs a sandbox's owner in another process, to be killed
 //! (tests of adoption). [`tls_index`] serves HTTPS on loopback under a
-//! throwaway CA, with a small Python package index.
+//! throwaway CA, with a small Python package index. [`images`] builds the
+//! root images some tests need, once.
 
 #![forbid(unsafe_code)]
 
 pub mod daemon_home;
+pub mod images;
 pub mod interrupt;
 pub mod owner;
 pub mod shared_vm;

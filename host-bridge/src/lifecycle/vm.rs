@@ -132,6 +132,10 @@ pub(crate) struct VmShared {
     /// Whether the saved files outlive the end (a handle dropped while the
     /// sandbox is on disk leaves it there, to be restored later).
     keep_saved: AtomicBool,
+    /// The lifetime ceiling the watchdog enforces, measured by
+    /// [`age`](VmShared::age) (`None`: no ceiling). It can change while the
+    /// sandbox lives.
+    max_lifetime: Mutex<Option<Duration>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -181,7 +185,19 @@ impl VmShared {
             persistence,
             last_restore: Mutex::new(None),
             keep_saved: AtomicBool::new(false),
+            max_lifetime: Mutex::new(None),
         })
+    }
+
+    /// The lifetime ceiling (`None`: none).
+    pub fn max_lifetime(&self) -> Option<Duration> {
+        *lock(&self.max_lifetime)
+    }
+
+    /// Sets the lifetime ceiling; the watchdog kills the VM at its next look
+    /// once [`age`](VmShared::age) reaches it.
+    pub fn set_max_lifetime(&self, limit: Option<Duration>) {
+        *lock(&self.max_lifetime) = limit;
     }
 
     /// Holds a manager's slot until the VM ends (a sandbox made before a

@@ -24,6 +24,8 @@ const CPU_SAMPLE_TICKS: u32 = 10;
 /// What the watchdog enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Policy {
+    /// The lifetime ceiling it starts with (the VM keeps it, and it may
+    /// change: [`VmShared::set_max_lifetime`]).
     pub max_lifetime: Option<Duration>,
     pub idle: Option<(Duration, IdlePolicy)>,
     /// Disk the guest console's log may take.
@@ -35,6 +37,7 @@ pub(crate) struct Policy {
 /// Starts the watchdog of `vm` (and its liveness probe, which ends by
 /// itself once the VM has ended).
 pub(crate) fn spawn(vm: &Arc<VmShared>, policy: Policy) -> JoinHandle<()> {
+    vm.set_max_lifetime(policy.max_lifetime);
     if let Some(after) = policy.unresponsive_after {
         let vm = Arc::downgrade(vm);
         tokio::spawn(async move { probe(vm, after).await });
@@ -87,7 +90,7 @@ async fn watch(vm: Weak<VmShared>, policy: Policy) {
             vm.sample_guest_cpu();
             vm.bound_console_log(policy.console_log_budget);
         }
-        if let Some(limit) = policy.max_lifetime {
+        if let Some(limit) = vm.max_lifetime() {
             if vm.age() >= limit {
                 tracing::warn!(?limit, "sandbox reached its maximum lifetime; killing it");
                 vm.kill(EndReason::LifetimeExceeded { limit });

@@ -281,6 +281,25 @@ impl Sandbox {
         self.vm.usage()
     }
 
+    /// How long the sandbox has lived, time saved to disk left out: what
+    /// its lifetime ceiling measures.
+    pub fn age(&self) -> Duration {
+        self.vm.age()
+    }
+
+    /// Its lifetime ceiling ([`SandboxBuilder::max_lifetime`] at the start;
+    /// `None`: none).
+    pub fn max_lifetime(&self) -> Option<Duration> {
+        self.vm.max_lifetime()
+    }
+
+    /// Changes its lifetime ceiling, measured like [`age`](Sandbox::age):
+    /// `Some(sandbox.age() + d)` kills it `d` from now, `None` never. A
+    /// ceiling it has passed kills it within the watchdog's tick.
+    pub fn set_max_lifetime(&self, limit: Option<Duration>) {
+        self.vm.set_max_lifetime(limit);
+    }
+
     /// Starts the sandbox's wall clock and lifetime again (a pool's
     /// handout; see [`Sandboxes`](crate::Sandboxes#the-warm-pool)).
     pub(crate) fn restart_clock(&self) {

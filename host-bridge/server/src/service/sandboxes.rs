@@ -1,6 +1,7 @@
 //! `airlock.api.v1.Sandboxes`: the lifecycle calls.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
@@ -197,15 +198,29 @@ impl sandboxes_server::Sandboxes for Services {
         request: Request<api::SetTimeoutRequest>,
     ) -> Result<Response<api::SandboxInfo>, Status> {
         let principal = Principal::of(&request)?;
+        let _call = self.state.admit(&principal)?;
         let request = request.into_inner();
-        let (_, _handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
-        Err(reason::status(
-            ErrorReason::Unsupported,
-            "timeout_secs: this server cannot change a sandbox's timeout yet",
-        ))
+        let timeout = match request.timeout_secs {
+            0 => {
+                principal.require_owner("a sandbox without a timeout (timeout_secs 0)")?;
+                None
+            }
+            secs => Some(Duration::from_secs(validate::within(
+                "timeout_secs",
+                secs,
+                1,
+                limits::MAX_TIMEOUT_SECS,
+            )?)),
+        };
+        let id = &request.sandbox_id;
+        let (_, handle) = self.state.live_sandbox(&principal, id).await?;
+        // The library's ceiling counts the sandbox's age (time on disk
+        // left out); the record keeps the wall-clock time users see.
+        handle.set_max_lifetime(timeout.map(|left| handle.age() + left));
+        let ends_at_ms = timeout.map_or(0, |left| now_ms() + convert::millis(left));
+        self.state.registry.set_ends_at(id, ends_at_ms);
+        tracing::info!(%id, ?timeout, %principal, "timeout set");
+        Ok(Response::new(self.info_of(&principal, id)?))
     }
 
     async fn kill(

@@ -39,6 +39,9 @@ from .models.files import (
 )
 from .models.network import AuditRecord, NetworkPolicy
 from .models.sandbox import SandboxInfo, SandboxMetrics, SandboxQuery, SandboxState, Secret
+from .sandbox_async.command_handle import AsyncCommandHandle
+from .sandbox_async.files import AsyncChangeTracker, AsyncWatchHandle
+from .sandbox_async.main import AsyncSandbox, AsyncSandboxPaginator
 from .sandbox_sync.command_handle import CommandHandle
 from .sandbox_sync.files import ChangeTracker, WatchHandle
 from .sandbox_sync.main import Sandbox, SandboxPaginator
@@ -46,6 +49,11 @@ from .sandbox_sync.main import Sandbox, SandboxPaginator
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncChangeTracker",
+    "AsyncCommandHandle",
+    "AsyncSandbox",
+    "AsyncSandboxPaginator",
+    "AsyncWatchHandle",
     "AlreadyExistsException",
     "AuditRecord",
     "AuthenticationException",

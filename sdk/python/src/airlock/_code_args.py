@@ -34,7 +34,8 @@ def run_request(
     request = code_pb2.RunCodeRequest(
         sandbox_id=sandbox_id,
         code=code,
-        language=language or "",
+        # A context runs its own language (E2B names one or the other).
+        language=language or (context.language if isinstance(context, Context) else ""),
         context_id=_convert.context_id(context),
     )
     seconds = DEFAULT_TIMEOUT if timeout is None else timeout

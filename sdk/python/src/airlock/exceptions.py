@@ -101,6 +101,10 @@ class CommandExitException(SandboxException, CommandResult):
             stderr=result.stderr,
             exit_code=result.exit_code,
             error=result.error,
+            signal=result.signal,
+            timed_out=result.timed_out,
+            oom_killed=result.oom_killed,
+            duration_ms=result.duration_ms,
         )
         detail = f": {result.error}" if result.error else ""
         SandboxException.__init__(

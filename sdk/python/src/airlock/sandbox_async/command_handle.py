@@ -24,7 +24,7 @@ from .._client import CHUNK_BYTES, AsyncClient
 from .._errors import arpc
 from .._output import Chunk, CommandOutput
 from ..api.v1 import processes_pb2
-from ..exceptions import SandboxException, from_rpc_error
+from ..exceptions import NotFoundException, SandboxException, from_rpc_error
 from ..models.commands import CommandResult
 from ..sandbox_sync.command_handle import MAX_RESUMES, check
 
@@ -258,10 +258,10 @@ async def kill(
                 metadata=client.metadata,
                 timeout=client.timeout(request_timeout),
             )
-    except SandboxException as error:
-        if error.reason == "NOT_FOUND":
-            return False
-        raise
+    except NotFoundException as error:
+        if error.reason == "SANDBOX_NOT_FOUND":
+            raise
+        return False
     return True
 
 

@@ -23,7 +23,13 @@ from .._client import CHUNK_BYTES, Client
 from .._errors import rpc
 from .._output import Chunk, CommandOutput
 from ..api.v1 import processes_pb2
-from ..exceptions import CommandExitException, SandboxException, TimeoutException, from_rpc_error
+from ..exceptions import (
+    CommandExitException,
+    NotFoundException,
+    SandboxException,
+    TimeoutException,
+    from_rpc_error,
+)
 from ..models.commands import CommandResult
 
 #: How often an interrupted stream is resumed before the error is raised.
@@ -299,10 +305,10 @@ def kill(client: Client, sandbox_id: str, pid: int, request_timeout: Optional[fl
                 metadata=client.metadata,
                 timeout=client.timeout(request_timeout),
             )
-    except SandboxException as error:
-        if error.reason == "NOT_FOUND":
-            return False
-        raise
+    except NotFoundException as error:
+        if error.reason == "SANDBOX_NOT_FOUND":
+            raise
+        return False
     return True
 
 

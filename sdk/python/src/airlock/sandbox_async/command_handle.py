@@ -17,7 +17,6 @@ import inspect
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Union
 
 import grpc
-from grpc import aio
 
 from .. import _convert
 from .._client import CHUNK_BYTES, AsyncClient
@@ -56,8 +55,8 @@ async def events(
         try:
             while True:
                 event = await call.read()
-                if event is aio.EOF:
-                    return
+                if not isinstance(event, processes_pb2.ProcessEvent):
+                    return  # grpc.aio.EOF: the stream ended
                 yield event
         except grpc.RpcError as error:
             if cancelled():

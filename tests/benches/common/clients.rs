@@ -1,0 +1,150 @@
+//! The API benchmark's rows for the server's other clients: the `airlock`
+//! CLI (a process per call) and the Python SDK (`sdk/python`, through its
+//! helper `sdk/python/bench/bench_sdk.py`, run with the interpreter of a
+//! virtualenv that has the SDK: `AIRLOCK_BENCH_PYTHON`, which
+//! `scripts/bench` makes with `scripts/sdk-python venv`), and the exec round
+//! trip through the library and the Rust client for comparison.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use airlock::{Command, Sandbox};
+use airlock_client::{api, Client};
+use airlock_tests::DaemonHome;
+
+/// The interpreter of a virtualenv with the SDK installed.
+pub const PYTHON_ENV: &str = "AIRLOCK_BENCH_PYTHON";
+
+/// The program every exec row runs, as `commands.run("true")` runs it.
+pub const SHELL_TRUE: [&str; 3] = ["/bin/sh", "-c", "true"];
+
+/// The Python SDK's times, in the order taken.
+#[derive(Debug, Default)]
+pub struct SdkTimes {
+    pub create_sync: Vec<Duration>,
+    pub create_async: Vec<Duration>,
+    pub exec_sync: Vec<Duration>,
+    pub exec_async: Vec<Duration>,
+}
+
+fn helper() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sdk/python/bench/bench_sdk.py")
+}
+
+/// Runs the SDK's helper against the server of `home`: `takes` creates of
+/// each client from the pool, `execs` round trips of each in `sandbox`.
+pub fn python_sdk(
+    python: &Path,
+    home: &DaemonHome,
+    sandbox: &str,
+    takes: usize,
+    execs: usize,
+) -> SdkTimes {
+    let out = std::process::Command::new(python)
+        .arg(helper())
+        .arg("--socket")
+        .arg(home.socket())
+        .arg("--state-dir")
+        .arg(home.path())
+        .args(["--takes", &takes.to_string()])
+        .args(["--sandbox", sandbox])
+        .args(["--execs", &execs.to_string()])
+        .env_remove("AIRLOCK_HOST")
+        .output()
+        .unwrap_or_else(|e| panic!("{} {}: {e}", python.display(), helper().display()));
+    assert!(
+        out.status.success(),
+        "the SDK's helper failed: {}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        home.daemon_log()
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("the SDK's helper prints JSON");
+    let times = |name: &str| -> Vec<Duration> {
+        report[name]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {name} in {report}"))
+            .iter()
+            .filter_map(serde_json::Value::as_f64)
+            .map(|ms| Duration::from_secs_f64(ms / 1e3))
+            .collect()
+    };
+    SdkTimes {
+        create_sync: times("create_sync"),
+        create_async: times("create_async"),
+        exec_sync: times("exec_sync"),
+        exec_async: times("exec_async"),
+    }
+}
+
+/// `airlock sandbox create` then `airlock sandbox exec ID -- echo ready`,
+/// to the exit of the second (its output is written by then); the sandbox
+/// is killed after.
+pub async fn cli_create_to_echo(home: &DaemonHome, client: &Client) -> Duration {
+    let began = Instant::now();
+    let created = home.airlock(&["sandbox", "create"]);
+    assert!(created.status.success(), "{created:?}");
+    let id = String::from_utf8_lossy(&created.stdout).trim().to_owned();
+    let echoed = home.airlock(&["sandbox", "exec", &id, "--", "echo", "ready"]);
+    let took = began.elapsed();
+    assert_eq!(echoed.stdout, b"ready\n", "{echoed:?}");
+    let info = client
+        .sandboxes()
+        .get(api::GetSandboxRequest {
+            sandbox_id: id.clone(),
+        })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(info.origin, "pool", "not from the pool: {info:?}");
+    client
+        .sandboxes()
+        .kill(api::KillSandboxRequest { sandbox_id: id })
+        .await
+        .expect("kill");
+    took
+}
+
+/// `airlock sandbox exec ID -- /bin/sh -c true`, process start to exit.
+pub fn cli_exec(home: &DaemonHome, id: &str) -> Duration {
+    let began = Instant::now();
+    let out = home.airlock(&[&["sandbox", "exec", id, "--"][..], &SHELL_TRUE[..]].concat());
+    let took = began.elapsed();
+    assert!(out.status.success(), "{out:?}");
+    took
+}
+
+/// `Processes.Start` of `/bin/sh -c true` to its exit.
+pub async fn api_exec(client: &Client, id: &str) -> Duration {
+    let began = Instant::now();
+    let mut stream = client
+        .start(api::StartProcess {
+            sandbox_id: id.to_owned(),
+            argv: SHELL_TRUE.iter().map(|a| (*a).to_owned()).collect(),
+            ..Default::default()
+        })
+        .await
+        .expect("start");
+    while let Some(event) = stream.next_event().await.expect("events") {
+        if let api::process_event::Event::Exited(exit) = event {
+            assert_eq!(exit.exit_code, 0);
+            return began.elapsed();
+        }
+    }
+    panic!("the stream ended without an exit");
+}
+
+/// `Sandbox::exec` of `/bin/sh -c true` to its exit: the floor.
+pub async fn library_exec(sandbox: &Sandbox) -> Duration {
+    let began = Instant::now();
+    let exit = sandbox
+        .exec(&Command::new(SHELL_TRUE[0]).args(SHELL_TRUE[1..].iter().copied()))
+        .await
+        .expect("exec")
+        .wait()
+        .await
+        .expect("wait");
+    let took = began.elapsed();
+    assert_eq!(exit.status.code(), Some(0));
+    took
+}

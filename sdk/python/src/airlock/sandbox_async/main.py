@@ -224,9 +224,7 @@ class AsyncSandbox:
         (``host``, ``api_key``, ``ca_cert``, ...) default to the
         environment.
         """
-        client = await _client(opts)
-        info = await _create(
-            client,
+        request = _convert.create_request(
             template=template,
             timeout=timeout,
             metadata=metadata,
@@ -242,7 +240,8 @@ class AsyncSandbox:
             ca_certs=ca_certs,
             allow_internet_access=allow_internet_access,
         )
-        return cls(_connected=(client, info))
+        client = await _client(opts)
+        return cls(_connected=(client, await _create(client, request)))
 
     @classmethod
     async def connect(cls, sandbox_id: str, timeout: Optional[int] = None, **opts: Unpack[ConnectionOpts]) -> Self:
@@ -363,14 +362,7 @@ class AsyncSandbox:
         await self._kill()
 
 
-async def _create(client: AsyncClient, **kwargs: object) -> SandboxInfo:
-    defaults: Dict[str, object] = {
-        "template": None, "timeout": None, "metadata": None, "envs": None, "image": None,
-        "no_image": False, "memory_mb": None, "vcpus": None, "allow_net": None, "secrets": None,
-        "cold": False, "workspace": None, "ca_certs": None, "allow_internet_access": None,
-    }
-    defaults.update(kwargs)
-    request = _convert.create_request(**defaults)  # type: ignore[arg-type]
+async def _create(client: AsyncClient, request: sandboxes_pb2.CreateSandboxRequest) -> SandboxInfo:
     async with arpc(client.endpoint):
         info = await client.sandboxes.Create(request, metadata=client.metadata, timeout=client.config.request_timeout)
     return _convert.sandbox_info(info)

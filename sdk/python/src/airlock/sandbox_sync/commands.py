@@ -209,6 +209,11 @@ class Commands:
                     _deliver(chunk, on_stdout, on_stderr)
             for chunk in output.flush():
                 _deliver(chunk, on_stdout, on_stderr)
+        except BaseException:
+            # Interrupted, or a callback failed: hang up, which ends the
+            # program (a foreground command dies with its caller).
+            call.cancel()
+            raise
         finally:
             inputs.close()
         exit = output.exit

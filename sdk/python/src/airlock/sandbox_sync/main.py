@@ -149,7 +149,8 @@ class Sandbox:
         older constructor did."""
         if _connected is None:
             client = _client(opts)
-            info = _create(client, template=template, timeout=timeout, metadata=metadata, envs=envs)
+            request = _convert.create_request(template=template, timeout=timeout, metadata=metadata, envs=envs)
+            info = _create(client, request)
         else:
             client, info = _connected
         self._client = client
@@ -233,9 +234,7 @@ class Sandbox:
         (``host``, ``api_key``, ``ca_cert``, ...) default to the
         environment.
         """
-        client = _client(opts)
-        info = _create(
-            client,
+        request = _convert.create_request(
             template=template,
             timeout=timeout,
             metadata=metadata,
@@ -251,7 +250,8 @@ class Sandbox:
             ca_certs=ca_certs,
             allow_internet_access=allow_internet_access,
         )
-        return cls(_connected=(client, info))
+        client = _client(opts)
+        return cls(_connected=(client, _create(client, request)))
 
     @classmethod
     def connect(cls, sandbox_id: str, timeout: Optional[int] = None, **opts: Unpack[ConnectionOpts]) -> Self:
@@ -372,14 +372,7 @@ class Sandbox:
         self._kill()
 
 
-def _create(client: Client, **kwargs: object) -> SandboxInfo:
-    defaults: Dict[str, object] = {
-        "template": None, "timeout": None, "metadata": None, "envs": None, "image": None,
-        "no_image": False, "memory_mb": None, "vcpus": None, "allow_net": None, "secrets": None,
-        "cold": False, "workspace": None, "ca_certs": None, "allow_internet_access": None,
-    }
-    defaults.update(kwargs)
-    request = _convert.create_request(**defaults)  # type: ignore[arg-type]
+def _create(client: Client, request: sandboxes_pb2.CreateSandboxRequest) -> SandboxInfo:
     with rpc(client.endpoint):
         info = client.sandboxes.Create(request, metadata=client.metadata, timeout=client.config.request_timeout)
     return _convert.sandbox_info(info)

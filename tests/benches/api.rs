@@ -11,15 +11,18 @@
 //! alternating, each take once the pool has refilled (a frozen QEMU).
 //! Target: within 1.3x of the floor.
 //!
-//! The same server then serves the other clients' rows: the `airlock` CLI
-//! (`sandbox create` then `sandbox exec -- echo ready`, processes of their
-//! own) and the Python SDK (`Sandbox.create()` and `AsyncSandbox.create()`
-//! to the first stdout chunk of `echo ready`, in a helper process that keeps
-//! its connection, `common::clients`); and an exec round trip, `/bin/sh -c
-//! true` to its exit in one running sandbox, through the library (the
-//! floor), the Rust client, the SDK's `commands.run("true")` (blocking and
-//! asyncio) and the CLI. Target for the SDK: at most 2 ms over the Rust
-//! client per call, for both.
+//! The same server serves the other clients in the same rounds: the
+//! `airlock` CLI (`sandbox create` then `sandbox exec -- echo ready`,
+//! processes of their own) and the Python SDK (`Sandbox.create()` and
+//! `AsyncSandbox.create()` to the first stdout chunk of `echo ready`, timed
+//! in a helper process that keeps its connection, `common::clients`). Then
+//! an exec round trip, `/bin/sh -c true` to its exit in one running sandbox,
+//! in rounds through the library (the floor, its own sandbox of the same
+//! machine), the Rust client, the SDK's `commands.run("true")` (blocking and
+//! asyncio) and the CLI. Each round takes once per client, so that the
+//! machine's changing load falls on all alike; what the SDK adds is the
+//! median of its take minus the Rust client's in the same round. Target:
+//! at most 2 ms a call.
 //!
 //! Run with `scripts/bench`, or `cargo bench -p airlock-tests --bench api
 //! [-- --json]`. `AIRLOCK_BENCH_STARTS` sets the takes per row divided by
@@ -40,7 +43,7 @@ use airlock_client::{api, Client, Endpoint};
 use airlock_tests::{DaemonHome, TlsServer};
 use serde_json::json;
 
-use common::clients::{self, SdkTimes};
+use common::clients;
 use common::pool::pooled_starts;
 use common::{ms, percentile};
 
@@ -48,10 +51,10 @@ use common::{ms, percentile};
 const TARGET_RATIO: f64 = 1.3;
 /// The most the Python SDK may add to a call over the Rust client.
 const SDK_TARGET_MS: f64 = 2.0;
-/// Exec round trips per row.
+/// Exec round trips per row (the CLI takes one round in five).
 const EXECS: usize = 50;
-/// CLI execs (a process each).
-const CLI_EXECS: usize = 20;
+/// Rounds first taken and thrown away.
+const WARM: usize = 3;
 
 #[tokio::main]
 async fn main() {
@@ -101,21 +104,32 @@ async fn main() {
     .connect()
     .await
     .expect("the TLS listener");
-    let (mut unix, mut tls) = (Vec::new(), Vec::new());
-    for take in 0..takes * 2 {
+    let mut sdk = std::env::var_os(clients::PYTHON_ENV)
+        .map(|python| clients::SdkHelper::start(std::path::Path::new(&python), &home.socket()));
+
+    // Starts: a round takes once per client in turn, each once the pool has
+    // refilled (the CLI every other round), so that drift in the machine's
+    // load falls on every client alike.
+    let mut starts = Rows::default();
+    for round in 0..takes {
         wait_for_frozen_member(&home).await;
-        let client = if take % 2 == 0 { &local } else { &remote };
-        let took = create_to_echo(client).await;
-        if take % 2 == 0 {
-            unix.push(took);
-        } else {
-            tls.push(took);
+        starts.push("unix", create_to_echo(&local).await);
+        wait_for_frozen_member(&home).await;
+        starts.push("tls", create_to_echo(&remote).await);
+        if let Some(sdk) = sdk.as_mut() {
+            wait_for_frozen_member(&home).await;
+            starts.push("sdk_sync", sdk.call("create sync"));
+            wait_for_frozen_member(&home).await;
+            starts.push("sdk_async", sdk.call("create async"));
+        }
+        if round % 2 == 0 {
+            wait_for_frozen_member(&home).await;
+            starts.push("cli", clients::cli_create_to_echo(&home, &local).await);
         }
     }
-    unix.sort();
-    tls.sort();
 
-    // The other clients, on the same server.
+    // Exec round trips in one running sandbox of the server's, and the
+    // library's own in a sandbox of the same machine, in turn likewise.
     let exec_id = local
         .sandboxes()
         .create(api::CreateSandboxRequest::default())
@@ -123,69 +137,39 @@ async fn main() {
         .expect("create the exec sandbox")
         .into_inner()
         .sandbox_id;
-    let mut api_exec = Vec::with_capacity(EXECS);
-    for n in 0..EXECS + 3 {
-        let took = clients::api_exec(&local, &exec_id).await;
-        if n >= 3 {
-            api_exec.push(took);
-        }
-    }
-    let mut cli_exec: Vec<Duration> = (0..CLI_EXECS)
-        .map(|_| clients::cli_exec(&home, &exec_id))
-        .collect();
-    let sdk = std::env::var_os(clients::PYTHON_ENV).map(|python| {
-        clients::python_sdk(
-            std::path::Path::new(&python),
-            &home,
-            &exec_id,
-            takes / 2,
-            EXECS,
-        )
-    });
-    let mut cli_create = Vec::with_capacity(takes / 2);
-    for _ in 0..takes / 2 {
-        wait_for_frozen_member(&home).await;
-        cli_create.push(clients::cli_create_to_echo(&home, &local).await);
-    }
-    drop(server);
     let library = Sandbox::builder()
         .image(&image)
         .memory_mib(512)
         .start()
         .await
         .expect("a library sandbox for the exec floor");
-    let mut library_exec = Vec::with_capacity(EXECS);
-    for n in 0..EXECS + 3 {
-        let took = clients::library_exec(&library).await;
-        if n >= 3 {
-            library_exec.push(took);
+    wait_for_frozen_member(&home).await;
+    let mut execs = Rows::default();
+    for round in 0..EXECS + WARM {
+        let mut take = |name: &'static str, took: Duration| {
+            if round >= WARM {
+                execs.push(name, took);
+            }
+        };
+        take("library", clients::library_exec(&library).await);
+        take("api", clients::api_exec(&local, &exec_id).await);
+        if let Some(sdk) = sdk.as_mut() {
+            take("sdk_sync", sdk.call(&format!("exec sync {exec_id}")));
+            take("sdk_async", sdk.call(&format!("exec async {exec_id}")));
+        }
+        if round % 5 == 0 {
+            take("cli", clients::cli_exec(&home, &exec_id));
         }
     }
     drop(library);
-    for times in [
-        &mut api_exec,
-        &mut cli_exec,
-        &mut cli_create,
-        &mut library_exec,
-    ] {
-        times.sort();
-    }
-    let sdk = sdk.map(|mut sdk| {
-        for times in [
-            &mut sdk.create_sync,
-            &mut sdk.create_async,
-            &mut sdk.exec_sync,
-            &mut sdk.exec_async,
-        ] {
-            times.sort();
-        }
-        sdk
-    });
+    drop(sdk);
+    drop(server);
 
     let floor_median = percentile(&floor.echoed, 50);
     let ratio = |times: &[Duration]| ms(percentile(times, 50)) / ms(floor_median);
     let mut text = format!(
-        "\nstart from the pool to the first `echo` output, default image (512 MiB, 1 vCPU), {takes} takes each\n"
+        "\nstart from the pool to the first `echo` output, default image (512 MiB, 1 vCPU), {takes} takes each (the CLI {})\n",
+        takes.div_ceil(2)
     );
     text.push_str(&row("measure", "median", "p95", "/ floor"));
     text.push_str(&row(
@@ -194,85 +178,95 @@ async fn main() {
         &fmt_ms(percentile(&floor.echoed, 95)),
         "1.00x",
     ));
-    for (name, times) in [
-        ("API, the server's Unix socket", &unix),
-        ("API, TCP + TLS + key on loopback", &tls),
+    let (unix, tls) = (starts.sorted("unix"), starts.sorted("tls"));
+    for (name, key) in [
+        ("API, the server's Unix socket", "unix"),
+        ("API, TCP + TLS + key on loopback", "tls"),
+        ("Python SDK, Sandbox.create (blocking)", "sdk_sync"),
+        ("Python SDK, AsyncSandbox.create (asyncio)", "sdk_async"),
+        ("CLI: sandbox create + sandbox exec (to exit)", "cli"),
     ] {
+        let times = starts.sorted(key);
+        if times.is_empty() {
+            continue;
+        }
         text.push_str(&row(
             name,
-            &fmt_ms(percentile(times, 50)),
-            &fmt_ms(percentile(times, 95)),
-            &format!("{:.2}x", ratio(times)),
+            &fmt_ms(percentile(&times, 50)),
+            &fmt_ms(percentile(&times, 95)),
+            &format!("{:.2}x", ratio(&times)),
         ));
     }
     let met = ratio(&unix) <= TARGET_RATIO && ratio(&tls) <= TARGET_RATIO;
     text.push_str(&row(
-        &format!("target: each within {TARGET_RATIO}x"),
+        &format!("target: the API within {TARGET_RATIO}x"),
         "",
         "",
         if met { "met" } else { "missed" },
     ));
-    if let Some(sdk) = &sdk {
-        for (name, times) in [
-            ("Python SDK, Sandbox.create (blocking)", &sdk.create_sync),
-            (
-                "Python SDK, AsyncSandbox.create (asyncio)",
-                &sdk.create_async,
-            ),
-        ] {
-            text.push_str(&row(
-                name,
-                &fmt_ms(percentile(times, 50)),
-                &fmt_ms(percentile(times, 95)),
-                &format!("{:.2}x", ratio(times)),
-            ));
-        }
-    }
-    text.push_str(&row(
-        "CLI: sandbox create + sandbox exec (to exit)",
-        &fmt_ms(percentile(&cli_create, 50)),
-        &fmt_ms(percentile(&cli_create, 95)),
-        &format!("{:.2}x", ratio(&cli_create)),
-    ));
+    let library_exec = execs.sorted("library");
     let exec_floor = percentile(&library_exec, 50);
     text.push_str(&format!(
-        "\nexec round trip: `/bin/sh -c true` to its exit in one running sandbox, {EXECS} each ({CLI_EXECS} for the CLI)\n"
+        "\nexec round trip: `/bin/sh -c true` to its exit in one running sandbox, {EXECS} each (the CLI {})\n",
+        EXECS / 5
     ));
     text.push_str(&row("measure", "median", "p95", "/ floor"));
-    let mut exec_rows: Vec<(&str, &Vec<Duration>)> = vec![
-        ("library: Sandbox::exec (the floor)", &library_exec),
-        ("API, Rust client, the server's Unix socket", &api_exec),
-    ];
-    if let Some(sdk) = &sdk {
-        exec_rows.push(("Python SDK, commands.run (blocking)", &sdk.exec_sync));
-        exec_rows.push(("Python SDK, commands.run (asyncio)", &sdk.exec_async));
-    }
-    exec_rows.push(("CLI: airlock sandbox exec (a process)", &cli_exec));
-    for (name, times) in exec_rows {
+    for (name, key) in [
+        ("library: Sandbox::exec (the floor)", "library"),
+        ("API, Rust client, the server's Unix socket", "api"),
+        ("Python SDK, commands.run (blocking)", "sdk_sync"),
+        ("Python SDK, commands.run (asyncio)", "sdk_async"),
+        ("CLI: airlock sandbox exec (a process)", "cli"),
+    ] {
+        let times = execs.sorted(key);
+        if times.is_empty() {
+            continue;
+        }
         text.push_str(&row(
             name,
-            &fmt_ms(percentile(times, 50)),
-            &fmt_ms(percentile(times, 95)),
-            &format!("{:.2}x", ms(percentile(times, 50)) / ms(exec_floor)),
+            &fmt_ms(percentile(&times, 50)),
+            &fmt_ms(percentile(&times, 95)),
+            &format!("{:.2}x", ms(percentile(&times, 50)) / ms(exec_floor)),
         ));
     }
-    let sdk_over = sdk.as_ref().map(|sdk| sdk_overhead(sdk, &unix, &api_exec));
-    match &sdk_over {
-        Some(over) => text.push_str(&format!(
-            "Python SDK over the Rust client (medians): create {:+.1} / {:+.1} ms, exec {:+.1} / {:+.1} ms (blocking / asyncio); target: at most {SDK_TARGET_MS} ms: {}\n",
-            over[0],
-            over[1],
-            over[2],
-            over[3],
-            if over.iter().all(|&o| o <= SDK_TARGET_MS) { "met" } else { "missed" }
-        )),
-        None => text.push_str(&format!(
+    // What the SDK adds: the median of its take minus the Rust client's
+    // take of the same round.
+    let added = [
+        starts.paired("sdk_sync", "unix"),
+        starts.paired("sdk_async", "unix"),
+        execs.paired("sdk_sync", "api"),
+        execs.paired("sdk_async", "api"),
+    ];
+    if starts.sorted("sdk_sync").is_empty() {
+        text.push_str(&format!(
             "Python SDK rows left out: set {} to the python of a venv with the SDK (scripts/bench does)\n",
             clients::PYTHON_ENV
-        )),
+        ));
+    } else {
+        let met = added.iter().all(|&over| over <= SDK_TARGET_MS);
+        text.push_str(&format!(
+            "Python SDK over the Rust client, median of each round's difference: start {:+.1} / {:+.1} ms, exec {:+.1} / {:+.1} ms (blocking / asyncio); target at most {SDK_TARGET_MS} ms a call: {}\n",
+            added[0],
+            added[1],
+            added[2],
+            added[3],
+            if met { "met" } else { "missed" }
+        ));
     }
     eprint!("{text}");
     if json_out {
+        let medians = |rows: &Rows| -> serde_json::Value {
+            rows.times
+                .keys()
+                .map(|key| {
+                    (
+                        (*key).to_owned(),
+                        json!(ms(percentile(&rows.sorted(key), 50))),
+                    )
+                })
+                .collect::<serde_json::Map<_, _>>()
+                .into()
+        };
         let report = json!({
             "takes": takes,
             "floor_median_ms": ms(floor_median),
@@ -283,33 +277,43 @@ async fn main() {
             "api_tls_p95_ms": ms(percentile(&tls, 95)),
             "api_unix_ratio": ratio(&unix),
             "api_tls_ratio": ratio(&tls),
-            "cli_create_median_ms": ms(percentile(&cli_create, 50)),
-            "exec_library_median_ms": ms(percentile(&library_exec, 50)),
-            "exec_api_median_ms": ms(percentile(&api_exec, 50)),
-            "exec_cli_median_ms": ms(percentile(&cli_exec, 50)),
-            "sdk": sdk.as_ref().map(|sdk| json!({
-                "create_sync_median_ms": ms(percentile(&sdk.create_sync, 50)),
-                "create_async_median_ms": ms(percentile(&sdk.create_async, 50)),
-                "exec_sync_median_ms": ms(percentile(&sdk.exec_sync, 50)),
-                "exec_async_median_ms": ms(percentile(&sdk.exec_async, 50)),
-                "over_api_ms": sdk_over,
-            })),
+            "start_median_ms": medians(&starts),
+            "exec_median_ms": medians(&execs),
+            "sdk_added_ms": {
+                "start_sync": added[0], "start_async": added[1],
+                "exec_sync": added[2], "exec_async": added[3],
+            },
         });
         println!("{report}");
     }
 }
 
-/// What the SDK adds over the Rust client, in ms of the medians: create
-/// (blocking, asyncio), then exec (blocking, asyncio).
-fn sdk_overhead(sdk: &SdkTimes, api_create: &[Duration], api_exec: &[Duration]) -> [f64; 4] {
-    let over =
-        |sdk: &[Duration], api: &[Duration]| ms(percentile(sdk, 50)) - ms(percentile(api, 50));
-    [
-        over(&sdk.create_sync, api_create),
-        over(&sdk.create_async, api_create),
-        over(&sdk.exec_sync, api_exec),
-        over(&sdk.exec_async, api_exec),
-    ]
+/// Times by client, in the order taken (a round's takes share an index).
+#[derive(Debug, Default)]
+struct Rows {
+    times: std::collections::BTreeMap<&'static str, Vec<Duration>>,
+}
+
+impl Rows {
+    fn push(&mut self, client: &'static str, took: Duration) {
+        self.times.entry(client).or_default().push(took);
+    }
+
+    fn sorted(&self, client: &str) -> Vec<Duration> {
+        let mut times = self.times.get(client).cloned().unwrap_or_default();
+        times.sort();
+        times
+    }
+
+    /// The median, in ms, of `client`'s take minus `base`'s in each round.
+    fn paired(&self, client: &str, base: &str) -> f64 {
+        let (Some(a), Some(b)) = (self.times.get(client), self.times.get(base)) else {
+            return f64::NAN;
+        };
+        let mut diffs: Vec<f64> = a.iter().zip(b).map(|(a, b)| ms(*a) - ms(*b)).collect();
+        diffs.sort_by(f64::total_cmp);
+        diffs.get(diffs.len() / 2).copied().unwrap_or(f64::NAN)
+    }
 }
 
 /// From `Create` to the first stdout chunk of `echo` in the new sandbox,

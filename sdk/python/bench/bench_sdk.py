@@ -1,59 +1,32 @@
-"""The Python SDK's figures for ``cargo bench --bench api`` (tests/benches/api.rs),
-which runs this against its own server, in the same run as the library's
-and the API's figures, and prints them side by side.
+"""The Python SDK's side of ``cargo bench --bench api`` (tests/benches/api.rs).
 
-Measured on the server's Unix socket, with one connection kept across takes
-as a program using the SDK would:
+The benchmark starts this once with its server's socket and sends one
+command a line; each is timed here, in this process, and answered with the
+milliseconds it took, so that the benchmark can alternate SDK calls with its
+own (the library's, the Rust client's, the CLI's) take by take, on the same
+server in the same minutes. One connection is kept across calls, as a
+program using the SDK would.
 
-- ``create``: ``Sandbox.create()`` from the warm pool to the first stdout
-  chunk of ``echo ready`` (started by argv, ``commands.start``, so that the
-  guest does what the Rust rows' ``Processes.Start`` of ``echo`` does), each
-  take once the pool holds a frozen member; the sandbox is killed after.
-  Blocking and asyncio clients alternate.
-- ``exec``: ``commands.run("true")`` (``/bin/sh -c true``) to its result, in
-  one running sandbox (``--sandbox``), blocking and asyncio alternating.
-
-Prints one JSON object: the times in milliseconds of each.
+    create sync | create async
+        ``Sandbox.create()`` (or ``AsyncSandbox.create()``) to the first
+        stdout chunk of ``echo ready``, started by argv (``commands.start``)
+        so that the guest does what the Rust rows' ``Processes.Start`` of
+        ``echo`` does; the sandbox is killed after, untimed.
+    exec sync ID | exec async ID
+        ``commands.run("true")`` (``/bin/sh -c true``) to its result in the
+        running sandbox ``ID``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
+import sys
 import threading
 import time
-from typing import Dict, List
+from typing import Dict
 
 from airlock import AsyncSandbox, Sandbox
-
-
-def frozen_member(state_dir: str, limit: float = 180.0) -> None:
-    """Waits until a QEMU of the server's (its command line names the state
-    directory) is stopped: the pool has refilled."""
-    deadline = time.monotonic() + limit
-    needle = state_dir.encode()
-    while True:
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                with open(f"/proc/{pid}/comm") as comm:
-                    if not comm.read().startswith("qemu-system"):
-                        continue
-                with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                    if needle not in cmdline.read():
-                        continue
-                with open(f"/proc/{pid}/stat") as stat:
-                    if stat.read().rsplit(")", 1)[1].split()[0] == "T":
-                        time.sleep(0.2)  # settled, as the Rust rows wait
-                        return
-            except OSError:
-                continue
-        if time.monotonic() > deadline:
-            raise SystemExit("the pool did not refill within 180 s")
-        time.sleep(0.02)
 
 
 def create_sync(socket: str) -> float:
@@ -64,7 +37,8 @@ def create_sync(socket: str) -> float:
     first.wait()
     took = time.perf_counter() - began
     handle.wait()
-    assert sandbox.get_info().origin == "pool", "not from the pool"
+    if sandbox.get_info().origin != "pool":
+        raise SystemExit("the SDK's sandbox did not come from the pool")
     sandbox.kill()
     return took
 
@@ -77,7 +51,8 @@ async def create_async(socket: str) -> float:
     await first.wait()
     took = time.perf_counter() - began
     await handle.wait()
-    assert (await sandbox.get_info()).origin == "pool", "not from the pool"
+    if (await sandbox.get_info()).origin != "pool":
+        raise SystemExit("the SDK's sandbox did not come from the pool")
     await sandbox.kill()
     return took
 
@@ -85,34 +60,34 @@ async def create_async(socket: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--socket", required=True)
-    parser.add_argument("--state-dir", required=True)
-    parser.add_argument("--takes", type=int, default=10)
-    parser.add_argument("--sandbox", required=True, help="a running sandbox for the exec rows")
-    parser.add_argument("--execs", type=int, default=50)
     args = parser.parse_args()
-
     loop = asyncio.new_event_loop()
-    times: Dict[str, List[float]] = {"create_sync": [], "create_async": [], "exec_sync": [], "exec_async": []}
-    for take in range(args.takes * 2):
-        frozen_member(args.state_dir)
-        if take % 2 == 0:
-            times["create_sync"].append(create_sync(args.socket))
+    sync_sandboxes: Dict[str, Sandbox] = {}
+    async_sandboxes: Dict[str, AsyncSandbox] = {}
+    for line in sys.stdin:
+        words = line.split()
+        if words == ["create", "sync"]:
+            took = create_sync(args.socket)
+        elif words == ["create", "async"]:
+            took = loop.run_until_complete(create_async(args.socket))
+        elif len(words) == 3 and words[:2] == ["exec", "sync"]:
+            sandbox = sync_sandboxes.get(words[2])
+            if sandbox is None:
+                sandbox = sync_sandboxes[words[2]] = Sandbox.connect(words[2], socket=args.socket)
+            began = time.perf_counter()
+            sandbox.commands.run("true")
+            took = time.perf_counter() - began
+        elif len(words) == 3 and words[:2] == ["exec", "async"]:
+            asandbox = async_sandboxes.get(words[2])
+            if asandbox is None:
+                asandbox = loop.run_until_complete(AsyncSandbox.connect(words[2], socket=args.socket))
+                async_sandboxes[words[2]] = asandbox
+            began = time.perf_counter()
+            loop.run_until_complete(asandbox.commands.run("true"))
+            took = time.perf_counter() - began
         else:
-            times["create_async"].append(loop.run_until_complete(create_async(args.socket)))
-
-    sandbox = Sandbox.connect(args.sandbox, socket=args.socket)
-    asandbox = loop.run_until_complete(AsyncSandbox.connect(args.sandbox, socket=args.socket))
-    for _ in range(3):  # warm both connections
-        sandbox.commands.run("true")
-        loop.run_until_complete(asandbox.commands.run("true"))
-    for _ in range(args.execs):
-        began = time.perf_counter()
-        sandbox.commands.run("true")
-        times["exec_sync"].append(time.perf_counter() - began)
-        began = time.perf_counter()
-        loop.run_until_complete(asandbox.commands.run("true"))
-        times["exec_async"].append(time.perf_counter() - began)
-    print(json.dumps({name: [t * 1000 for t in values] for name, values in times.items()}))
+            raise SystemExit(f"bench_sdk: unknown command {line!r}")
+        print(f"{took * 1000:.4f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 //! `scripts/bench` makes with `scripts/sdk-python venv`), and the exec round
 //! trip through the library and the Rust client for comparison.
 
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -18,62 +19,57 @@ pub const PYTHON_ENV: &str = "AIRLOCK_BENCH_PYTHON";
 /// The program every exec row runs, as `commands.run("true")` runs it.
 pub const SHELL_TRUE: [&str; 3] = ["/bin/sh", "-c", "true"];
 
-/// The Python SDK's times, in the order taken.
-#[derive(Debug, Default)]
-pub struct SdkTimes {
-    pub create_sync: Vec<Duration>,
-    pub create_async: Vec<Duration>,
-    pub exec_sync: Vec<Duration>,
-    pub exec_async: Vec<Duration>,
+/// The SDK's helper process (`sdk/python/bench/bench_sdk.py`): one
+/// command a line on its stdin, the milliseconds it took on its stdout, so
+/// that its calls alternate with the other clients' take by take.
+pub struct SdkHelper {
+    child: std::process::Child,
+    replies: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
 }
 
-fn helper() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sdk/python/bench/bench_sdk.py")
+impl SdkHelper {
+    /// Starts the helper with `python` for the server on `socket`.
+    pub fn start(python: &Path, socket: &Path) -> SdkHelper {
+        let helper =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sdk/python/bench/bench_sdk.py");
+        let mut child = std::process::Command::new(python)
+            .arg(&helper)
+            .arg("--socket")
+            .arg(socket)
+            .env_remove("AIRLOCK_HOST")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{} {}: {e}", python.display(), helper.display()));
+        let stdout = child.stdout.take().expect("the helper's stdout");
+        SdkHelper {
+            child,
+            replies: std::io::BufReader::new(stdout).lines(),
+        }
+    }
+
+    /// Runs one command; the time the helper measured.
+    pub fn call(&mut self, command: &str) -> Duration {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().expect("the helper's stdin");
+        writeln!(stdin, "{command}").expect("write to the SDK's helper");
+        let reply = self
+            .replies
+            .next()
+            .unwrap_or_else(|| panic!("the SDK's helper ended at {command:?}"))
+            .expect("read from the SDK's helper");
+        let ms: f64 = reply
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("the SDK's helper answered {reply:?} to {command:?}"));
+        Duration::from_secs_f64(ms / 1e3)
+    }
 }
 
-/// Runs the SDK's helper against the server of `home`: `takes` creates of
-/// each client from the pool, `execs` round trips of each in `sandbox`.
-pub fn python_sdk(
-    python: &Path,
-    home: &DaemonHome,
-    sandbox: &str,
-    takes: usize,
-    execs: usize,
-) -> SdkTimes {
-    let out = std::process::Command::new(python)
-        .arg(helper())
-        .arg("--socket")
-        .arg(home.socket())
-        .arg("--state-dir")
-        .arg(home.path())
-        .args(["--takes", &takes.to_string()])
-        .args(["--sandbox", sandbox])
-        .args(["--execs", &execs.to_string()])
-        .env_remove("AIRLOCK_HOST")
-        .output()
-        .unwrap_or_else(|e| panic!("{} {}: {e}", python.display(), helper().display()));
-    assert!(
-        out.status.success(),
-        "the SDK's helper failed: {}\nserver log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        home.daemon_log()
-    );
-    let report: serde_json::Value =
-        serde_json::from_slice(&out.stdout).expect("the SDK's helper prints JSON");
-    let times = |name: &str| -> Vec<Duration> {
-        report[name]
-            .as_array()
-            .unwrap_or_else(|| panic!("no {name} in {report}"))
-            .iter()
-            .filter_map(serde_json::Value::as_f64)
-            .map(|ms| Duration::from_secs_f64(ms / 1e3))
-            .collect()
-    };
-    SdkTimes {
-        create_sync: times("create_sync"),
-        create_async: times("create_async"),
-        exec_sync: times("exec_sync"),
-        exec_async: times("exec_async"),
+impl Drop for SdkHelper {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
     }
 }
 

@@ -101,6 +101,19 @@ pub async fn cli_create_to_echo(home: &DaemonHome, client: &Client) -> Duration 
     took
 }
 
+/// `Sandboxes.Get` of `id`: answered without the guest.
+pub async fn api_get(client: &Client, id: &str) -> Duration {
+    let began = Instant::now();
+    client
+        .sandboxes()
+        .get(api::GetSandboxRequest {
+            sandbox_id: id.to_owned(),
+        })
+        .await
+        .expect("get");
+    began.elapsed()
+}
+
 /// `airlock sandbox exec ID -- /bin/sh -c true`, process start to exit.
 pub fn cli_exec(home: &DaemonHome, id: &str) -> Duration {
     let began = Instant::now();

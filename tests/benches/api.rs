@@ -145,23 +145,33 @@ async fn main() {
         .expect("a library sandbox for the exec floor");
     wait_for_frozen_member(&home).await;
     let mut execs = Rows::default();
+    // The steps of a round, started at a different one each round: an exec
+    // that follows another in the same sandbox would otherwise always meet
+    // the agent's work after that one.
+    const STEPS: usize = 8;
     for round in 0..EXECS + WARM {
         let mut take = |name: &'static str, took: Duration| {
             if round >= WARM {
                 execs.push(name, took);
             }
         };
-        take("library", clients::library_exec(&library).await);
-        take("api", clients::api_exec(&local, &exec_id).await);
-        take("get_api", clients::api_get(&local, &exec_id).await);
-        if let Some(sdk) = sdk.as_mut() {
-            take("sdk_sync", sdk.call(&format!("exec sync {exec_id}")));
-            take("sdk_async", sdk.call(&format!("exec async {exec_id}")));
-            take("get_sdk_sync", sdk.call(&format!("get sync {exec_id}")));
-            take("get_sdk_async", sdk.call(&format!("get async {exec_id}")));
-        }
-        if round % 5 == 0 {
-            take("cli", clients::cli_exec(&home, &exec_id));
+        for step in 0..STEPS {
+            match (round + step) % STEPS {
+                0 => take("library", clients::library_exec(&library).await),
+                1 => take("api", clients::api_exec(&local, &exec_id).await),
+                2 => take("get_api", clients::api_get(&local, &exec_id).await),
+                3 if round % 5 == 0 => take("cli", clients::cli_exec(&home, &exec_id)),
+                n => {
+                    let Some(sdk) = sdk.as_mut() else { continue };
+                    match n {
+                        4 => take("sdk_sync", sdk.call(&format!("exec sync {exec_id}"))),
+                        5 => take("sdk_async", sdk.call(&format!("exec async {exec_id}"))),
+                        6 => take("get_sdk_sync", sdk.call(&format!("get sync {exec_id}"))),
+                        7 => take("get_sdk_async", sdk.call(&format!("get async {exec_id}"))),
+                        _ => {}
+                    }
+                }
+            }
         }
     }
     drop(library);

@@ -156,6 +156,7 @@ def test_commands(aio: Loop, sbx: AsyncSandbox) -> None:
 
         handle = await sbx.commands.run("while read l; do echo got $l; done", background=True)
         await handle.send_stdin("one\n")
+        await eventually(lambda: _has(handle.stdout, "got one"), handle.stdout)
         await sbx.commands.send_stdin(handle.pid, "two\n")
         await eventually(lambda: _has(handle.stdout, "got two"), handle.stdout)
         assert handle.pid in [p.pid for p in await sbx.commands.list()]

@@ -180,13 +180,18 @@ def test_a_command_past_its_timeout_is_killed(sbx: Sandbox) -> None:
 
 def test_background_handle_stdin_list_kill(sbx: Sandbox) -> None:
     handle = sbx.commands.run("while read line; do echo got $line; done", background=True)
-    handle.send_stdin("one\n")
-    sbx.commands.send_stdin(handle.pid, "two\n")
     pieces = iter(handle)
     received = ""
-    while received.count("got") < 2:
-        stdout, _, _ = next(pieces)
-        received += stdout or ""
+    # Through the handle's own stream, then by pid (another call: not
+    # ordered with the stream, so the second waits for the first's answer).
+    for word in ("one", "two"):
+        if word == "one":
+            handle.send_stdin("one\n")
+        else:
+            sbx.commands.send_stdin(handle.pid, "two\n")
+        while f"got {word}" not in received:
+            stdout, _, _ = next(pieces)
+            received += stdout or ""
     assert received == "got one\ngot two\n"
     listed = {p.pid: p for p in sbx.commands.list()}
     assert listed[handle.pid].running and listed[handle.pid].args[-1].startswith("while read")

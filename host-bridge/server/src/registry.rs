@@ -148,6 +148,24 @@ impl Registry {
             .ok_or_else(|| not_found(id))
     }
 
+    /// Sets when the sandbox `id` is killed (milliseconds since the Unix
+    /// epoch; 0: never), in its record and on disk.
+    pub fn set_ends_at(&self, id: &str, ends_at_ms: u64) {
+        let record = {
+            let mut entries = self.entries();
+            let Some(entry) = entries.get_mut(id) else {
+                return;
+            };
+            let mut record = (*entry.record).clone();
+            record.ends_at_ms = ends_at_ms;
+            entry.record = Arc::new(record.clone());
+            record
+        };
+        if let Err(error) = self.records.write(&record) {
+            tracing::warn!(error = %airlock::error_chain(&error), id, "cannot write a sandbox record");
+        }
+    }
+
     /// Takes the sandbox `id` out of the registry (and its record off
     /// disk), if `principal` may see it.
     pub fn remove(&self, principal: &Principal, id: &str) -> Result<Entry, Status> {

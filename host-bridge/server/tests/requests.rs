@@ -849,3 +849,97 @@ async fn code_runs_in_contexts_with_values() {
     );
     server.stop().await;
 }
+
+/// The sandbox's end as `Get` answers it, in milliseconds from now.
+async fn ends_in_ms(client: &Client, id: &str) -> i64 {
+    let info = client
+        .sandboxes()
+        .get(api::GetSandboxRequest {
+            sandbox_id: id.to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    info.ends_at_ms as i64 - now
+}
+
+/// Whether the sandbox has ended (its calls are refused, or `Get` says so).
+async fn ended(client: &Client, id: &str) -> bool {
+    match client
+        .sandboxes()
+        .get(api::GetSandboxRequest {
+            sandbox_id: id.to_owned(),
+        })
+        .await
+    {
+        Ok(info) => info.into_inner().state == api::SandboxState::Ended as i32,
+        Err(status) => status.code() == Code::NotFound,
+    }
+}
+
+#[tokio::test]
+async fn set_timeout_moves_a_sandboxs_end_either_way() {
+    let server = TestServer::start(Options::default()).await;
+    let owner = server.owner().await;
+    let key = server.key("timer", api::KeyQuota::default()).await;
+    let remote = server.remote(Some(&key)).await;
+    let set = |client: &Client, id: &str, secs: u64| {
+        let mut sandboxes = client.sandboxes();
+        let request = api::SetTimeoutRequest {
+            sandbox_id: id.to_owned(),
+            timeout_secs: secs,
+        };
+        async move { sandboxes.set_timeout(request).await }
+    };
+
+    // A later end: a sandbox made to end in 2 s still runs past that.
+    let kept = create_sandbox(
+        &remote,
+        api::CreateSandboxRequest {
+            timeout_secs: Some(2),
+            ..create()
+        },
+    )
+    .await;
+    let info = set(&remote, &kept, 600).await.unwrap().into_inner();
+    assert_eq!(info.sandbox_id, kept);
+    let left = ends_in_ms(&remote, &kept).await;
+    assert!((590_000..=600_000).contains(&left), "ends in {left} ms");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (out, _, exit) = run(&remote, &kept, &["echo", "still here"]).await;
+    assert_eq!((out.as_slice(), exit.exit_code), (&b"still here\n"[..], 0));
+
+    // An earlier end: it is killed then.
+    set(&remote, &kept, 1).await.unwrap();
+    let mut waited = Duration::ZERO;
+    while !ended(&remote, &kept).await {
+        assert!(
+            waited < Duration::from_secs(30),
+            "not killed at its new end"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += Duration::from_millis(100);
+    }
+
+    // Never: the owner's alone; bounds and ids are checked.
+    let other = create_sandbox(&remote, create()).await;
+    let status = set(&remote, &other, 0).await.unwrap_err();
+    assert_eq!(
+        refusal(&status),
+        (Code::PermissionDenied, Some(api::ErrorReason::OwnerOnly))
+    );
+    let status = set(&remote, &other, 31 * 24 * 3600).await.unwrap_err();
+    assert_invalid(status, "timeout_secs");
+    let status = set(&remote, "sandbox-nobody", 60).await.unwrap_err();
+    assert_eq!(
+        refusal(&status),
+        (Code::NotFound, Some(api::ErrorReason::SandboxNotFound))
+    );
+    let info = set(&owner, &other, 0).await.unwrap().into_inner();
+    assert_eq!(info.ends_at_ms, 0);
+    server.stop().await;
+}

@@ -6,6 +6,7 @@
 //! Also the pseudo-random file contents and the percentile and millisecond
 //! helpers the benchmarks use.
 
+pub mod clients;
 pub mod pool;
 
 use std::path::{Path, PathBuf};

@@ -216,6 +216,11 @@ impl sandboxes_server::Sandboxes for Services {
             .live_sandbox(&principal, &request.sandbox_id)
             .await?;
         handle.set_timeout(from_now);
+        // The record keeps the end too: a sandbox saved to disk shows it.
+        let ends_at_ms = handle.ends_at().map_or(0, convert::unix_ms);
+        self.state
+            .registry
+            .set_ends_at(&request.sandbox_id, ends_at_ms);
         tracing::info!(id = request.sandbox_id, %principal, ?from_now, "timeout set");
         Ok(Response::new(
             self.info_of(&principal, &request.sandbox_id)?,

@@ -111,6 +111,66 @@ fn a_remote_key_creates_execs_and_copies_over_tls() {
     remote_ok(&home, &server, &key, &["sandbox", "kill", id]);
 }
 
+/// The common names of the roots the guest's Python trusts by default.
+const PYTHON_ROOTS: &str = "import ssl; \
+    print('\\n'.join(dict(n[0] for n in c['subject']).get('commonName', '') \
+    for c in ssl.create_default_context().get_ca_certs()))";
+
+#[test]
+fn a_ca_cert_given_to_a_remote_create_is_trusted_in_the_guest() {
+    let home = DaemonHome::new();
+    let server = TlsServer::start(&home, &[]);
+    let key = make_key(&home, "alice", &[]);
+    let ca = server.ca.to_str().expect("utf-8");
+    let roots_of = |extra: &[&str]| {
+        let mut args = vec!["sandbox", "create", "--memory", "512"];
+        args.extend_from_slice(extra);
+        let id = remote_ok(&home, &server, &key, &args).trim().to_owned();
+        let roots = remote_ok(
+            &home,
+            &server,
+            &key,
+            &["sandbox", "exec", &id, "--", "python3", "-c", PYTHON_ROOTS],
+        );
+        remote_ok(&home, &server, &key, &["sandbox", "kill", &id]);
+        roots
+    };
+    let with = roots_of(&["--ca-cert", ca]);
+    assert!(
+        with.lines().any(|cn| cn == "airlock test CA"),
+        "the guest's Python does not trust the CA given: {with}"
+    );
+    // Its own roots stay.
+    assert!(with.lines().count() > 50, "{with}");
+    let without = roots_of(&[]);
+    assert!(
+        !without.lines().any(|cn| cn == "airlock test CA"),
+        "a sandbox created without the CA trusts it: {without}"
+    );
+    // A file that is not a certificate is refused before the request.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("key.pem");
+    std::fs::write(
+        &bad,
+        "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+    )
+    .expect("write");
+    let out = remote(
+        &home,
+        &server,
+        Some(&key),
+        &[
+            "sandbox",
+            "create",
+            "--ca-cert",
+            bad.to_str().expect("utf-8"),
+        ],
+    );
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("private key"), "{stderr}");
+}
+
 #[test]
 fn no_key_a_wrong_key_and_a_removed_key_are_refused() {
     let home = DaemonHome::new();

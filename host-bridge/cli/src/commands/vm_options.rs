@@ -92,7 +92,7 @@ pub struct CaFile {
 }
 
 /// Reads and checks a `--ca-cert` file; the message names it.
-fn parse_ca_file(path: &str) -> Result<CaFile, String> {
+pub(crate) fn parse_ca_file(path: &str) -> Result<CaFile, String> {
     let path = Path::new(path);
     let certs = CaCert::from_pem_file(path).map_err(|e| airlock::error_chain(&e))?;
     Ok(CaFile {

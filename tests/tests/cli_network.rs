@@ -141,7 +141,7 @@ fn a_bad_allow_net_rule_is_refused_before_anything_boots() {
     let home = DaemonHome::new();
     for argv in [
         &["run", "--allow-net", "10.0.0.1/8", "--", "true"][..],
-        &["sandbox", "create", "--allow-net", "pypi.org:https"],
+        &["sandbox", "create", "--allow-net", "index.example:https"],
     ] {
         let began = Instant::now();
         let out = home.airlock(argv);

@@ -160,7 +160,7 @@ mod tests {
             "--image",
             "dev",
             "--allow-net",
-            "pypi.org",
+            "index.example.com",
             "--allow-net",
             "*.github.com",
         ])
@@ -168,7 +168,7 @@ mod tests {
         assert_eq!(http.http, Some("0.0.0.0:8443".parse().unwrap()));
         assert_eq!(http.idle_timeout, 600);
         assert_eq!(http.image.as_deref(), Some("dev"));
-        assert_eq!(http.allow_net, ["pypi.org", "*.github.com"]);
+        assert_eq!(http.allow_net, ["index.example.com", "*.github.com"]);
     }
 
     #[test]

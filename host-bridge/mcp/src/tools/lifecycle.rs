@@ -41,7 +41,7 @@ pub struct CreateSandbox {
     /// 3600).
     pub lifetime_secs: Option<u64>,
     /// Network destinations the sandbox may reach: host names
-    /// ("pypi.org"), every name under a domain ("*.githubusercontent.com"),
+    /// ("api.example.com"), every name under a domain ("*.githubusercontent.com"),
     /// addresses or ranges ("10.0.0.0/8"), each optionally with ":PORT".
     /// Without any, the sandbox has no network at all.
     #[serde(default)]

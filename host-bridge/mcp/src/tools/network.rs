@@ -125,7 +125,7 @@ impl AirlockTools {
     }
 }
 
-/// `#3 tls pypi.org 151.101.0.223:443 allowed`.
+/// `#3 tls api.example.com 93.184.215.14:443 allowed`.
 fn record_line(record: &AuditRecord) -> String {
     let mut line = format!("#{} {}", record.seq, record.protocol);
     if !record.name.is_empty() {

@@ -46,6 +46,7 @@ pub mod cmdline;
 pub mod entropy;
 pub mod error;
 pub mod init;
+pub mod open_files;
 pub mod personalize;
 pub mod reaper;
 pub mod server;
@@ -102,6 +103,7 @@ fn start(boot: Boot, listen: Option<Listen>) -> Result<(), AgentError> {
         pid1 = boot.pid1,
         "airlock agent starting"
     );
+    open_files::raise(boot.pid1);
     if boot.pid1 {
         init::setup(&cmdline)?;
     } else {

@@ -165,6 +165,21 @@ async fn full_tmp_is_enospc(sandbox: &Sandbox) {
 }
 
 async fn rlimits_apply(sandbox: &Sandbox) {
+    // Without limits of its own a program starts with the usual 1024 open
+    // files, under the agent's raised hard limit; the agent itself (which
+    // holds descriptors for every program) has far more.
+    let out = run(
+        sandbox,
+        sh("ulimit -Sn; ulimit -Hn; grep 'Max open files' /proc/1/limits"),
+    )
+    .await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let words: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(words.first(), Some(&"1024"), "{text}");
+    let hard: u64 = words[1].parse().expect("a number");
+    let agent_soft: u64 = words[5].parse().expect("a number");
+    assert!(hard >= 65536, "{text}");
+    assert!(agent_soft >= 65536, "{text}");
     let out = run(
         sandbox,
         sh("ulimit -n; grep 'core file size' /proc/self/limits")

@@ -89,6 +89,9 @@ impl ChildSetup {
         if self.reset_oom_score {
             reset_oom_score_adj();
         }
+        // The agent's raised limit is its own; a request's rlimits below
+        // may set another.
+        crate::open_files::lower_for_program()?;
         for &(resource, value) in &self.rlimits {
             let limit = Rlimit {
                 current: Some(value),

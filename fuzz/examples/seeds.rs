@@ -38,6 +38,7 @@ fn main() -> Result {
     agent_files(&seeds)?;
     template_store(&seeds)?;
     saved_file(&seeds)?;
+    api_create(&seeds)?;
     Ok(())
 }
 
@@ -693,5 +694,84 @@ fn saved_file(s: &Seeds) -> Result {
         "not_json",
         &saved_input::encode(b"{\"id\": \"@ID@\"", &[]),
     )?;
+    Ok(())
+}
+
+/// Create requests as the SDKs and the CLI send them, and the bad fields
+/// `host-bridge/server/tests/requests.rs` sends.
+fn api_create(s: &Seeds) -> Result {
+    use airlock_api::v1::{CreateSandboxRequest, Idle, IdlePolicy, Secret};
+    use prost::Message;
+    let t = "api_create";
+    let seeds = [
+        ("default", CreateSandboxRequest::default()),
+        (
+            "busybox_small",
+            CreateSandboxRequest {
+                no_image: true,
+                memory_mib: 256,
+                vcpus: 2,
+                timeout_secs: Some(60),
+                ..CreateSandboxRequest::default()
+            },
+        ),
+        (
+            "labels_envs_idle",
+            CreateSandboxRequest {
+                metadata: [("team".into(), "a".into())].into(),
+                envs: [("MODE".into(), "test".into())].into(),
+                idle: Some(Idle {
+                    timeout_secs: 30,
+                    policy: IdlePolicy::PauseToDisk.into(),
+                }),
+                ..CreateSandboxRequest::default()
+            },
+        ),
+        (
+            "network",
+            CreateSandboxRequest {
+                allow_net: vec!["api.example.com:443".into(), "10.0.0.0/8".into()],
+                secrets: vec![Secret {
+                    name: "TOKEN".into(),
+                    value: "s3cret".into(),
+                    hosts: vec!["api.example.com".into()],
+                }],
+                ..CreateSandboxRequest::default()
+            },
+        ),
+        (
+            "workspace",
+            CreateSandboxRequest {
+                workspace: "project".into(),
+                ..CreateSandboxRequest::default()
+            },
+        ),
+        (
+            "workspace_escape",
+            CreateSandboxRequest {
+                workspace: "../escape".into(),
+                ..CreateSandboxRequest::default()
+            },
+        ),
+        (
+            "owner_only",
+            CreateSandboxRequest {
+                timeout_secs: Some(0),
+                workspace: "/srv/disk.ext4".into(),
+                ..CreateSandboxRequest::default()
+            },
+        ),
+        (
+            "not_a_certificate",
+            CreateSandboxRequest {
+                ca_certs: vec!["-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".into()],
+                template: "python".into(),
+                ..CreateSandboxRequest::default()
+            },
+        ),
+    ];
+    for (name, request) in seeds {
+        s.write(t, name, &request.encode_to_vec())?;
+    }
     Ok(())
 }

@@ -125,6 +125,8 @@ fuzz_target!(|data: &[u8]| {
                 list.push(refusal);
             }
         }),
+        // A plain upstream has no certificate to distrust.
+        on_untrusted: Arc::new(|_| {}),
     };
 
     let guest_bytes = sent.clone();

@@ -37,6 +37,9 @@ mod auth;
 mod config;
 mod convert;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod keys;
 mod listen;
 mod principal;

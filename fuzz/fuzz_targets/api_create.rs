@@ -1,0 +1,147 @@
+//! A stranger's create request (`airlock.api.v1.Sandboxes/Create`): the
+//! message as tonic decodes it off the wire, then the server's checks
+//! (`service::create::check`), as an API key and as the owner, against an
+//! image store holding one image (`default`).
+//!
+//! Input: the protobuf bytes of a `CreateSandboxRequest`. Invariants: a
+//! refusal carries a reason, and an `INVALID_ARGUMENT` names a field of the
+//! request; an accepted request stays within the limits a client is told
+//! (memory, vCPUs, lifetime, rules, labels, roots), a key's sandbox always
+//! has a lifetime, and a key's named workspace is a file in that key's own
+//! directory, never elsewhere.
+#![no_main]
+
+use std::path::{Component, Path};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use airlock::images::{ImageMeta, ImageStore};
+use airlock_api::limits;
+use airlock_api::reason;
+use airlock_api::v1::CreateSandboxRequest;
+use airlock_server::fuzzing::{check, Create};
+use airlock_server::Principal;
+use libfuzzer_sys::fuzz_target;
+use prost::Message;
+
+/// The fields of `CreateSandboxRequest`, as a refusal names them (a
+/// nested one as `idle.policy`).
+const FIELDS: &[&str] = &[
+    "image",
+    "no_image",
+    "template",
+    "memory_mib",
+    "vcpus",
+    "timeout_secs",
+    "idle",
+    "cold",
+    "metadata",
+    "envs",
+    "allow_net",
+    "secrets",
+    "workspace",
+    "ca_certs",
+];
+
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);
+const KEY: &str = "fuzz";
+
+/// A data directory and an image store with one image, made once.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    data_dir: std::path::PathBuf,
+    images: ImageStore,
+}
+
+fn fixture() -> &'static Fixture {
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let images = ImageStore::at(dir.path().join("images"));
+        let id = "0123456789abcdef";
+        let image_dir = images.root().join(id);
+        std::fs::create_dir_all(&image_dir).expect("the image's directory");
+        std::fs::write(image_dir.join(airlock::images::IMAGE_FILE), b"")
+            .expect("the image file");
+        let meta = ImageMeta {
+            id: id.to_owned(),
+            source: "fuzz".to_owned(),
+            content_bytes: 0,
+            image_bytes: 0,
+            created_unix: 0,
+            build_seconds: 0.0,
+        };
+        std::fs::write(
+            image_dir.join(airlock::images::META_FILE),
+            serde_json::to_vec(&meta).expect("json"),
+        )
+        .expect("the image's metadata");
+        images.tag("default", id).expect("the name default");
+        Fixture {
+            data_dir: dir.path().join("data"),
+            images,
+            _dir: dir,
+        }
+    })
+}
+
+fn checked(request: CreateSandboxRequest, principal: &Principal) {
+    let fixture = fixture();
+    match check(
+        request,
+        principal,
+        &fixture.images,
+        &fixture.data_dir,
+        DEFAULT_TIMEOUT,
+    ) {
+        Ok(create) => accepted(&create, principal, &fixture.data_dir),
+        Err(status) => {
+            assert!(
+                reason::reason_of(&status).is_some(),
+                "a refusal without a reason: {status:?}"
+            );
+            if status.code() == airlock::Code::InvalidArgument {
+                let field = reason::field_of(&status)
+                    .unwrap_or_else(|| panic!("INVALID_ARGUMENT naming no field: {status:?}"));
+                let top = field.split('.').next().unwrap_or(field);
+                assert!(FIELDS.contains(&top), "names no field of the request: {field}");
+            }
+        }
+    }
+}
+
+fn accepted(create: &Create, principal: &Principal, data_dir: &Path) {
+    let machine = &create.machine;
+    assert!((limits::MIN_MEMORY_MIB..=limits::MAX_MEMORY_MIB).contains(&machine.memory_mib));
+    assert!((1..=limits::MAX_VCPUS).contains(&machine.vcpus));
+    if let Some(timeout) = machine.timeout {
+        assert!(timeout.as_secs() <= limits::MAX_TIMEOUT_SECS);
+    }
+    assert!(machine.rules.len() <= limits::MAX_RULES);
+    assert!(machine.secret_names.len() <= limits::MAX_SECRETS);
+    assert!(create.metadata.len() <= limits::MAX_LABELS);
+    assert!(create.envs.len() <= limits::MAX_ENVS);
+    assert!(machine.ca_certs.len() <= airlock_proto::contract::trust::MAX_ROOTS);
+    assert_eq!(machine.image.is_empty(), machine.image_path.is_none());
+    if let Principal::Key(name) = principal {
+        assert!(machine.timeout.is_some(), "a key's sandbox without a lifetime");
+        if let Some(workspace) = &machine.workspace {
+            let own = data_dir.join("workspaces").join(name.as_ref());
+            assert_eq!(workspace.parent(), Some(own.as_path()), "{workspace:?}");
+            assert!(
+                workspace
+                    .components()
+                    .all(|c| matches!(c, Component::RootDir | Component::Normal(_))),
+                "{workspace:?}"
+            );
+        }
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(request) = CreateSandboxRequest::decode(data) else {
+        return;
+    };
+    checked(request.clone(), &Principal::Key(Arc::from(KEY)));
+    checked(request, &Principal::Owner);
+});

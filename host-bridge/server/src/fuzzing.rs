@@ -1,0 +1,5 @@
+//! What the fuzz targets in `fuzz/` drive: the checks a stranger's create
+//! request meets before anything boots. Behind the `fuzzing` feature; not
+//! a stable API.
+
+pub use crate::service::create::{check, workspace_dir, Create, Machine};

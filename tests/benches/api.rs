@@ -54,8 +54,17 @@ async fn main() {
     let server = TlsServer::start(&home, &["--pool", "1", "--max", "3"]);
     let key = {
         let out = home.airlock(&["key", "create", "bench"]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).lines().last().unwrap().trim().to_owned()
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap()
+            .trim()
+            .to_owned()
     };
     let local = Endpoint::Local {
         socket: home.socket(),
@@ -194,7 +203,11 @@ async fn wait_for_frozen_member(home: &DaemonHome) {
             tokio::time::sleep(Duration::from_millis(200)).await;
             return;
         }
-        assert!(Instant::now() < deadline, "the pool did not refill; log:\n{}", home.daemon_log());
+        assert!(
+            Instant::now() < deadline,
+            "the pool did not refill; log:\n{}",
+            home.daemon_log()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 use airlock::{Origin, Sandbox, SandboxBuilder};
 use serde_json::json;
 
-use common::{first_echo, ms, percentile};
 use common::pool::pooled_starts;
+use common::{first_echo, ms, percentile};
 
 /// A configuration to start, made afresh for each start.
 type MakeBuilder<'a> = Box<dyn Fn() -> SandboxBuilder + 'a>;

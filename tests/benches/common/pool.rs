@@ -57,4 +57,3 @@ pub async fn refilled(manager: &Sandboxes) -> String {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
-

@@ -21,9 +21,19 @@ try {
   console.log("secrets (names and hosts only):", JSON.stringify(policy.secrets));
   console.log("the guest's $API_TOKEN:", (await sandbox.commands.run("echo $API_TOKEN")).stdout.trim());
 
+  // The guest's connect may succeed locally before the host refuses it: a
+  // refusal is an error or an end with no answer.
   await sandbox.runCode(
-    "import socket\nfor target in [('192.0.2.1', 80), ('refused.example.test', 443)]:\n" +
-      "    try:\n        socket.create_connection(target, timeout=5)\n    except OSError as e:\n        print(target, 'refused:', e)",
+    [
+      "import socket",
+      "for target in [('192.0.2.1', 80), ('refused.example.test', 443)]:",
+      "    try:",
+      "        s = socket.create_connection(target, timeout=5)",
+      "        s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n')",
+      "        print(target, 'answered' if s.recv(100) else 'refused: closed without an answer')",
+      "    except OSError as e:",
+      "        print(target, 'refused:', e)",
+    ].join("\n"),
     { onStdout: (out) => process.stdout.write(`  guest: ${out.line}`) },
   );
   for (const record of await sandbox.network.audit()) {

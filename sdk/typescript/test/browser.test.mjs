@@ -2,7 +2,8 @@
 // test server's TLS listener: the page, served on the origin the server
 // allows (--cors-origin), creates a sandbox with gRPC-Web from the SDK's
 // browser build, streams a command's output in more than one piece, writes
-// a file from a Blob and reads it back, and kills the sandbox.
+// a file from a Blob and reads it back, reads an error's reason from the
+// server's headers (CORS exposes them), and kills the sandbox.
 
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -24,5 +25,6 @@ describe("the browser example (headless Chromium)", { timeout: LIMIT_MS }, () =>
     assert.match(outcome.stdout, new RegExp(`^hello from ${outcome.sandboxId}\\nthe kernel is \\S+\\n$`));
     assert.ok(outcome.chunks >= 2, `output in ${outcome.chunks} piece(s)`);
     assert.match(outcome.file, /^written by Mozilla\/5\.0$/);
+    assert.equal(outcome.missing, "NotFoundError SANDBOX_NOT_FOUND");
   });
 });

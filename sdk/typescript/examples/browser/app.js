@@ -1,5 +1,6 @@
 // The browser example: a sandbox made from a page, a command streamed into
-// it, a file written from a Blob and read back, then the sandbox killed.
+// it, a file written from a Blob and read back, an error with the server's
+// reason, then the sandbox killed.
 // The server and key come from the form, or from the page's query
 // (?host=...&key=...&run=1 runs at once; &report=1 also posts the outcome
 // to /result, which serve.mjs's headless run waits for).
@@ -26,7 +27,17 @@ async function demo(host, apiKey) {
     await sandbox.files.write("/tmp/from-the-page.txt", new Blob(["written by ", navigator.userAgent.split(" ")[0]]));
     const back = await sandbox.files.read("/tmp/from-the-page.txt");
     show(`the file says: ${back}\n`);
-    return { sandboxId: sandbox.sandboxId, stdout: result.stdout, chunks: chunks.length, file: back };
+    // Errors carry the server's reason (a response header the server lets
+    // the page read).
+    const missing = await Sandbox.connect("sandbox-nobody", { host, apiKey }).catch((error) => error);
+    show(`connecting to a sandbox that does not exist: ${missing.name} (${missing.reason})\n`);
+    return {
+      sandboxId: sandbox.sandboxId,
+      stdout: result.stdout,
+      chunks: chunks.length,
+      file: back,
+      missing: `${missing.name} ${missing.reason}`,
+    };
   } finally {
     await sandbox.kill();
     show("killed\n");

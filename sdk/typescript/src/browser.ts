@@ -5,11 +5,16 @@
  * (`airlock-sdk/web`) to take the same path.
  */
 
-import { setPlatform } from "./connection.js";
+import type { Platform } from "./connection.js";
+import { Sandbox as SandboxBase } from "./sandbox.js";
 import { webPlatform } from "./web/platform.js";
-
-setPlatform(webPlatform);
 
 export * from "./api.js";
 export { createWebTransport } from "./web/transport.js";
-export { Sandbox as default } from "./sandbox.js";
+
+/** A sandbox on an Airlock server (see {@link SandboxBase}), reached with this entry's transports. */
+export class Sandbox extends SandboxBase {
+  static override platform: Platform = webPlatform;
+}
+
+export default Sandbox;

@@ -68,7 +68,11 @@ export interface OpenedTransport {
   streamsRequests: boolean;
 }
 
-/** What an entry point provides: Node's transports, or the web's. */
+/**
+ * What an entry point provides: Node's transports, or the web's. Each
+ * entry's `Sandbox` carries its own, so both entries may be loaded in one
+ * process.
+ */
 export interface Platform {
   /** "node" or "web". */
   readonly name: string;
@@ -79,25 +83,6 @@ export interface Platform {
    * whose calls carry the key ({@link headersInterceptor}).
    */
   open(opts: ConnectionOpts, signal?: AbortSignal): Promise<OpenedTransport>;
-}
-
-let platform: Platform | undefined;
-
-/** Set by the package's entry point (`index` for Node, `browser` for the web). */
-export function setPlatform(chosen: Platform): void {
-  platform = chosen;
-}
-
-function current(): Platform {
-  if (platform === undefined) {
-    throw new SandboxError("airlock-sdk was loaded without an entry point: import 'airlock-sdk' (or 'airlock-sdk/web')");
-  }
-  return platform;
-}
-
-/** The name of the platform in use ("node" or "web"). */
-export function platformName(): string {
-  return current().name;
 }
 
 /**
@@ -150,8 +135,7 @@ export class Connection {
    * The connection for `opts`, shared by every caller with the same
    * options (one HTTP/2 connection in Node). A failed attempt is not kept.
    */
-  static async get(opts: ConnectionOpts = {}, signal?: AbortSignal): Promise<Connection> {
-    const chosen = current();
+  static async get(chosen: Platform, opts: ConnectionOpts = {}, signal?: AbortSignal): Promise<Connection> {
     const key = chosen.key(opts);
     let pending = Connection.cache.get(key);
     if (pending === undefined) {

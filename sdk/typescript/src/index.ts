@@ -5,10 +5,15 @@
  * load `browser` instead (the package's conditions choose).
  */
 
-import { setPlatform } from "./connection.js";
+import type { Platform } from "./connection.js";
+import { Sandbox as SandboxBase } from "./sandbox.js";
 import { nodePlatform } from "./node/platform.js";
 
-setPlatform(nodePlatform);
-
 export * from "./api.js";
-export { Sandbox as default } from "./sandbox.js";
+
+/** A sandbox on an Airlock server (see {@link SandboxBase}), reached with this entry's transports. */
+export class Sandbox extends SandboxBase {
+  static override platform: Platform = nodePlatform;
+}
+
+export default Sandbox;

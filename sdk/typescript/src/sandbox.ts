@@ -10,7 +10,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 
 import { CodeInterpreter, type Context, type CreateCodeContextOpts, type Execution, type RunCodeOpts } from "./code.js";
 import { Commands } from "./commands.js";
-import { Connection, type ConnectionOpts, type RequestOpts } from "./connection.js";
+import { Connection, type ConnectionOpts, type Platform, type RequestOpts } from "./connection.js";
 import { NotFoundError, SandboxError } from "./errors.js";
 import { Filesystem } from "./files.js";
 import { IdlePolicy, type CreateSandboxRequestSchema } from "./gen/airlock/api/v1/sandboxes_pb.js";
@@ -131,7 +131,10 @@ export class SandboxPaginator implements PromiseLike<SandboxInfo[]> {
   nextToken?: string;
 
   /** @internal */
-  constructor(private readonly opts: SandboxListOpts) {
+  constructor(
+    private readonly platform: Platform,
+    private readonly opts: SandboxListOpts,
+  ) {
     this.nextToken = opts.nextToken;
   }
 
@@ -141,7 +144,7 @@ export class SandboxPaginator implements PromiseLike<SandboxInfo[]> {
       throw new SandboxError("no more sandboxes to list: check hasNext before nextItems()");
     }
     const opts = this.opts;
-    const connection = await Connection.get(opts, opts.signal);
+    const connection = await Connection.get(this.platform, opts, opts.signal);
     const state = opts.query?.state ?? opts.state;
     const states = state === undefined ? [] : (Array.isArray(state) ? state : [state]).map(apiState);
     const answer = await connection.call(opts, (o) =>
@@ -192,8 +195,22 @@ export class SandboxPaginator implements PromiseLike<SandboxInfo[]> {
   }
 }
 
-/** A sandbox: a microVM on an Airlock server. */
+/** The platform of a `Sandbox` class: its entry point's. */
+function platformOf(cls: { platform?: Platform }): Platform {
+  if (cls.platform === undefined) {
+    throw new SandboxError("this Sandbox has no transport: import Sandbox from 'airlock-sdk' (or 'airlock-sdk/web')");
+  }
+  return cls.platform;
+}
+
+/**
+ * A sandbox: a microVM on an Airlock server. Each entry point exports a
+ * subclass that knows its transports (Node's gRPC, or the web's gRPC-Web).
+ */
 export class Sandbox {
+  /** @internal How this entry point reaches servers. */
+  static platform?: Platform;
+
   /** Its id (also its hostname in the guest). */
   readonly sandboxId: string;
   /** Shell commands. */
@@ -231,7 +248,7 @@ export class Sandbox {
   static async create(templateOrOpts?: string | SandboxOpts, maybeOpts?: SandboxOpts): Promise<Sandbox> {
     const opts =
       typeof templateOrOpts === "string" ? { ...maybeOpts, template: templateOrOpts } : (templateOrOpts ?? {});
-    const connection = await Connection.get(opts, opts.signal);
+    const connection = await Connection.get(platformOf(this), opts, opts.signal);
     const info = await connection.call(opts, (o) => connection.sandboxes.create(createRequest(opts), o));
     return new this(connection, info.sandboxId);
   }
@@ -241,7 +258,7 @@ export class Sandbox {
    * resumed. `NotFoundError` when there is none (or it is not yours).
    */
   static async connect(sandboxId: string, opts: ConnectionOpts & RequestOpts = {}): Promise<Sandbox> {
-    const connection = await Connection.get(opts, opts.signal);
+    const connection = await Connection.get(platformOf(this), opts, opts.signal);
     const info = await connection.call(opts, (o) => connection.sandboxes.get({ sandboxId }, o));
     const sandbox = new this(connection, sandboxId);
     const state = sandboxInfo(info).state;
@@ -253,12 +270,12 @@ export class Sandbox {
 
   /** Your sandboxes, filtered by labels and states: await it for all, or page with `nextItems()`. */
   static list(opts: SandboxListOpts = {}): SandboxPaginator {
-    return new SandboxPaginator(opts);
+    return new SandboxPaginator(platformOf(this), opts);
   }
 
   /** Kills a sandbox by id; false when there was none. */
   static async kill(sandboxId: string, opts: ConnectionOpts & RequestOpts = {}): Promise<boolean> {
-    const connection = await Connection.get(opts, opts.signal);
+    const connection = await Connection.get(platformOf(this), opts, opts.signal);
     try {
       await connection.call(opts, (o) => connection.sandboxes.kill({ sandboxId }, o));
       return true;
@@ -272,13 +289,13 @@ export class Sandbox {
 
   /** A sandbox's information, by id. */
   static async getInfo(sandboxId: string, opts: ConnectionOpts & RequestOpts = {}): Promise<SandboxInfo> {
-    const connection = await Connection.get(opts, opts.signal);
+    const connection = await Connection.get(platformOf(this), opts, opts.signal);
     return sandboxInfo(await connection.call(opts, (o) => connection.sandboxes.get({ sandboxId }, o)));
   }
 
   /** Sets when a sandbox is killed: `timeoutMs` from now (0: never, the owner only). */
   static async setTimeout(sandboxId: string, timeoutMs: number, opts: ConnectionOpts & RequestOpts = {}): Promise<void> {
-    const connection = await Connection.get(opts, opts.signal);
+    const connection = await Connection.get(platformOf(this), opts, opts.signal);
     await connection.call(opts, (o) =>
       connection.sandboxes.setTimeout({ sandboxId, timeoutSecs: secondsOf(timeoutMs) }, o),
     );
@@ -286,7 +303,7 @@ export class Sandbox {
 
   /** Resumes a paused sandbox (or one saved to disk) by id. */
   static async resume(sandboxId: string, opts: ConnectionOpts & RequestOpts = {}): Promise<Sandbox> {
-    const connection = await Connection.get(opts, opts.signal);
+    const connection = await Connection.get(platformOf(this), opts, opts.signal);
     await connection.call(opts, (o) => connection.sandboxes.resume({ sandboxId }, o));
     return new this(connection, sandboxId);
   }

@@ -99,6 +99,8 @@ describe("the local server (node)", { timeout: LIMIT_MS }, () => {
     const cjs = require("airlock-sdk");
     assert.equal(typeof cjs.Sandbox.create, "function");
     assert.notEqual(cjs.Sandbox, Sandbox, "a module of its own");
+    assert.equal(cjs.Sandbox.platform.name, "node");
+    assert.equal(cjs.default, cjs.Sandbox);
     const listed = await cjs.Sandbox.list(opts({ metadata: { run: `${RUN}-none` } }));
     assert.deepEqual(listed, []);
     const error = await cjs.Sandbox.connect("sandbox-nobody").catch((e) => e);

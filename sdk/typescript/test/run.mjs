@@ -14,7 +14,8 @@
 //            require());
 //   web      the web entry (gRPC-Web over fetch, HTTP/1.1 with TLS; the CA
 //            trusted through NODE_EXTRA_CA_CERTS, as a browser trusts its
-//            store), the same files;
+//            store), the same files, and entries.test.mjs (both entries in
+//            one process);
 //   browser  the browser example page in headless Chromium
 //            (browser.test.mjs), when CHROMIUM (default /usr/bin/chromium)
 //            exists; scripts/test installs it.
@@ -37,7 +38,7 @@ const chromium = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const shared = ["sandbox.test.mjs", "commands.test.mjs", "files.test.mjs", "code.test.mjs"];
 const PASSES = {
   node: [...shared, "local.test.mjs"],
-  web: shared,
+  web: [...shared, "entries.test.mjs"],
   browser: ["browser.test.mjs"],
 };
 

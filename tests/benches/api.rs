@@ -1,37 +1,70 @@
-//! The API benchmark: a start from the warm pool to its first output,
-//! through the server's API from another process, against the library's own
-//! start from a pool of the same configuration, in one run.
+//! The API benchmark: a start from the warm pool to its first output, and
+//! a command's round trip, through the server's API from other processes
+//! (the Rust client, and each SDK driven as a peer), against the library's
+//! own, in one run.
 //!
-//! The floor is `Sandboxes::start_pooled()` to the first stdout chunk of
-//! `echo` (the default image, 512 MiB, 1 vCPU: what `sandbox create`
-//! without options asks for). The API rows run `airlock serve --pool 1`
-//! (a process of its own) and time, from this process, `Sandboxes.Create`
-//! through `Processes.Start` of `echo` to its first stdout chunk: once on
-//! the server's Unix socket, once over TCP with TLS and a key on loopback,
-//! alternating, each take once the pool has refilled (a frozen QEMU).
-//! Target: within 1.3x of the floor.
+//! Starts. The floor is `Sandboxes::start_pooled()` to the first stdout
+//! chunk of `echo` (the default image, 512 MiB, 1 vCPU: what `sandbox
+//! create` without options asks for). The API rows run `airlock serve
+//! --pool 1` (a process of its own) and time, from another process,
+//! `Sandboxes.Create` through `Processes.Start` of `echo` to its first
+//! stdout chunk: the Rust client (this process) on the server's Unix socket
+//! and over TCP with TLS and a key on loopback, and the TypeScript SDK
+//! (`sdk/typescript/bench/peer.mjs`, `Sandbox.create()` then
+//! `commands.run("echo ready")`) on the socket (gRPC), over TLS with the
+//! key (gRPC) and over TLS with gRPC-Web (`fetch`, HTTP/1.1: the browsers'
+//! path), in turn, each take once the pool has refilled (a frozen QEMU).
+//! Target: the Rust rows within 1.3x of the floor.
 //!
-//! Run with `scripts/bench`, or `cargo bench -p airlock-tests --bench api
-//! [-- --json]`. `AIRLOCK_BENCH_STARTS` sets the takes per row divided by
-//! four (default 5: 20 takes).
+//! Round trips. The floor is `Sandbox::exec` of `/bin/sh -c true` to its
+//! exit on a library sandbox of the same configuration (this process's);
+//! the API rows run the same command on a sandbox of the server's, start to
+//! exit, with each client above (the SDK's `commands.run("true")` is that
+//! command); the floor and the rows take turns, ten runs at a time.
+//!
+//! The SDK rows need the SDK built (`npm ci && npm run build` in
+//! sdk/typescript; scripts/bench does it) and Node on PATH; without them
+//! the table says so. Run with `scripts/bench`, or `cargo bench -p
+//! airlock-tests --bench api [-- --json]`. `AIRLOCK_BENCH_STARTS` sets the
+//! takes per start row divided by four (default 5: 20 takes).
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 #[allow(dead_code)]
 mod common;
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use airlock::Sandbox;
+use airlock::{Command, Sandbox};
 use airlock_client::{api, Client, Endpoint};
 use airlock_tests::{DaemonHome, TlsServer};
-use serde_json::json;
+use serde_json::{json, Map, Value};
 
 use common::pool::pooled_starts;
+use common::sdk::{PeerServer, SdkPeer};
 use common::{ms, percentile};
 
 /// The most the API may add to a start from the pool.
 const TARGET_RATIO: f64 = 1.3;
+/// Command round trips per row, and per round of a row.
+const EXEC_RUNS: usize = 60;
+const EXEC_ROUND: usize = 10;
+/// The command every round trip runs (what an SDK's shell line runs).
+const TRUE: [&str; 3] = ["/bin/sh", "-c", "true"];
+
+/// Who makes a row's calls.
+enum Caller<'a> {
+    Rust(&'a Client),
+    Sdk(usize, &'static str),
+}
+
+/// A row of figures.
+struct Row {
+    name: String,
+    key: String,
+    times: Vec<Duration>,
+}
 
 #[tokio::main]
 async fn main() {
@@ -49,6 +82,14 @@ async fn main() {
         Sandbox::builder().image(&image).memory_mib(512),
     )
     .await;
+    // The round trips' floor: a library sandbox of the same configuration,
+    // measured in the same rounds as the API's.
+    let library = Sandbox::builder()
+        .image(&image)
+        .memory_mib(512)
+        .start()
+        .await
+        .expect("a library sandbox");
 
     let home = DaemonHome::new();
     let server = TlsServer::start(&home, &["--pool", "1", "--max", "3"]);
@@ -72,75 +113,248 @@ async fn main() {
     .connect()
     .await
     .expect("the local socket");
-    let remote = Endpoint::remote(
-        &format!("https://localhost:{}", server.port),
-        Some(key),
-        Some(server.ca.clone()),
-    )
-    .unwrap()
-    .connect()
-    .await
-    .expect("the TLS listener");
-    let (mut unix, mut tls) = (Vec::new(), Vec::new());
-    for take in 0..takes * 2 {
-        wait_for_frozen_member(&home).await;
-        let client = if take % 2 == 0 { &local } else { &remote };
-        let took = create_to_echo(client).await;
-        if take % 2 == 0 {
-            unix.push(took);
-        } else {
-            tls.push(took);
+    let host = format!("https://localhost:{}", server.port);
+    let remote = Endpoint::remote(&host, Some(key.clone()), Some(server.ca.clone()))
+        .unwrap()
+        .connect()
+        .await
+        .expect("the TLS listener");
+    let socket = home.socket();
+    let (mut peers, missing) = sdk_peers(&PeerServer {
+        socket: &socket,
+        host: &host,
+        key: &key,
+        ca: &server.ca,
+    });
+
+    let mut callers = vec![
+        (
+            "API, the server's Unix socket".to_owned(),
+            "api_unix".to_owned(),
+            Caller::Rust(&local),
+        ),
+        (
+            "API, TCP + TLS + key on loopback".to_owned(),
+            "api_tls".to_owned(),
+            Caller::Rust(&remote),
+        ),
+    ];
+    for (index, peer) in peers.iter().enumerate() {
+        let slug = peer.name().to_lowercase().replace(' ', "_");
+        for (conn, how) in [
+            ("unix", "Unix socket, gRPC"),
+            ("tls", "TLS + key, gRPC"),
+            ("web", "TLS + key, gRPC-Web"),
+        ] {
+            callers.push((
+                format!("{}, {how}", peer.name()),
+                format!("{slug}_{conn}"),
+                Caller::Sdk(index, conn),
+            ));
         }
     }
-    unix.sort();
-    tls.sort();
+
+    // Starts, one take per caller in turn, each from a refilled pool.
+    let mut starts: Vec<Row> = callers
+        .iter()
+        .map(|(name, key, _)| row(name, key))
+        .collect();
+    for _ in 0..takes {
+        for (index, (_, _, caller)) in callers.iter().enumerate() {
+            wait_for_frozen_member(&home).await;
+            let took = match caller {
+                Caller::Rust(client) => create_to_echo(client).await,
+                Caller::Sdk(peer, conn) => peers[*peer].create_echo(conn).await,
+            };
+            starts[index].times.push(took);
+        }
+    }
+
+    // Round trips on one sandbox of the server's, in rounds per caller:
+    // the key's, so that the key's callers see it as the owner's do.
+    let sandbox = remote
+        .sandboxes()
+        .create(api::CreateSandboxRequest::default())
+        .await
+        .expect("a sandbox for the round trips")
+        .into_inner()
+        .sandbox_id;
+    let mut trips: Vec<Row> = callers
+        .iter()
+        .map(|(name, key, _)| row(name, key))
+        .collect();
+    let mut exec_floor = Vec::with_capacity(EXEC_RUNS);
+    for _ in 0..EXEC_RUNS / EXEC_ROUND {
+        for _ in 0..EXEC_ROUND {
+            exec_floor.push(library_round_trip(&library).await);
+        }
+        for (index, (_, _, caller)) in callers.iter().enumerate() {
+            let times = match caller {
+                Caller::Rust(client) => {
+                    let mut times = Vec::with_capacity(EXEC_ROUND);
+                    for _ in 0..EXEC_ROUND {
+                        times.push(round_trip(client, &sandbox).await);
+                    }
+                    times
+                }
+                Caller::Sdk(peer, conn) => peers[*peer].exec(conn, &sandbox, EXEC_ROUND).await,
+            };
+            trips[index].times.extend(times);
+        }
+    }
+    exec_floor.sort();
+    library.kill();
+    local
+        .sandboxes()
+        .kill(api::KillSandboxRequest {
+            sandbox_id: sandbox,
+        })
+        .await
+        .expect("kill");
+    drop(peers.drain(..));
     drop(server);
 
-    let floor_median = percentile(&floor.echoed, 50);
-    let ratio = |times: &[Duration]| ms(percentile(times, 50)) / ms(floor_median);
+    let mut floor_echo = floor.echoed.clone();
+    floor_echo.sort();
     let mut text = format!(
         "\nstart from the pool to the first `echo` output, default image (512 MiB, 1 vCPU), {takes} takes each\n"
     );
-    text.push_str(&row("measure", "median", "p95", "/ floor"));
-    text.push_str(&row(
+    text.push_str(&table_row("measure", "median", "p95", "/ floor"));
+    text.push_str(&table_row(
         "library: Sandboxes::start_pooled (the floor)",
-        &fmt_ms(floor_median),
-        &fmt_ms(percentile(&floor.echoed, 95)),
+        &fmt_ms(percentile(&floor_echo, 50)),
+        &fmt_ms(percentile(&floor_echo, 95)),
         "1.00x",
     ));
-    for (name, times) in [
-        ("API, the server's Unix socket", &unix),
-        ("API, TCP + TLS + key on loopback", &tls),
-    ] {
-        text.push_str(&row(
-            name,
-            &fmt_ms(percentile(times, 50)),
-            &fmt_ms(percentile(times, 95)),
-            &format!("{:.2}x", ratio(times)),
-        ));
+    for start in &mut starts {
+        text.push_str(&figures_row(start, &floor_echo));
     }
-    let met = ratio(&unix) <= TARGET_RATIO && ratio(&tls) <= TARGET_RATIO;
-    text.push_str(&row(
-        &format!("target: each within {TARGET_RATIO}x"),
+    let ratio = |times: &[Duration]| ms(percentile(times, 50)) / ms(percentile(&floor_echo, 50));
+    let met = starts[..2].iter().all(|r| ratio(&r.times) <= TARGET_RATIO);
+    text.push_str(&table_row(
+        &format!("target: the API rows each within {TARGET_RATIO}x"),
         "",
         "",
         if met { "met" } else { "missed" },
     ));
+    text.push_str(&format!(
+        "\na command's round trip (`/bin/sh -c true`, start to exit), {EXEC_RUNS} runs each, one sandbox\n"
+    ));
+    text.push_str(&table_row("measure", "median", "p95", "/ floor"));
+    text.push_str(&table_row(
+        "library: Sandbox::exec (the floor)",
+        &fmt_ms(percentile(&exec_floor, 50)),
+        &fmt_ms(percentile(&exec_floor, 95)),
+        "1.00x",
+    ));
+    for trip in &mut trips {
+        text.push_str(&figures_row(trip, &exec_floor));
+    }
+    for note in &missing {
+        text.push_str(&format!("{note}\n"));
+    }
     eprint!("{text}");
     if json_out {
-        let report = json!({
-            "takes": takes,
-            "floor_median_ms": ms(floor_median),
-            "floor_p95_ms": ms(percentile(&floor.echoed, 95)),
-            "api_unix_median_ms": ms(percentile(&unix, 50)),
-            "api_unix_p95_ms": ms(percentile(&unix, 95)),
-            "api_tls_median_ms": ms(percentile(&tls, 50)),
-            "api_tls_p95_ms": ms(percentile(&tls, 95)),
-            "api_unix_ratio": ratio(&unix),
-            "api_tls_ratio": ratio(&tls),
-        });
-        println!("{report}");
+        let mut report = Map::new();
+        report.insert("takes".into(), json!(takes));
+        report.insert(
+            "floor_median_ms".into(),
+            json!(ms(percentile(&floor_echo, 50))),
+        );
+        report.insert(
+            "floor_p95_ms".into(),
+            json!(ms(percentile(&floor_echo, 95))),
+        );
+        for start in &starts {
+            insert_figures(&mut report, &start.key, &start.times, &floor_echo);
+        }
+        report.insert(
+            "exec_floor_median_ms".into(),
+            json!(ms(percentile(&exec_floor, 50))),
+        );
+        report.insert(
+            "exec_floor_p95_ms".into(),
+            json!(ms(percentile(&exec_floor, 95))),
+        );
+        for trip in &trips {
+            insert_figures(
+                &mut report,
+                &format!("exec_{}", trip.key),
+                &trip.times,
+                &exec_floor,
+            );
+        }
+        println!("{}", Value::Object(report));
     }
+}
+
+fn row(name: &str, key: &str) -> Row {
+    Row {
+        name: name.to_owned(),
+        key: key.to_owned(),
+        times: Vec::new(),
+    }
+}
+
+/// The SDK peers there are, and a note for each that is not.
+fn sdk_peers(server: &PeerServer) -> (Vec<SdkPeer>, Vec<String>) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let typescript = root.join("sdk/typescript");
+    let built = typescript.join("dist/esm/index.js").exists();
+    let node = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !(built && node) {
+        return (
+            Vec::new(),
+            vec![
+                "TypeScript SDK: not measured; it needs Node and the SDK built \
+                  (`npm ci && npm run build` in sdk/typescript; scripts/bench does it)"
+                    .to_owned(),
+            ],
+        );
+    }
+    let script = typescript.join("bench/peer.mjs");
+    let peer = SdkPeer::start(
+        "TypeScript SDK",
+        "node",
+        &[script.to_str().expect("a UTF-8 path")],
+        server,
+    );
+    (vec![peer], Vec::new())
+}
+
+/// One round trip of `/bin/sh -c true` on a library sandbox: exec to exit.
+async fn library_round_trip(sandbox: &Sandbox) -> Duration {
+    let began = Instant::now();
+    let execution = sandbox
+        .exec(Command::new(TRUE[0]).args(TRUE[1..].iter().copied()))
+        .await
+        .expect("exec");
+    let exit = execution.wait().await.expect("wait");
+    assert!(exit.status.success(), "{exit:?}");
+    began.elapsed()
+}
+
+/// One round trip of `/bin/sh -c true` through the API: start to exit.
+async fn round_trip(client: &Client, sandbox: &str) -> Duration {
+    let began = Instant::now();
+    let mut stream = client
+        .start(api::StartProcess {
+            sandbox_id: sandbox.to_owned(),
+            argv: TRUE.iter().map(|a| (*a).to_owned()).collect(),
+            ..Default::default()
+        })
+        .await
+        .expect("start");
+    while let Some(event) = stream.next_event().await.expect("events") {
+        if let api::process_event::Event::Exited(exit) = event {
+            assert_eq!(exit.exit_code, 0, "{exit:?}");
+            break;
+        }
+    }
+    began.elapsed()
 }
 
 /// From `Create` to the first stdout chunk of `echo` in the new sandbox,
@@ -212,7 +426,38 @@ async fn wait_for_frozen_member(home: &DaemonHome) {
     }
 }
 
-fn row(a: &str, b: &str, c: &str, d: &str) -> String {
+/// A row's median, p95 and ratio to the floor's median (sorting it).
+fn figures_row(row: &mut Row, floor: &[Duration]) -> String {
+    row.times.sort();
+    table_row(
+        &row.name,
+        &fmt_ms(percentile(&row.times, 50)),
+        &fmt_ms(percentile(&row.times, 95)),
+        &format!(
+            "{:.2}x",
+            ms(percentile(&row.times, 50)) / ms(percentile(floor, 50))
+        ),
+    )
+}
+
+fn insert_figures(
+    report: &mut Map<String, Value>,
+    key: &str,
+    times: &[Duration],
+    floor: &[Duration],
+) {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    let median = ms(percentile(&sorted, 50));
+    report.insert(format!("{key}_median_ms"), json!(median));
+    report.insert(format!("{key}_p95_ms"), json!(ms(percentile(&sorted, 95))));
+    report.insert(
+        format!("{key}_ratio"),
+        json!(median / ms(percentile(floor, 50))),
+    );
+}
+
+fn table_row(a: &str, b: &str, c: &str, d: &str) -> String {
     format!("{a:<48} {b:>10} {c:>10} {d:>8}\n")
 }
 

@@ -111,15 +111,27 @@ impl Drop for TlsServer {
 
 /// A CA, and a certificate for `localhost` signed by it, in `home`.
 fn tls_files(home: &DaemonHome) -> (PathBuf, PathBuf, PathBuf) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, IsCa,
+        KeyPair,
+    };
     let fail = |what: &str, e: rcgen::Error| -> ! { panic!("{what}: {e}") };
+    // Names of their own: with rcgen's one default name for both, OpenSSL's
+    // clients (Node, Python) take the certificate for a self-signed one.
+    let named = |name: &str| {
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, name);
+        dn
+    };
     let mut ca_params =
         CertificateParams::new(Vec::<String>::new()).unwrap_or_else(|e| fail("CA", e));
+    ca_params.distinguished_name = named("airlock test CA");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let ca_key = KeyPair::generate().unwrap_or_else(|e| fail("CA key", e));
     let ca = CertifiedIssuer::self_signed(ca_params, ca_key).unwrap_or_else(|e| fail("CA", e));
-    let params = CertificateParams::new(vec!["localhost".to_owned()])
+    let mut params = CertificateParams::new(vec!["localhost".to_owned()])
         .unwrap_or_else(|e| fail("certificate", e));
+    params.distinguished_name = named("localhost");
     let key = KeyPair::generate().unwrap_or_else(|e| fail("key", e));
     let cert = params
         .signed_by(&key, &ca)

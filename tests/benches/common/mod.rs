@@ -127,11 +127,19 @@ pub fn pseudo_random(len: usize) -> Vec<u8> {
     out
 }
 
+/// The program the start benchmarks wait for.
+pub const ECHO: [&str; 2] = ["echo", "ready"];
+
 /// Runs `echo ready` to its end; returns when its first output came (what
 /// a user waits for after a start or a resume).
 pub async fn first_echo(sandbox: &Sandbox) -> Instant {
+    first_output(sandbox, &ECHO).await
+}
+
+/// Runs `argv` to its end; returns when its first output came.
+pub async fn first_output(sandbox: &Sandbox, argv: &[&str]) -> Instant {
     let mut execution = sandbox
-        .exec(Command::new("echo").arg("ready"))
+        .exec(Command::new(argv[0]).args(argv[1..].iter().copied()))
         .await
         .expect("exec echo");
     let mut first = None;

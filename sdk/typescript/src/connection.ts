@@ -11,7 +11,6 @@ import { createClient, type CallOptions, type Client, type Interceptor, type Tra
 
 import { Code } from "./gen/airlock/api/v1/code_pb.js";
 import { Files } from "./gen/airlock/api/v1/files_pb.js";
-import { Keys } from "./gen/airlock/api/v1/keys_pb.js";
 import { Network } from "./gen/airlock/api/v1/network_pb.js";
 import { Processes } from "./gen/airlock/api/v1/processes_pb.js";
 import { Sandboxes } from "./gen/airlock/api/v1/sandboxes_pb.js";
@@ -108,7 +107,6 @@ export class Connection {
   readonly files: Client<typeof Files>;
   readonly code: Client<typeof Code>;
   readonly network: Client<typeof Network>;
-  readonly keys: Client<typeof Keys>;
   /** The server, for messages. */
   readonly target: string;
   /** The options this connection was made with (the environment's filled in). */
@@ -123,7 +121,6 @@ export class Connection {
     this.files = createClient(Files, transport);
     this.code = createClient(Code, transport);
     this.network = createClient(Network, transport);
-    this.keys = createClient(Keys, transport);
     this.target = opened.target;
     this.opts = opened.resolved;
     this.streamsRequests = opened.streamsRequests;

@@ -11,6 +11,8 @@
  * memory stays bounded and the file still appears whole.
  */
 
+import type { MessageInitShape } from "@bufbuild/protobuf";
+
 import type { Connection, RequestOpts } from "./connection.js";
 import { chunks, concat, CHUNK_BYTES, type DataSource } from "./bytes.js";
 import { InvalidArgumentError, SandboxError } from "./errors.js";
@@ -20,6 +22,7 @@ import {
   type FileInfo,
   type FileChunk,
   type WatchEvent,
+  type WriteFileRequestSchema,
 } from "./gen/airlock/api/v1/files_pb.js";
 import { linkSignal } from "./handle.js";
 
@@ -298,7 +301,13 @@ export class Filesystem {
     return await this.writePieces(path, data, opts);
   }
 
-  /** One `Files.Write` call: the header, then the chunks. */
+  /**
+   * One `Files.Write` call: the header, the chunks, then `end`. The header
+   * asks the server to keep nothing unless `end` arrives: Node's HTTP/2
+   * half-closes a cancelled stream before resetting it, which without
+   * `end` reads as a whole file. A cancelled call, or a source that fails,
+   * never sends `end`.
+   */
   private async writeCall(
     path: string,
     data: AsyncIterable<Uint8Array> | Iterable<Uint8Array>,
@@ -306,15 +315,20 @@ export class Filesystem {
     append: boolean,
   ): Promise<WriteInfo> {
     const sandboxId = this.sandboxId;
-    async function* messages(): AsyncGenerator<
-      { part: { case: "header"; value: { sandboxId: string; path: string; mode: number; user: string; append: boolean } } } | { part: { case: "data"; value: Uint8Array } }
-    > {
-      yield { part: { case: "header", value: { sandboxId, path, mode: opts.mode ?? 0, user: opts.user ?? "", append } } };
+    async function* messages(): AsyncGenerator<MessageInitShape<typeof WriteFileRequestSchema>> {
+      yield {
+        part: {
+          case: "header",
+          value: { sandboxId, path, mode: opts.mode ?? 0, user: opts.user ?? "", append, requireEnd: true },
+        },
+      };
       for await (const chunk of data) {
         // A source that never ends is not read on after the caller gave up.
         opts.signal?.throwIfAborted();
         yield { part: { case: "data", value: chunk } };
       }
+      opts.signal?.throwIfAborted();
+      yield { part: { case: "end", value: {} } };
     }
     const answer = await this.connection.call(opts, (o) => this.connection.files.write(messages(), o));
     if (answer.file === undefined) {

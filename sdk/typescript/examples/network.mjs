@@ -22,7 +22,7 @@ try {
   console.log("the guest's $API_TOKEN:", (await sandbox.commands.run("echo $API_TOKEN")).stdout.trim());
 
   // The guest's connect may succeed locally before the host refuses it: a
-  // refusal is an error or an end with no answer.
+  // refusal is then an end, a reset, or the host's own answer.
   await sandbox.runCode(
     [
       "import socket",
@@ -30,7 +30,8 @@ try {
       "    try:",
       "        s = socket.create_connection(target, timeout=5)",
       "        s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n')",
-      "        print(target, 'answered' if s.recv(100) else 'refused: closed without an answer')",
+      "        data = s.recv(200)",
+      "        print(target, 'the host answered:', data.split(b'\\r\\n')[0] if data else 'nothing (closed)')",
       "    except OSError as e:",
       "        print(target, 'refused:', e)",
     ].join("\n"),

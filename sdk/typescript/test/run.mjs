@@ -19,8 +19,9 @@
 //   browser  the browser example page in headless Chromium
 //            (browser.test.mjs), when CHROMIUM (default /usr/bin/chromium)
 //            exists; scripts/test installs it.
-// Each pass's time is printed. Arguments name passes to run (default all);
-// the server's log is kept in the work directory when a pass fails.
+// Each pass's time is printed. Arguments name passes to run (default all),
+// each optionally with some of its files (`node:files.test.mjs,...`); the
+// server's log is kept in the work directory when a pass fails.
 
 import { execFileSync, spawn } from "node:child_process";
 import { X509Certificate, createHash } from "node:crypto";
@@ -54,12 +55,20 @@ if (!existsSync(join(here, "..", "dist", "esm", "index.js"))) {
   fail("the SDK is not built: run `npm run build` first");
 }
 
-const chosen = process.argv.slice(2);
-for (const name of chosen) {
+const chosen = process.argv.slice(2).map((arg) => {
+  const [name, files] = arg.split(":", 2);
   if (!(name in PASSES)) {
     fail(`no pass ${name}: choose from ${Object.keys(PASSES).join(", ")}`);
   }
-}
+  if (files !== undefined) {
+    const unknown = files.split(",").filter((file) => !PASSES[name].includes(file));
+    if (unknown.length > 0) {
+      fail(`pass ${name} has no ${unknown.join(", ")}: choose from ${PASSES[name].join(", ")}`);
+    }
+    PASSES[name] = files.split(",");
+  }
+  return name;
+});
 const passes = chosen.length > 0 ? chosen : Object.keys(PASSES);
 if (passes.includes("browser") && !existsSync(chromium)) {
   fail(`${chromium} does not exist: install Debian's chromium (scripts/test does), or set CHROMIUM`);
@@ -115,6 +124,8 @@ const server = spawn(
     "--verbose", "serve", "--socket", join(state, "daemon.sock"),
     "--listen", "127.0.0.1:0", "--tls-cert", tls.cert, "--tls-key", tls.key,
     "--cors-origin", `http://localhost:${pagePort}`, "--max", "12",
+    // What a test leaves running ends with the server.
+    "--on-exit", "kill",
   ],
   { env: serverEnv, stdio: ["ignore", "pipe", "pipe"] },
 );

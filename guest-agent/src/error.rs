@@ -19,6 +19,7 @@ use crate::services::code::CodeError;
 use crate::services::files::FilesError;
 use crate::services::process::ProcessError;
 use crate::services::system::SystemError;
+use crate::trust::TrustError;
 
 /// Anything that can go wrong in the agent.
 #[derive(Debug, thiserror::Error)]
@@ -151,6 +152,7 @@ fn process_code(p: &ProcessError) -> Code {
 
 fn system_code(e: &SystemError) -> Code {
     use PersonalizeError as P;
+    use TrustError as T;
     let clock = |c: &ClockError| match c {
         ClockError::OutOfRange(_) => Code::InvalidArgument,
         ClockError::Read(_) | ClockError::Set(_) => Code::Internal,
@@ -162,6 +164,12 @@ fn system_code(e: &SystemError) -> Code {
             P::EntropySize(_) | P::BadHostname(_) | P::SandboxIdTooLong(_) => Code::InvalidArgument,
             P::Clock(c) => clock(c),
             P::Entropy(_) | P::Hostname { .. } => Code::Internal,
+        },
+        SystemError::Trust(t) => match t {
+            T::Empty | T::TooMany { .. } | T::NotACertificate { .. } | T::TooLarge { .. } => {
+                Code::InvalidArgument
+            }
+            T::Dir { .. } | T::Mount { .. } | T::Store(_) => Code::Internal,
         },
     }
 }

@@ -21,8 +21,9 @@
 //!    streams output through a bounded channel), `Code` (interpreter
 //!    contexts: a driver process per context, started as `Process` starts
 //!    programs) and `System` (shutdown, the
-//!    clock, and [`personalize`]: entropy through [`entropy`], clock,
-//!    hostname, and the sandbox id that `Health` reports). Once a vsock
+//!    clock, [`personalize`]: entropy through [`entropy`], clock,
+//!    hostname, and the sandbox id that `Health` reports; and [`trust`]:
+//!    CA certificates the guest's programs trust). Once a vsock
 //!    listener is bound, [`announce`] tells the host that the agent serves,
 //!    so the host never dials a guest that is not ready.
 //! 5. Every error that reaches a client becomes a `tonic::Status` in
@@ -51,6 +52,7 @@ pub mod server;
 pub mod services;
 pub mod small_file;
 pub mod spawn;
+pub mod trust;
 
 use std::process::ExitCode;
 use std::time::Duration;

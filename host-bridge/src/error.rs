@@ -10,6 +10,7 @@ use crate::fs::FsError;
 use crate::lifecycle::vm::Unavailable;
 use crate::lifecycle::EndReason;
 use crate::manager::PoolError;
+use crate::trust::TrustError;
 use crate::vmm::VmmError;
 use crate::workspace::WorkspaceError;
 
@@ -32,6 +33,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+
+    /// The CA certificates the guest was to trust cannot be used.
+    #[error(transparent)]
+    Trust(Box<TrustError>),
 
     /// The workspace could not be created, opened or locked.
     #[error(transparent)]
@@ -171,6 +176,16 @@ pub enum Error {
     /// The sandbox's network could not be set up on the host.
     #[error("setting up the sandbox's network")]
     Network(#[from] crate::network::GatewayError),
+
+    /// A sandbox could not be adopted or detached (see [`crate::adopt`]).
+    #[error(transparent)]
+    Adopt(#[from] crate::adopt::AdoptError),
+}
+
+impl From<TrustError> for Error {
+    fn from(error: TrustError) -> Self {
+        Error::Trust(Box::new(error))
+    }
 }
 
 /// What kind of failure an [`Error`] is, for a front (an RPC server, a CLI)
@@ -207,7 +222,7 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         use ErrorKind as K;
         match self {
-            Error::Config(_) => K::Invalid,
+            Error::Config(_) | Error::Trust(_) => K::Invalid,
             Error::NoSuchSandbox { .. } => K::NotFound,
             Error::TooManySandboxes { .. } => K::Exhausted,
             Error::VmGone { .. }
@@ -228,6 +243,7 @@ impl Error {
             Error::Saved(crate::saved::SavedError::NotSaved { .. }) => K::NotFound,
             Error::Fs(FsError::EscapingEntry { .. } | FsError::NonUtf8Path(_)) => K::Invalid,
             Error::Fs(FsError::NotADirectory(_)) => K::Precondition,
+            Error::Adopt(adopt) => adopt.kind(),
             Error::Agent { status, .. } => match status.code() {
                 tonic::Code::NotFound => K::NotFound,
                 tonic::Code::InvalidArgument | tonic::Code::OutOfRange => K::Invalid,

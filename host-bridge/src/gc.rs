@@ -12,12 +12,18 @@
 //! before each start.
 //!
 //! Each directory is judged on its own:
-//! - owner running (same pid and start time): kept;
-//! - owner gone, or the record is from before the last reboot: collected;
+//! - owner running (same pid and start time) and not detached: kept;
+//! - owner gone (or it detached the sandbox), and the sandbox adoptable
+//!   (an adoption record, see [`crate::adopt`]) with its VMM still running
+//!   and its lifetime ceiling not passed: kept, waiting for adoption;
+//! - owner gone otherwise (not adoptable, its VM gone, or its lifetime
+//!   passed while nobody enforced it), or the record is from before the
+//!   last reboot: collected;
 //! - no record yet: a sandbox being created; collected only once older than
 //!   the grace period ([`DEFAULT_GRACE`]);
-//! - record from another pid namespace, or unreadable: kept, since nothing
-//!   here can tell whether its owner lives.
+//! - record from another pid namespace, or unreadable (an adoption record
+//!   of another format included): kept, since nothing here can tell
+//!   whether its owner lives or what it asked for.
 //!
 //! Besides the recorded pids, QEMU and vhost-device-vsock processes whose
 //! command line names the directory are killed too: that covers an owner
@@ -29,6 +35,7 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use crate::adopt::Standing;
 use crate::state_dir::owner::{comm, Comparable, OwnerRecord, ProcessId};
 use crate::state_dir::DIR_PREFIX;
 
@@ -104,6 +111,11 @@ pub struct Removed {
 pub enum Orphaned {
     /// The recorded owner no longer runs.
     OwnerGone { pid: u32 },
+    /// The owner let the sandbox go ([`Sandbox::detach`](crate::Sandbox::detach)),
+    /// and it can no longer be adopted (its VM is gone).
+    Detached { pid: u32 },
+    /// It waited for adoption until its lifetime ceiling passed.
+    LifetimeEnded { limit: Duration },
     /// The record was written before the last reboot.
     OtherBoot,
     /// No owner record, and older than the grace period.
@@ -130,6 +142,14 @@ pub enum KeepReason {
     /// The owner lives in another pid namespace, where its pid cannot be
     /// checked from here.
     OtherPidNamespace,
+    /// Its owner is gone (or detached it), but it is adoptable, its VM
+    /// (VMM process `pid`) runs and its lifetime has not passed: a later
+    /// process may adopt it ([`crate::adopt::orphans`]).
+    AwaitingAdoption {
+        pid: u32,
+        /// When its lifetime ceiling ends it (then it is collected).
+        ends_at: Option<SystemTime>,
+    },
     /// The owner record cannot be read or understood.
     Unreadable { error: String },
 }
@@ -172,6 +192,14 @@ impl std::fmt::Display for Orphaned {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Orphaned::OwnerGone { pid } => write!(f, "owner pid {pid} is gone"),
+            Orphaned::Detached { pid } => {
+                write!(f, "detached by owner pid {pid}, and its VM is gone")
+            }
+            Orphaned::LifetimeEnded { limit } => write!(
+                f,
+                "its lifetime ceiling of {} s passed while it waited for adoption",
+                limit.as_secs()
+            ),
             Orphaned::OtherBoot => f.write_str("written before the last reboot"),
             Orphaned::NoRecord { age } => {
                 write!(f, "no owner record, {} s old", age.as_secs())
@@ -191,6 +219,19 @@ impl std::fmt::Display for KeepReason {
             ),
             KeepReason::OtherPidNamespace => {
                 f.write_str("owner in another pid namespace; run gc there")
+            }
+            KeepReason::AwaitingAdoption { pid, ends_at } => {
+                write!(
+                    f,
+                    "waiting for adoption (no owner holds it; VMM pid {pid} runs; "
+                )?;
+                match ends_at {
+                    Some(at) => {
+                        let left = at.duration_since(SystemTime::now()).unwrap_or_default();
+                        write!(f, "its lifetime ends in {} s)", left.as_secs())
+                    }
+                    None => f.write_str("no lifetime ceiling)"),
+                }
             }
             KeepReason::Unreadable { error } => write!(f, "{error}"),
         }
@@ -275,15 +316,32 @@ fn judge(dir: &Path, grace: Duration) -> Verdict {
         Ok(record) => match record.comparable_here() {
             Comparable::OtherPidNamespace => Verdict::Keep(KeepReason::OtherPidNamespace),
             Comparable::OtherBoot => Verdict::Collect(Orphaned::OtherBoot, Vec::new()),
-            Comparable::Yes if record.owner.is_running() => Verdict::Keep(KeepReason::OwnerAlive {
+            Comparable::Yes if record.is_held() => Verdict::Keep(KeepReason::OwnerAlive {
                 pid: record.owner.pid,
             }),
-            Comparable::Yes => Verdict::Collect(
-                Orphaned::OwnerGone {
-                    pid: record.owner.pid,
-                },
-                record.vmm,
-            ),
+            Comparable::Yes => {
+                let pid = record.owner.pid;
+                let orphaned = if record.detached {
+                    Orphaned::Detached { pid }
+                } else {
+                    Orphaned::OwnerGone { pid }
+                };
+                match crate::adopt::standing(dir) {
+                    Standing::Waiting(adoptable) => Verdict::Keep(KeepReason::AwaitingAdoption {
+                        pid: adoptable.vmm.pid,
+                        ends_at: adoptable.ends_at(),
+                    }),
+                    Standing::Foreign(error) => Verdict::Keep(KeepReason::Unreadable {
+                        error: crate::error_chain(&error),
+                    }),
+                    Standing::LifetimeEnded { limit } => {
+                        Verdict::Collect(Orphaned::LifetimeEnded { limit }, record.vmm)
+                    }
+                    Standing::NotAdoptable | Standing::VmGone | Standing::Broken(_) => {
+                        Verdict::Collect(orphaned, record.vmm)
+                    }
+                }
+            }
         },
         Err(error) if error.is_missing() => {
             let age = std::fs::metadata(dir)
@@ -512,6 +570,101 @@ mod tests {
         assert!(report.removed.is_empty(), "{report:?}");
         assert!(junk.exists() && foreign.exists());
         assert_eq!(report.kept.len(), 2);
+    }
+
+    /// An orphan whose "VMM" is `vmm`, with an adoption record whose life
+    /// began `age` ago with a ceiling of an hour.
+    fn adoptable_orphan(
+        base: &Path,
+        name: &str,
+        vmm: &std::process::Child,
+        age: Duration,
+    ) -> PathBuf {
+        let mut owner = OwnerRecord::for_current_process().unwrap();
+        owner.owner = dead_process();
+        let vmm_id = ProcessId::of(vmm.id()).unwrap();
+        owner.vmm = vec![vmm_id];
+        let dir = sandbox_dir(base, name, Some(&owner));
+        let mut record = crate::adopt::sample_record();
+        record.id = format!("{DIR_PREFIX}{name}");
+        record.vmm = vmm_id;
+        record.clock.on_disk_ms = 0;
+        record.clock.started_at_unix_ms =
+            crate::adopt::unix_ms(SystemTime::now().checked_sub(age).unwrap());
+        record.write(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn an_adoptable_orphan_waits_while_its_vm_runs_and_its_lifetime_lasts() {
+        let base = tempfile::tempdir().unwrap();
+        let mut young = Command::new("sleep").arg("1000").spawn().unwrap();
+        let mut old = Command::new("sleep").arg("1000").spawn().unwrap();
+        let waiting = adoptable_orphan(base.path(), "waiting", &young, Duration::from_secs(60));
+        let expired = adoptable_orphan(base.path(), "expired", &old, Duration::from_secs(3601));
+
+        let report = collect(base.path(), &GcOptions::new()).unwrap();
+        assert!(report.failed.is_empty(), "{:?}", report.failed);
+        assert_eq!(report.kept.len(), 1, "{report:?}");
+        assert_eq!(report.kept[0].dir, waiting);
+        let KeepReason::AwaitingAdoption { pid, ends_at } = report.kept[0].why.clone() else {
+            panic!("{report:?}");
+        };
+        assert_eq!(pid, young.id());
+        let left = ends_at.unwrap().duration_since(SystemTime::now()).unwrap();
+        assert!(left > Duration::from_secs(3400), "{left:?}");
+        assert!(report.kept[0]
+            .why
+            .to_string()
+            .contains("waiting for adoption"));
+        assert!(waiting.exists());
+
+        // Its lifetime passed while nobody held it: collected, VM killed.
+        assert_eq!(report.removed.len(), 1, "{report:?}");
+        assert_eq!(report.removed[0].dir, expired);
+        assert!(matches!(
+            report.removed[0].why,
+            Orphaned::LifetimeEnded { .. }
+        ));
+        assert_eq!(report.removed[0].killed, [old.id()]);
+        assert!(!expired.exists());
+        old.wait().unwrap();
+
+        // Its VM gone: collected.
+        young.kill().unwrap();
+        young.wait().unwrap();
+        let report = collect(base.path(), &GcOptions::new()).unwrap();
+        assert_eq!(report.removed.len(), 1, "{report:?}");
+        assert!(matches!(report.removed[0].why, Orphaned::OwnerGone { .. }));
+        assert!(!waiting.exists());
+    }
+
+    #[test]
+    fn a_detached_sandbox_of_a_live_owner_waits_and_another_format_is_kept() {
+        let base = tempfile::tempdir().unwrap();
+        let mut vmm = Command::new("sleep").arg("1000").spawn().unwrap();
+        let dir = adoptable_orphan(base.path(), "detached", &vmm, Duration::ZERO);
+        let mut owner = OwnerRecord::read(&dir).unwrap();
+        owner.owner = ProcessId::current().unwrap();
+        owner.detached = true;
+        owner.write(&dir).unwrap();
+        let report = collect(base.path(), &GcOptions::new()).unwrap();
+        assert!(
+            matches!(report.kept[0].why, KeepReason::AwaitingAdoption { .. }),
+            "{report:?}"
+        );
+
+        let mut record = crate::adopt::sample_record();
+        record.version = 99;
+        record.write(&dir).unwrap();
+        let report = collect(base.path(), &GcOptions::new()).unwrap();
+        assert!(
+            matches!(&report.kept[0].why, KeepReason::Unreadable { error } if error.contains("version 99")),
+            "{report:?}"
+        );
+        assert!(dir.exists());
+        vmm.kill().unwrap();
+        vmm.wait().unwrap();
     }
 
     #[test]

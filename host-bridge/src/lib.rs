@@ -25,12 +25,17 @@
 //! - `artifacts` and `state_dir`: where kernels, images and per-VM state live;
 //!   each state directory records its owner process and VMM processes.
 //! - [`gc`]: finding sandboxes whose owner died and ending them (`airlock gc`).
+//! - [`adopt`]: sandboxes that outlive their owner: the adoption record,
+//!   the orphans waiting, and the checks an adoption makes
+//!   ([`SandboxBuilder::adopt`]).
 //! - [`images`] and [`artifacts`]: the image store and the Airlock home,
 //!   re-exported from the `airlock-images` crate, which `airlock-rootfs`
 //!   shares without depending on this library.
 //! - `manager`: [`Sandboxes`], many sandboxes under one maximum, with a warm
 //!   pool of frozen ones to hand out.
 //! - `workspace`: the persistent, exclusively locked disk behind `.workspace()`.
+//! - [`trust`]: CA certificates the guest trusts ([`CaCert`],
+//!   `.ca_cert()`, `.trust_host_roots()`), installed at every start.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), airlock::Error> {
@@ -51,11 +56,15 @@
 #![forbid(unsafe_code)]
 
 mod accel;
+pub mod adopt;
 pub mod code;
 mod error;
 mod exec;
 mod features;
 pub mod fs;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gc;
 mod lifecycle;
 mod manager;
@@ -65,6 +74,7 @@ pub mod saved;
 pub mod state_dir;
 pub mod template;
 pub mod transport;
+pub mod trust;
 mod vmm;
 mod workspace;
 
@@ -100,6 +110,7 @@ pub use sandbox::{
 };
 /// gRPC status codes, as returned by [`Error::agent_code`].
 pub use tonic::Code;
+pub use trust::{CaCert, CaCertError, CA_CERTS_ENV};
 pub use vmm::qmp::{Qmp, QmpError};
 pub use vmm::{VmmError, VmmUser};
 pub use workspace::{WorkspaceError, DEFAULT_WORKSPACE_BYTES};

@@ -3,7 +3,8 @@
 //! guest paths the builder writes and the agent reads, the kernel modules
 //! the guest needs, the vsock ports and the start-up announcement, and the
 //! protocol's features with the revision that added each, and the limits
-//! of running code ([`code`]) and of change tracking ([`changes`]).
+//! of running code ([`code`]), of change tracking ([`changes`]) and of the
+//! roots a guest is given to trust ([`trust`]).
 //!
 //! Neither side spells any of these itself: the host bridge
 //! (`airlock`), the agent (`airlock-agent`) and the builder
@@ -13,7 +14,7 @@ use std::fmt;
 
 /// The revision of `airlock.agent.v1` that this crate describes: the
 /// revision of the newest [`Feature`].
-pub const PROTOCOL_REVISION: u32 = 9;
+pub const PROTOCOL_REVISION: u32 = 10;
 
 /// The vsock port the agent listens on unless the kernel command line says
 /// otherwise ([`cmdline::PORT`]).
@@ -97,8 +98,16 @@ pub mod cmdline {
     pub const WORKSPACE: &str = "airlock.workspace";
 }
 
-/// Guest paths that the builder writes and the agent reads.
+/// Guest paths that the builder writes and the agent reads, and one the
+/// agent writes for the guest's programs.
 pub mod paths {
+    /// The refusal log: one line per connection or DNS query the host
+    /// refused, appended by the agent (`TIME WHERE OUTCOME: REASON`, e.g.
+    /// `2026-12-02T10:00:00Z 192.0.2.7:22 connection reset: no rule allows
+    /// 192.0.2.7:22`), readable by every program in the guest, so that a
+    /// program whose connection was reset can learn why. On the guest's
+    /// `/run` tmpfs; the host's docs and tests name it from here.
+    pub const REFUSAL_LOG: &str = "/run/airlock/net.log";
     /// In the initramfs: the kernel modules to load, one absolute `.ko`
     /// path per line, dependencies first.
     pub const MODULES_ORDER: &str = "/etc/airlock/modules.order";
@@ -125,6 +134,9 @@ pub const GUEST_MODULES: [&str; 8] = [
 /// Running code in interpreter contexts (`airlock.agent.v1.Code`).
 pub mod code {
     /// The language of Python contexts (and of a cell that names none).
+    /// A language's name is also the id of its default context, which the
+    /// agent makes for a cell that names no context, unless the host made
+    /// it first (with the sandbox's environment).
     pub const PYTHON: &str = "python";
     /// The language of bash contexts.
     pub const BASH: &str = "bash";
@@ -148,6 +160,42 @@ pub mod changes {
     /// The most entries the agent keeps in snapshots together; the oldest
     /// snapshot is forgotten first.
     pub const MAX_HELD_ENTRIES: u64 = 2 * MAX_ENTRIES;
+}
+
+/// The CA certificates a guest is given to trust (`System.TrustRoots`).
+pub mod trust {
+    /// The most certificates one `TrustRoots` call carries: a system store
+    /// holds about 150, so this leaves room for a large corporate one
+    /// while keeping the request far under the 4 MiB message cap.
+    pub const MAX_ROOTS: usize = 1000;
+    /// The most bytes of one certificate (DER).
+    pub const MAX_ROOT_BYTES: usize = 16 * 1024;
+    /// The most bytes of all the certificates of one call together (DER),
+    /// under the 4 MiB message cap.
+    pub const MAX_TOTAL_BYTES: usize = 3 << 20;
+    /// The guest's bundle of trusted roots (PEM), where OpenSSL on
+    /// Debian, Ubuntu and Alpine looks by default.
+    pub const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+    /// The guest's directory of trusted roots, each linked by its subject
+    /// hash (`<8 hex digits>.N`), as OpenSSL's `-CApath` reads it.
+    pub const CERT_DIR: &str = "/etc/ssl/certs";
+    /// Where update-ca-certificates takes local CA certificates from
+    /// (`*.crt`), so that a guest that runs it keeps the roots it was given.
+    pub const LOCAL_CERT_DIR: &str = "/usr/local/share/ca-certificates";
+    /// The environment variables that name a CA bundle to the runtimes and
+    /// tools that read their roots from somewhere else than the system
+    /// store, or let a variable override it: OpenSSL, Python's requests,
+    /// curl, pip, git and Node (which adds the file to its own roots).
+    pub const BUNDLE_VARIABLES: [&str; 6] = [
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "PIP_CERT",
+        "NODE_EXTRA_CA_CERTS",
+        "GIT_SSL_CAINFO",
+    ];
+    /// The variable that names OpenSSL's certificate directory.
+    pub const DIR_VARIABLE: &str = "SSL_CERT_DIR";
 }
 
 /// A feature of the protocol that a host may need from an agent, with the
@@ -182,11 +230,13 @@ pub enum Feature {
     ExecStamps,
     /// The `Network` service: guest connections and DNS carried to the host.
     Network,
+    /// `System.TrustRoots`: CA certificates the guest's programs trust.
+    TrustRoots,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Feature; 12] = [
+    pub const ALL: [Feature; 13] = [
         Feature::ExtendedStart,
         Feature::Attach,
         Feature::List,
@@ -199,6 +249,7 @@ impl Feature {
         Feature::TreeChanges,
         Feature::ExecStamps,
         Feature::Network,
+        Feature::TrustRoots,
     ];
 
     /// The protocol revision that added this feature.
@@ -212,6 +263,7 @@ impl Feature {
             Feature::RunCode | Feature::TreeChanges => 7,
             Feature::ExecStamps => 8,
             Feature::Network => 9,
+            Feature::TrustRoots => 10,
         }
     }
 
@@ -236,6 +288,7 @@ impl fmt::Display for Feature {
             Feature::TreeChanges => "tracking file changes",
             Feature::ExecStamps => "the agent's timestamps of a program",
             Feature::Network => "network for the guest's programs",
+            Feature::TrustRoots => "CA certificates the guest trusts",
         })
     }
 }
@@ -270,6 +323,8 @@ mod tests {
         const { assert!(code::MAX_OUTPUT_BYTES < 3 << 20) };
         const { assert!(code::STREAM_CHUNK <= code::MAX_OUTPUT_BYTES) };
         const { assert!(changes::MAX_HELD_ENTRIES >= changes::MAX_ENTRIES) };
+        const { assert!(trust::MAX_TOTAL_BYTES < 4 << 20) };
+        const { assert!(trust::MAX_ROOT_BYTES <= trust::MAX_TOTAL_BYTES) };
     }
 
     #[test]

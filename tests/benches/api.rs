@@ -1,34 +1,50 @@
-//! The API benchmark: a start from the warm pool to its first output, and
-//! a command's round trip, through the server's API from other processes
-//! (the Rust client, and each SDK driven as a peer), against the library's
-//! own, in one run.
+//! The API benchmark: a start from the warm pool to its first output,
+//! through the server's API from another process, against the library's own
+//! start from a pool of the same configuration, in one run.
 //!
-//! Starts. The floor is `Sandboxes::start_pooled()` to the first stdout
-//! chunk of `/bin/sh -c "echo ready"` (the default image, 512 MiB, 1 vCPU:
-//! what `sandbox create` without options asks for; the command is what an
-//! SDK's `commands.run("echo ready")` runs, so every row runs the same).
-//! The API rows run `airlock serve --pool 1` (a process of its own) and
-//! time, from another process, `Sandboxes.Create` through
-//! `Processes.Start` of that command to its first stdout chunk: the Rust client (this process) on the server's Unix socket
-//! and over TCP with TLS and a key on loopback, and the TypeScript SDK
-//! (`sdk/typescript/bench/peer.mjs`, `Sandbox.create()` then
-//! `commands.run("echo ready")`) on the socket (gRPC), over TLS with the
-//! key (gRPC) and over TLS with gRPC-Web (`fetch`, HTTP/1.1: the browsers'
-//! path), in turn, each take once the pool has refilled (a frozen QEMU).
-//! Target: the Rust rows within 1.3x of the floor.
+//! The floor is `Sandboxes::start_pooled()` to the first stdout chunk of
+//! `echo` (the default image, 512 MiB, 1 vCPU: what `sandbox create`
+//! without options asks for). The API rows run `airlock serve --pool 1`
+//! (a process of its own) and time, from this process, `Sandboxes.Create`
+//! through `Processes.Start` of `echo` to its first stdout chunk: once on
+//! the server's Unix socket, once over TCP with TLS and a key on loopback,
+//! alternating, each take once the pool has refilled (a frozen QEMU).
+//! Target: within 1.3x of the floor.
 //!
-//! Round trips. The floor is `Sandbox::exec` of `/bin/sh -c true` to its
-//! exit on a library sandbox of the same configuration from a pool (this
-//! process's; the server's sandbox comes from its pool too);
-//! the API rows run the same command on a sandbox of the server's, start to
-//! exit, with each client above (the SDK's `commands.run("true")` is that
-//! command); the floor and the rows take turns, ten runs at a time.
+//! The same server serves the other clients in the same rounds: the
+//! `airlock` CLI (`sandbox create` then `sandbox exec -- echo ready`,
+//! processes of their own) and the Python SDK (`Sandbox.create()` and
+//! `AsyncSandbox.create()` to the first stdout chunk of `echo ready`, timed
+//! in a helper process that keeps its connection, `common::clients`). Then
+//! an exec round trip, `/bin/sh -c true` to its exit in one running sandbox,
+//! in rounds through the library (the floor, its own sandbox of the same
+//! machine), the Rust client, the SDK's `commands.run("true")` (blocking and
+//! asyncio) and the CLI. Each round takes once per client, so that the
+//! machine's changing load falls on all alike; what the SDK adds is the
+//! median of its take minus the Rust client's in the same round. Target:
+//! at most 2 ms a call.
 //!
-//! The SDK rows need the SDK built (`npm ci && npm run build` in
-//! sdk/typescript; scripts/bench does it) and Node on PATH; without them
-//! the table says so. Run with `scripts/bench`, or `cargo bench -p
-//! airlock-tests --bench api [-- --json]`. `AIRLOCK_BENCH_STARTS` sets the
-//! takes per start row divided by four (default 5: 20 takes).
+//! The TypeScript SDK takes its turns in the same rounds, driven as a peer
+//! (`sdk/typescript/bench/peer.mjs`, `common::sdk`) on three connections:
+//! the server's socket (gRPC over HTTP/2), TLS with the key (gRPC), and TLS
+//! with the key over gRPC-Web (`fetch`, HTTP/1.1: the browsers' path). Its
+//! start is `Sandbox.create()` to the first stdout chunk of
+//! `commands.run("echo ready")` (E2B's vocabulary has only command lines,
+//! so its start includes the guest's `/bin/sh`); its exec is
+//! `commands.run("true")`, the very command of the other exec rows; and
+//! `getInfo()`. The exec sandbox is the key's, so that every client may
+//! use it (the owner sees every key's sandboxes), and the Rust client
+//! takes its exec and `Get` turns on TLS too, the TypeScript SDK's TLS
+//! rows' pair.
+//!
+//! Run with `scripts/bench`, or `cargo bench -p airlock-tests --bench api
+//! [-- --json]`. `AIRLOCK_BENCH_STARTS` sets the takes per row divided by
+//! four (default 5: 20 takes). The Python SDK's rows need
+//! `AIRLOCK_BENCH_PYTHON`, the interpreter of a virtualenv with the SDK
+//! (`scripts/bench` sets it from `scripts/sdk-python venv`); the
+//! TypeScript SDK's need Node and the SDK built (`scripts/sdk-typescript
+//! build`, which `scripts/bench` runs); without them they are left out,
+//! and the output says so.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -38,37 +54,82 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use airlock::{Command, Sandbox, Sandboxes};
+use airlock::Sandbox;
 use airlock_client::{api, Client, Endpoint};
 use airlock_tests::{DaemonHome, TlsServer};
-use serde_json::{json, Map, Value};
+use serde_json::json;
 
-use common::pool::{pooled_starts_running, refilled};
+use common::clients;
+use common::pool::pooled_starts;
 use common::sdk::{PeerServer, SdkPeer};
 use common::{ms, percentile};
 
 /// The most the API may add to a start from the pool.
 const TARGET_RATIO: f64 = 1.3;
-/// Command round trips per row, and per round of a row.
-const EXEC_RUNS: usize = 60;
-const EXEC_ROUND: usize = 10;
-/// The command every round trip runs (what an SDK's shell line runs).
-const TRUE: [&str; 3] = ["/bin/sh", "-c", "true"];
-/// The program every start waits for: `echo` as an SDK's shell line runs
-/// it, so that every row runs the same command.
-const SHELL_ECHO: [&str; 3] = ["/bin/sh", "-c", "echo ready"];
+/// The most the Python SDK may add to a call over the Rust client.
+const SDK_TARGET_MS: f64 = 2.0;
+/// Exec round trips per row (the CLI takes one round in five).
+const EXECS: usize = 50;
+/// Rounds first taken and thrown away.
+const WARM: usize = 3;
+/// The TypeScript SDK's connections: its name for each, the rows' key and
+/// label, and the Rust client's row each is paired with (start, exec, Get).
+const TS_CONNS: [TsConn; 3] = [
+    TsConn {
+        conn: "unix",
+        key: "ts_unix",
+        get_key: "get_ts_unix",
+        how: "the server's Unix socket, gRPC",
+        start_pair: "unix",
+        exec_pair: "api",
+        get_pair: "get_api",
+    },
+    TsConn {
+        conn: "tls",
+        key: "ts_tls",
+        get_key: "get_ts_tls",
+        how: "TCP + TLS + key, gRPC",
+        start_pair: "tls",
+        exec_pair: "api_tls",
+        get_pair: "get_api_tls",
+    },
+    TsConn {
+        conn: "web",
+        key: "ts_web",
+        get_key: "get_ts_web",
+        how: "TCP + TLS + key, gRPC-Web",
+        start_pair: "tls",
+        exec_pair: "api_tls",
+        get_pair: "get_api_tls",
+    },
+];
 
-/// Who makes a row's calls.
-enum Caller<'a> {
-    Rust(&'a Client),
-    Sdk(usize, &'static str),
+/// One of the TypeScript SDK's connections, as [`TS_CONNS`] names it.
+struct TsConn {
+    conn: &'static str,
+    key: &'static str,
+    get_key: &'static str,
+    how: &'static str,
+    start_pair: &'static str,
+    exec_pair: &'static str,
+    get_pair: &'static str,
 }
 
-/// A row of figures.
-struct Row {
-    name: String,
-    key: String,
-    times: Vec<Duration>,
+/// One take of an exec round.
+#[derive(Clone, Copy)]
+enum Take {
+    /// `Sandbox::exec` in the library's own sandbox (the floor).
+    Library,
+    /// The Rust client's exec, on TLS or the socket, under a row's key.
+    Exec(bool, &'static str),
+    /// The Rust client's `Sandboxes.Get`, likewise.
+    Get(bool, &'static str),
+    /// `airlock sandbox exec` (every fifth round).
+    Cli,
+    /// A call of the Python SDK's helper (`exec sync`, ...), under a key.
+    Python(&'static str, &'static str),
+    /// An exec (or with `true`, a `getInfo()`) of the TypeScript SDK.
+    Ts(&'static TsConn, bool),
 }
 
 #[tokio::main]
@@ -81,21 +142,12 @@ async fn main() {
         .unwrap_or(5)
         * 4;
     let image = airlock_tests::default_image();
-    let floor = pooled_starts_running(
+    let floor = pooled_starts(
         takes,
         Duration::ZERO,
         Sandbox::builder().image(&image).memory_mib(512),
-        &SHELL_ECHO,
     )
     .await;
-    // The round trips' floor: a library sandbox of the same configuration,
-    // from a pool of its own as the server's is (a pool member runs
-    // commands faster than a fresh clone under TCG), measured in the same
-    // rounds as the API's.
-    let manager = Sandboxes::with_pool(2, Sandbox::builder().image(&image).memory_mib(512), 1)
-        .expect("a pool");
-    refilled(&manager).await;
-    let library = manager.start_pooled().await.expect("a library sandbox");
 
     let home = DaemonHome::new();
     let server = TlsServer::start(&home, &["--pool", "1", "--max", "3"]);
@@ -125,188 +177,393 @@ async fn main() {
         .connect()
         .await
         .expect("the TLS listener");
+    let mut sdk = std::env::var_os(clients::PYTHON_ENV)
+        .map(|python| clients::SdkHelper::start(std::path::Path::new(&python), &home.socket()));
     let socket = home.socket();
-    let (mut peers, missing) = sdk_peers(&PeerServer {
+    let (mut ts, ts_missing) = typescript_peer(&PeerServer {
         socket: &socket,
         host: &host,
         key: &key,
         ca: &server.ca,
     });
 
-    let mut callers = vec![
-        (
-            "API, the server's Unix socket".to_owned(),
-            "api_unix".to_owned(),
-            Caller::Rust(&local),
-        ),
-        (
-            "API, TCP + TLS + key on loopback".to_owned(),
-            "api_tls".to_owned(),
-            Caller::Rust(&remote),
-        ),
-    ];
-    for (index, peer) in peers.iter().enumerate() {
-        let slug = peer.name().to_lowercase().replace(' ', "_");
-        for (conn, how) in [
-            ("unix", "Unix socket, gRPC"),
-            ("tls", "TLS + key, gRPC"),
-            ("web", "TLS + key, gRPC-Web"),
-        ] {
-            callers.push((
-                format!("{}, {how}", peer.name()),
-                format!("{slug}_{conn}"),
-                Caller::Sdk(index, conn),
-            ));
-        }
-    }
-
-    // Starts, one take per caller in turn, each from a refilled pool.
-    let mut starts: Vec<Row> = callers
-        .iter()
-        .map(|(name, key, _)| row(name, key))
-        .collect();
-    for _ in 0..takes {
-        for (index, (_, _, caller)) in callers.iter().enumerate() {
+    // Starts: a round takes once per client in turn, each once the pool has
+    // refilled (the CLI every other round), so that drift in the machine's
+    // load falls on every client alike.
+    let mut starts = Rows::default();
+    for round in 0..takes {
+        wait_for_frozen_member(&home).await;
+        starts.push("unix", create_to_echo(&local).await);
+        wait_for_frozen_member(&home).await;
+        starts.push("tls", create_to_echo(&remote).await);
+        if let Some(sdk) = sdk.as_mut() {
             wait_for_frozen_member(&home).await;
-            let took = match caller {
-                Caller::Rust(client) => create_to_echo(client).await,
-                Caller::Sdk(peer, conn) => peers[*peer].create_echo(conn).await,
-            };
-            starts[index].times.push(took);
+            starts.push("sdk_sync", sdk.call("create sync"));
+            wait_for_frozen_member(&home).await;
+            starts.push("sdk_async", sdk.call("create async"));
+        }
+        if let Some(ts) = ts.as_mut() {
+            for conn in &TS_CONNS {
+                wait_for_frozen_member(&home).await;
+                starts.push(conn.key, ts.create_echo(conn.conn).await);
+            }
+        }
+        if round % 2 == 0 {
+            wait_for_frozen_member(&home).await;
+            starts.push("cli", clients::cli_create_to_echo(&home, &local).await);
         }
     }
 
-    // Round trips on one sandbox of the server's, in rounds per caller:
-    // the key's, so that the key's callers see it as the owner's do.
-    let sandbox = remote
+    // Exec round trips in one running sandbox of the server's (the key's),
+    // and the library's own in a sandbox of the same machine, in turn
+    // likewise.
+    let exec_id = remote
         .sandboxes()
         .create(api::CreateSandboxRequest::default())
         .await
-        .expect("a sandbox for the round trips")
+        .expect("create the exec sandbox")
         .into_inner()
         .sandbox_id;
-    let mut trips: Vec<Row> = callers
-        .iter()
-        .map(|(name, key, _)| row(name, key))
-        .collect();
-    let mut exec_floor = Vec::with_capacity(EXEC_RUNS);
-    for _ in 0..EXEC_RUNS / EXEC_ROUND {
-        for _ in 0..EXEC_ROUND {
-            exec_floor.push(library_round_trip(&library).await);
-        }
-        for (index, (_, _, caller)) in callers.iter().enumerate() {
-            let times = match caller {
-                Caller::Rust(client) => {
-                    let mut times = Vec::with_capacity(EXEC_ROUND);
-                    for _ in 0..EXEC_ROUND {
-                        times.push(round_trip(client, &sandbox).await);
-                    }
-                    times
-                }
-                Caller::Sdk(peer, conn) => peers[*peer].exec(conn, &sandbox, EXEC_ROUND).await,
-            };
-            trips[index].times.extend(times);
+    let library = Sandbox::builder()
+        .image(&image)
+        .memory_mib(512)
+        .start()
+        .await
+        .expect("a library sandbox for the exec floor");
+    wait_for_frozen_member(&home).await;
+    let mut execs = Rows::default();
+    let mut steps = vec![
+        Take::Library,
+        Take::Exec(false, "api"),
+        Take::Exec(true, "api_tls"),
+        Take::Get(false, "get_api"),
+        Take::Get(true, "get_api_tls"),
+        Take::Cli,
+    ];
+    if sdk.is_some() {
+        steps.extend([
+            Take::Python("exec sync", "sdk_sync"),
+            Take::Python("exec async", "sdk_async"),
+            Take::Python("get sync", "get_sdk_sync"),
+            Take::Python("get async", "get_sdk_async"),
+        ]);
+    }
+    if ts.is_some() {
+        for conn in &TS_CONNS {
+            steps.extend([Take::Ts(conn, false), Take::Ts(conn, true)]);
         }
     }
-    exec_floor.sort();
+    // The steps of a round, started at a different one each round: an exec
+    // that follows another in the same sandbox would otherwise always meet
+    // the agent's work after that one.
+    for round in 0..EXECS + WARM {
+        for step in 0..steps.len() {
+            let client = |tls: bool| if tls { &remote } else { &local };
+            let (name, took) = match steps[(round + step) % steps.len()] {
+                Take::Library => ("library", clients::library_exec(&library).await),
+                Take::Exec(tls, name) => (name, clients::api_exec(client(tls), &exec_id).await),
+                Take::Get(tls, name) => (name, clients::api_get(client(tls), &exec_id).await),
+                Take::Cli if round % 5 != 0 => continue,
+                Take::Cli => ("cli", clients::cli_exec(&home, &exec_id)),
+                Take::Python(verb, name) => {
+                    let Some(sdk) = sdk.as_mut() else { continue };
+                    (name, sdk.call(&format!("{verb} {exec_id}")))
+                }
+                Take::Ts(conn, false) => {
+                    let Some(ts) = ts.as_mut() else { continue };
+                    (conn.key, ts.exec(conn.conn, &exec_id).await)
+                }
+                Take::Ts(conn, true) => {
+                    let Some(ts) = ts.as_mut() else { continue };
+                    (conn.get_key, ts.get(conn.conn, &exec_id).await)
+                }
+            };
+            if round >= WARM {
+                execs.push(name, took);
+            }
+        }
+    }
     drop(library);
-    drop(manager);
-    local
-        .sandboxes()
-        .kill(api::KillSandboxRequest {
-            sandbox_id: sandbox,
-        })
-        .await
-        .expect("kill");
-    drop(peers.drain(..));
+    drop(sdk);
+    drop(ts);
     drop(server);
 
-    let mut floor_echo = floor.echoed.clone();
-    floor_echo.sort();
+    let floor_median = percentile(&floor.echoed, 50);
+    let ratio = |times: &[Duration]| ms(percentile(times, 50)) / ms(floor_median);
     let mut text = format!(
-        "\nstart from the pool to the first output of `sh -c 'echo ready'`, default image (512 MiB, 1 vCPU), {takes} takes each\n"
+        "\nstart from the pool to the first `echo` output, default image (512 MiB, 1 vCPU), {takes} takes each (the CLI {})\n",
+        takes.div_ceil(2)
     );
-    text.push_str(&table_row("measure", "median", "p95", "/ floor"));
-    text.push_str(&table_row(
+    text.push_str(&row("measure", "median", "p95", "/ floor"));
+    text.push_str(&row(
         "library: Sandboxes::start_pooled (the floor)",
-        &fmt_ms(percentile(&floor_echo, 50)),
-        &fmt_ms(percentile(&floor_echo, 95)),
+        &fmt_ms(floor_median),
+        &fmt_ms(percentile(&floor.echoed, 95)),
         "1.00x",
     ));
-    for start in &mut starts {
-        text.push_str(&figures_row(start, &floor_echo));
+    let (unix, tls) = (starts.sorted("unix"), starts.sorted("tls"));
+    let ts_rows = |what: &str| -> Vec<(String, &'static str)> {
+        TS_CONNS
+            .iter()
+            .map(|conn| (format!("TypeScript SDK, {}", conn.how), conn.key))
+            .chain(std::iter::once((format!("  ({what})"), "")))
+            .collect()
+    };
+    for (name, key) in [
+        ("API, the server's Unix socket".to_owned(), "unix"),
+        ("API, TCP + TLS + key on loopback".to_owned(), "tls"),
+        (
+            "Python SDK, Sandbox.create (blocking)".to_owned(),
+            "sdk_sync",
+        ),
+        (
+            "Python SDK, AsyncSandbox.create (asyncio)".to_owned(),
+            "sdk_async",
+        ),
+    ]
+    .into_iter()
+    .chain(ts_rows(
+        "Sandbox.create, commands.run: `echo` through /bin/sh",
+    ))
+    .chain([(
+        "CLI: sandbox create + sandbox exec (to exit)".to_owned(),
+        "cli",
+    )]) {
+        let times = starts.sorted(key);
+        if times.is_empty() {
+            if key.is_empty() && !starts.sorted("ts_unix").is_empty() {
+                text.push_str(&row(&name, "", "", ""));
+            }
+            continue;
+        }
+        text.push_str(&row(
+            &name,
+            &fmt_ms(percentile(&times, 50)),
+            &fmt_ms(percentile(&times, 95)),
+            &format!("{:.2}x", ratio(&times)),
+        ));
     }
-    let ratio = |times: &[Duration]| ms(percentile(times, 50)) / ms(percentile(&floor_echo, 50));
-    let met = starts[..2].iter().all(|r| ratio(&r.times) <= TARGET_RATIO);
-    text.push_str(&table_row(
-        &format!("target: the API rows each within {TARGET_RATIO}x"),
+    let met = ratio(&unix) <= TARGET_RATIO && ratio(&tls) <= TARGET_RATIO;
+    text.push_str(&row(
+        &format!("target: the API within {TARGET_RATIO}x"),
         "",
         "",
         if met { "met" } else { "missed" },
     ));
+    let library_exec = execs.sorted("library");
+    let exec_floor = percentile(&library_exec, 50);
     text.push_str(&format!(
-        "\na command's round trip (`/bin/sh -c true`, start to exit), {EXEC_RUNS} runs each, one sandbox\n"
+        "\nexec round trip: `/bin/sh -c true` to its exit in one running sandbox, {EXECS} each (the CLI {})\n",
+        EXECS / 5
     ));
-    text.push_str(&table_row("measure", "median", "p95", "/ floor"));
-    text.push_str(&table_row(
-        "library: Sandbox::exec (the floor)",
-        &fmt_ms(percentile(&exec_floor, 50)),
-        &fmt_ms(percentile(&exec_floor, 95)),
-        "1.00x",
-    ));
-    for trip in &mut trips {
-        text.push_str(&figures_row(trip, &exec_floor));
+    text.push_str(&row("measure", "median", "p95", "/ floor"));
+    for (name, key) in [
+        ("library: Sandbox::exec (the floor)".to_owned(), "library"),
+        (
+            "API, Rust client, the server's Unix socket".to_owned(),
+            "api",
+        ),
+        ("API, Rust client, TCP + TLS + key".to_owned(), "api_tls"),
+        ("Python SDK, commands.run (blocking)".to_owned(), "sdk_sync"),
+        ("Python SDK, commands.run (asyncio)".to_owned(), "sdk_async"),
+    ]
+    .into_iter()
+    .chain(ts_rows("commands.run"))
+    .chain([("CLI: airlock sandbox exec (a process)".to_owned(), "cli")])
+    {
+        let times = execs.sorted(key);
+        if times.is_empty() {
+            if key.is_empty() && !execs.sorted("ts_unix").is_empty() {
+                text.push_str(&row(&name, "", "", ""));
+            }
+            continue;
+        }
+        text.push_str(&row(
+            &name,
+            &fmt_ms(percentile(&times, 50)),
+            &fmt_ms(percentile(&times, 95)),
+            &format!("{:.2}x", ms(percentile(&times, 50)) / ms(exec_floor)),
+        ));
     }
-    for note in &missing {
-        text.push_str(&format!("{note}\n"));
+    text.push_str(&format!(
+        "\na call the server answers without the guest: Sandboxes.Get, {EXECS} each\n"
+    ));
+    text.push_str(&row("measure", "median", "p95", ""));
+    for (name, key) in [
+        (
+            "API, Rust client, the server's Unix socket".to_owned(),
+            "get_api",
+        ),
+        (
+            "API, Rust client, TCP + TLS + key".to_owned(),
+            "get_api_tls",
+        ),
+        ("Python SDK, get_info (blocking)".to_owned(), "get_sdk_sync"),
+        ("Python SDK, get_info (asyncio)".to_owned(), "get_sdk_async"),
+    ]
+    .into_iter()
+    .chain(TS_CONNS.iter().map(|conn| {
+        (
+            format!("TypeScript SDK, getInfo, {}", conn.how),
+            conn.get_key,
+        )
+    })) {
+        let times = execs.sorted(key);
+        if !times.is_empty() {
+            text.push_str(&row(
+                &name,
+                &fmt_ms(percentile(&times, 50)),
+                &fmt_ms(percentile(&times, 95)),
+                "",
+            ));
+        }
+    }
+    // What the SDK adds: its take minus the Rust client's take of the same
+    // round, median and quartiles.
+    let added = [
+        ("start, blocking", starts.paired("sdk_sync", "unix")),
+        ("start, asyncio", starts.paired("sdk_async", "unix")),
+        ("exec, blocking", execs.paired("sdk_sync", "api")),
+        ("exec, asyncio", execs.paired("sdk_async", "api")),
+        ("Get, blocking", execs.paired("get_sdk_sync", "get_api")),
+        ("Get, asyncio", execs.paired("get_sdk_async", "get_api")),
+    ];
+    if starts.sorted("sdk_sync").is_empty() {
+        text.push_str(&format!(
+            "Python SDK rows left out: set {} to the python of a venv with the SDK (scripts/bench does)\n",
+            clients::PYTHON_ENV
+        ));
+    } else {
+        text.push_str(&format!(
+            "\nwhat the Python SDK adds to a call over the Rust client (each round's difference; target at most {SDK_TARGET_MS} ms)\n"
+        ));
+        text.push_str(&row("call", "median", "quartiles", "target"));
+        for (name, (median, q1, q3)) in added {
+            text.push_str(&row(
+                name,
+                &format!("{median:+.2} ms"),
+                &format!("{q1:+.1}..{q3:+.1}"),
+                if median <= SDK_TARGET_MS {
+                    "met"
+                } else {
+                    "missed"
+                },
+            ));
+        }
+    }
+    let ts_added: Vec<(String, (f64, f64, f64))> = TS_CONNS
+        .iter()
+        .flat_map(|conn| {
+            [
+                (
+                    format!("start, {}", conn.conn),
+                    starts.paired(conn.key, conn.start_pair),
+                ),
+                (
+                    format!("exec, {}", conn.conn),
+                    execs.paired(conn.key, conn.exec_pair),
+                ),
+                (
+                    format!("Get, {}", conn.conn),
+                    execs.paired(conn.get_key, conn.get_pair),
+                ),
+            ]
+        })
+        .collect();
+    if let Some(note) = &ts_missing {
+        text.push_str(&format!("TypeScript SDK rows left out: {note}\n"));
+    } else {
+        text.push_str(
+            "\nwhat the TypeScript SDK adds to a call over the Rust client on the same transport \
+             (each round's difference; gRPC-Web against gRPC on TLS; its start includes /bin/sh)\n",
+        );
+        text.push_str(&row("call", "median", "quartiles", ""));
+        for (name, (median, q1, q3)) in &ts_added {
+            text.push_str(&row(
+                name,
+                &format!("{median:+.2} ms"),
+                &format!("{q1:+.1}..{q3:+.1}"),
+                "",
+            ));
+        }
     }
     eprint!("{text}");
     if json_out {
-        let mut report = Map::new();
-        report.insert("takes".into(), json!(takes));
-        report.insert(
-            "floor_median_ms".into(),
-            json!(ms(percentile(&floor_echo, 50))),
-        );
-        report.insert(
-            "floor_p95_ms".into(),
-            json!(ms(percentile(&floor_echo, 95))),
-        );
-        for start in &starts {
-            insert_figures(&mut report, &start.key, &start.times, &floor_echo);
-        }
-        report.insert(
-            "exec_floor_median_ms".into(),
-            json!(ms(percentile(&exec_floor, 50))),
-        );
-        report.insert(
-            "exec_floor_p95_ms".into(),
-            json!(ms(percentile(&exec_floor, 95))),
-        );
-        for trip in &trips {
-            insert_figures(
-                &mut report,
-                &format!("exec_{}", trip.key),
-                &trip.times,
-                &exec_floor,
-            );
-        }
-        println!("{}", Value::Object(report));
+        let medians = |rows: &Rows| -> serde_json::Value {
+            rows.times
+                .keys()
+                .map(|key| {
+                    (
+                        (*key).to_owned(),
+                        json!(ms(percentile(&rows.sorted(key), 50))),
+                    )
+                })
+                .collect::<serde_json::Map<_, _>>()
+                .into()
+        };
+        let report = json!({
+            "takes": takes,
+            "floor_median_ms": ms(floor_median),
+            "floor_p95_ms": ms(percentile(&floor.echoed, 95)),
+            "api_unix_median_ms": ms(percentile(&unix, 50)),
+            "api_unix_p95_ms": ms(percentile(&unix, 95)),
+            "api_tls_median_ms": ms(percentile(&tls, 50)),
+            "api_tls_p95_ms": ms(percentile(&tls, 95)),
+            "api_unix_ratio": ratio(&unix),
+            "api_tls_ratio": ratio(&tls),
+            "start_median_ms": medians(&starts),
+            "exec_median_ms": medians(&execs),
+            "sdk_added_ms": added
+                .iter()
+                .map(|(name, (median, _, _))| ((*name).to_owned(), json!(median)))
+                .collect::<serde_json::Map<_, _>>(),
+            "ts_added_ms": ts_added
+                .iter()
+                .map(|(name, (median, _, _))| (name.clone(), json!(median)))
+                .collect::<serde_json::Map<_, _>>(),
+        });
+        println!("{report}");
     }
 }
 
-fn row(name: &str, key: &str) -> Row {
-    Row {
-        name: name.to_owned(),
-        key: key.to_owned(),
-        times: Vec::new(),
+/// Times by client, in the order taken (a round's takes share an index).
+#[derive(Debug, Default)]
+struct Rows {
+    times: std::collections::BTreeMap<&'static str, Vec<Duration>>,
+}
+
+impl Rows {
+    fn push(&mut self, client: &'static str, took: Duration) {
+        self.times.entry(client).or_default().push(took);
+    }
+
+    fn sorted(&self, client: &str) -> Vec<Duration> {
+        let mut times = self.times.get(client).cloned().unwrap_or_default();
+        times.sort();
+        times
+    }
+
+    /// `client`'s take minus `base`'s in each round, in ms: the median and
+    /// the quartiles.
+    fn paired(&self, client: &str, base: &str) -> (f64, f64, f64) {
+        let (Some(a), Some(b)) = (self.times.get(client), self.times.get(base)) else {
+            return (f64::NAN, f64::NAN, f64::NAN);
+        };
+        let mut diffs: Vec<f64> = a.iter().zip(b).map(|(a, b)| ms(*a) - ms(*b)).collect();
+        diffs.sort_by(f64::total_cmp);
+        let at = |pct: usize| {
+            diffs
+                .get((diffs.len() * pct / 100).min(diffs.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or(f64::NAN)
+        };
+        (at(50), at(25), at(75))
     }
 }
 
-/// The SDK peers there are, and a note for each that is not.
-fn sdk_peers(server: &PeerServer) -> (Vec<SdkPeer>, Vec<String>) {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let typescript = root.join("sdk/typescript");
+/// The TypeScript SDK's peer, or why there is none.
+fn typescript_peer(server: &PeerServer) -> (Option<SdkPeer>, Option<String>) {
+    let typescript = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sdk/typescript");
     let built = typescript.join("dist/esm/index.js").exists();
     let node = std::process::Command::new("node")
         .arg("--version")
@@ -314,12 +571,11 @@ fn sdk_peers(server: &PeerServer) -> (Vec<SdkPeer>, Vec<String>) {
         .is_ok_and(|out| out.status.success());
     if !(built && node) {
         return (
-            Vec::new(),
-            vec![
-                "TypeScript SDK: not measured; it needs Node and the SDK built \
-                  (`npm ci && npm run build` in sdk/typescript; scripts/bench does it)"
+            None,
+            Some(
+                "it needs Node and the SDK built (scripts/sdk-typescript build; scripts/bench runs it)"
                     .to_owned(),
-            ],
+            ),
         );
     }
     let script = typescript.join("bench/peer.mjs");
@@ -329,39 +585,7 @@ fn sdk_peers(server: &PeerServer) -> (Vec<SdkPeer>, Vec<String>) {
         &[script.to_str().expect("a UTF-8 path")],
         server,
     );
-    (vec![peer], Vec::new())
-}
-
-/// One round trip of `/bin/sh -c true` on a library sandbox: exec to exit.
-async fn library_round_trip(sandbox: &Sandbox) -> Duration {
-    let began = Instant::now();
-    let execution = sandbox
-        .exec(Command::new(TRUE[0]).args(TRUE[1..].iter().copied()))
-        .await
-        .expect("exec");
-    let exit = execution.wait().await.expect("wait");
-    assert!(exit.status.success(), "{exit:?}");
-    began.elapsed()
-}
-
-/// One round trip of `/bin/sh -c true` through the API: start to exit.
-async fn round_trip(client: &Client, sandbox: &str) -> Duration {
-    let began = Instant::now();
-    let mut stream = client
-        .start(api::StartProcess {
-            sandbox_id: sandbox.to_owned(),
-            argv: TRUE.iter().map(|a| (*a).to_owned()).collect(),
-            ..Default::default()
-        })
-        .await
-        .expect("start");
-    while let Some(event) = stream.next_event().await.expect("events") {
-        if let api::process_event::Event::Exited(exit) = event {
-            assert_eq!(exit.exit_code, 0, "{exit:?}");
-            break;
-        }
-    }
-    began.elapsed()
+    (Some(peer), None)
 }
 
 /// From `Create` to the first stdout chunk of `echo` in the new sandbox,
@@ -378,7 +602,7 @@ async fn create_to_echo(client: &Client) -> Duration {
     let mut stream = client
         .start(api::StartProcess {
             sandbox_id: info.sandbox_id.clone(),
-            argv: SHELL_ECHO.iter().map(|a| (*a).to_owned()).collect(),
+            argv: vec!["echo".into(), "ready".into()],
             ..Default::default()
         })
         .await
@@ -433,38 +657,7 @@ async fn wait_for_frozen_member(home: &DaemonHome) {
     }
 }
 
-/// A row's median, p95 and ratio to the floor's median (sorting it).
-fn figures_row(row: &mut Row, floor: &[Duration]) -> String {
-    row.times.sort();
-    table_row(
-        &row.name,
-        &fmt_ms(percentile(&row.times, 50)),
-        &fmt_ms(percentile(&row.times, 95)),
-        &format!(
-            "{:.2}x",
-            ms(percentile(&row.times, 50)) / ms(percentile(floor, 50))
-        ),
-    )
-}
-
-fn insert_figures(
-    report: &mut Map<String, Value>,
-    key: &str,
-    times: &[Duration],
-    floor: &[Duration],
-) {
-    let mut sorted = times.to_vec();
-    sorted.sort();
-    let median = ms(percentile(&sorted, 50));
-    report.insert(format!("{key}_median_ms"), json!(median));
-    report.insert(format!("{key}_p95_ms"), json!(ms(percentile(&sorted, 95))));
-    report.insert(
-        format!("{key}_ratio"),
-        json!(median / ms(percentile(floor, 50))),
-    );
-}
-
-fn table_row(a: &str, b: &str, c: &str, d: &str) -> String {
+fn row(a: &str, b: &str, c: &str, d: &str) -> String {
     format!("{a:<48} {b:>10} {c:>10} {d:>8}\n")
 }
 

@@ -14,13 +14,20 @@
 //! daemon, and runs `airlock` clients against it; [`TlsServer`] runs
 //! `airlock serve` there with a TLS listener, for remote clients.
 //! [`interrupt`] sends a CLI command Ctrl-C the way a terminal would.
+//! [`owner`] runs a sandbox's owner in another process, to be killed
+//! (tests of adoption). [`tls_index`] serves HTTPS on loopback under a
+//! throwaway CA, with a small Python package index. [`images`] builds the
+//! root images some tests need, once.
 
 #![forbid(unsafe_code)]
 
 pub mod daemon_home;
+pub mod images;
 pub mod interrupt;
+pub mod owner;
 pub mod shared_vm;
 pub mod soak;
+pub mod tls_index;
 pub mod tls_server;
 
 pub use daemon_home::DaemonHome;

@@ -18,6 +18,10 @@ pub struct TlsServer {
     pub port: u16,
     /// The CA that signed its certificate.
     pub ca: PathBuf,
+    /// Its certificate (for `localhost`) and key, PEM: another TLS server
+    /// of the test may serve them too.
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 impl TlsServer {
@@ -69,7 +73,13 @@ impl TlsServer {
                 let _ = writeln!(log, "{line}");
             }
         });
-        TlsServer { child, port, ca }
+        TlsServer {
+            child,
+            port,
+            ca,
+            cert,
+            key,
+        }
     }
 
     /// `AIRLOCK_HOST` and `AIRLOCK_CA_CERT` for a remote client.
@@ -111,27 +121,23 @@ impl Drop for TlsServer {
 
 /// A CA, and a certificate for `localhost` signed by it, in `home`.
 fn tls_files(home: &DaemonHome) -> (PathBuf, PathBuf, PathBuf) {
-    use rcgen::{
-        BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, IsCa,
-        KeyPair,
-    };
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
     let fail = |what: &str, e: rcgen::Error| -> ! { panic!("{what}: {e}") };
-    // Names of their own: with rcgen's one default name for both, OpenSSL's
-    // clients (Node, Python) take the certificate for a self-signed one.
-    let named = |name: &str| {
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, name);
-        dn
-    };
     let mut ca_params =
         CertificateParams::new(Vec::<String>::new()).unwrap_or_else(|e| fail("CA", e));
-    ca_params.distinguished_name = named("airlock test CA");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // Names of their own: OpenSSL (Python's ssl, curl, Node) takes a certificate
+    // whose issuer is its own subject for a self-signed one.
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "airlock test CA");
     let ca_key = KeyPair::generate().unwrap_or_else(|e| fail("CA key", e));
     let ca = CertifiedIssuer::self_signed(ca_params, ca_key).unwrap_or_else(|e| fail("CA", e));
     let mut params = CertificateParams::new(vec!["localhost".to_owned()])
         .unwrap_or_else(|e| fail("certificate", e));
-    params.distinguished_name = named("localhost");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "localhost");
     let key = KeyPair::generate().unwrap_or_else(|e| fail("key", e));
     let cert = params
         .signed_by(&key, &ca)

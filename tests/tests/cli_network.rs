@@ -13,6 +13,7 @@ use std::process::{ExitCode, Output};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use airlock_proto::contract::paths::REFUSAL_LOG;
 use airlock_tests::{processes_mentioning, DaemonHome};
 use libtest_mimic::{Arguments, Failed, Trial};
 
@@ -140,7 +141,7 @@ fn a_bad_allow_net_rule_is_refused_before_anything_boots() {
     let home = DaemonHome::new();
     for argv in [
         &["run", "--allow-net", "10.0.0.1/8", "--", "true"][..],
-        &["sandbox", "create", "--allow-net", "pypi.org:https"],
+        &["sandbox", "create", "--allow-net", "index.example:https"],
     ] {
         let began = Instant::now();
         let out = home.airlock(argv);
@@ -245,10 +246,18 @@ fn a_connection_no_rule_allows_fails_and_is_listed_refused(shared: &Shared) {
         "import socket\n\
          try:\n\
          \x20   s = socket.create_connection(('192.0.2.9', 80), timeout=10)\n\
-         \x20   s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); print('reply', s.recv(100))\n\
+         \x20   s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); print(s.recv(100).split(b'\\r\\n')[0].decode())\n\
          except OSError: print('refused')",
     );
-    assert_eq!(out, "refused\n");
+    assert_eq!(out, "HTTP/1.1 403 airlock: no rule allows 192.0.2.9:80\n");
+    let log = shared
+        .home
+        .ok(&["exec", &shared.id, "--", "cat", REFUSAL_LOG]);
+    assert!(
+        log.lines()
+            .any(|l| l.ends_with(" 192.0.2.9:80 answered HTTP 403: no rule allows 192.0.2.9:80")),
+        "the guest's refusal log: {log}"
+    );
     let listing = net(shared, &[]);
     assert!(
         listing

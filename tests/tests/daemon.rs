@@ -111,12 +111,32 @@ fn a_sandbox_lives_across_invocations_until_killed() {
         processes_mentioning(&vm_dir)
     );
 
-    // SIGTERM: the daemon kills what is left, removes its socket, exits.
+    // SIGTERM: the server leaves what runs for the next one (`--on-exit
+    // leave`, the default), removes its socket and exits; the next call
+    // starts a server that adopts the sandbox, running, with its files.
     let id2 = home.ok(&["create", "--no-image", "--memory", "256"]);
-    let vm_dir = home.path().join(id2.trim());
+    let id2 = id2.trim();
+    let vm_dir = home.path().join(id2);
+    home.ok(&["exec", id2, "--", "sh", "-c", "echo kept > /tmp/kept"]);
     assert!(!processes_mentioning(&vm_dir).is_empty(), "second VM runs");
     assert!(home.signal_daemons("TERM"), "the daemon did not exit");
     assert!(!home.socket().exists(), "the socket is left behind");
+    assert!(
+        !processes_mentioning(&vm_dir).is_empty(),
+        "the VM did not outlive its server"
+    );
+    let table = home.ok(&["ls"]);
+    let line = ls_line(&table, id2).unwrap_or_else(|| panic!("not adopted:\n{table}"));
+    assert_eq!(line.get(1).map(String::as_str), Some("running"), "{line:?}");
+    assert_eq!(home.ok(&["exec", id2, "--", "cat", "/tmp/kept"]), "kept\n");
+    home.ok(&["kill", id2]);
+    assert!(
+        wait_until(Duration::from_secs(20), || processes_mentioning(&vm_dir)
+            .is_empty()),
+        "VM processes remain: {:?}",
+        processes_mentioning(&vm_dir)
+    );
+    assert!(home.signal_daemons("TERM"), "the daemon did not exit");
     assert!(
         processes_mentioning(home.path()).is_empty(),
         "processes remain: {:?}",

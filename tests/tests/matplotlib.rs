@@ -6,35 +6,10 @@
 // A test panics with its reason; that is what expect is for here.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::path::PathBuf;
-
 use airlock::{Cell, CellStatus};
-use airlock_rootfs::image::{self, BuildOptions, DebianSpec, Source};
+use airlock_tests::images::matplotlib_image;
 
 const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
-
-/// The image: the default packages plus python3-matplotlib, named
-/// `test-matplotlib` in the default store (cached: a rerun takes
-/// milliseconds; the first build needs debootstrap, root and Debian's
-/// mirror, as scripts/setup's default image does).
-fn matplotlib_image() -> PathBuf {
-    let spec = DebianSpec::new(
-        image::debian::DEFAULT_SUITE,
-        image::debian::DEFAULT_MIRROR,
-        &["python3-matplotlib".to_owned()],
-    );
-    let options = BuildOptions {
-        name: Some("test-matplotlib".into()),
-        ..BuildOptions::new(Source::Debian(spec))
-    };
-    match image::build(&options) {
-        Ok(built) => built.info.path,
-        Err(error) => panic!(
-            "cannot build the matplotlib image: {}",
-            airlock::error_chain(&error)
-        ),
-    }
-}
 
 #[tokio::test]
 async fn a_plot_returns_png_bytes() {

@@ -2,7 +2,10 @@
 //! test servers on the host's loopback only as the host's policy allows,
 //! and a secret reaches its upstream without entering the guest. Names
 //! resolve through a fixed table (`*.test` → 127.0.0.1), and a CIDR rule
-//! lets them resolve to loopback. One VM serves all the checks, in order:
+//! lets them resolve to loopback. The test servers' CA is the sandbox's
+//! (`SandboxBuilder::ca_cert`), which the host's checks of secret-bound
+//! servers use; a server under another CA is refused, and the audit says
+//! why. One VM serves all the checks, in order:
 //! some change the policy, and the last one breaks the guest's redirect.
 
 // A test panics with its reason; that is what expect is for here.
@@ -13,11 +16,12 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use airlock::{
-    NetProtocol, NetRule, NetworkOptions, NetworkPolicy, Refusal, Sandbox, Secret, StaticResolver,
-    Verdict,
+    CaCert, NetProtocol, NetRule, NetworkOptions, NetworkPolicy, Refusal, Sandbox, Secret,
+    StaticResolver, Verdict,
 };
 use airlock_tests::shared_vm::{Order, Suite};
 use airlock_tests::stdout_of;
+use airlock_tests::tls_index::TlsIndex;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -40,6 +44,8 @@ struct Servers {
 }
 
 static SERVERS: OnceLock<Arc<Servers>> = OnceLock::new();
+/// A secret-bound server under a CA the sandbox is not given.
+static UNTRUSTED: OnceLock<TlsIndex> = OnceLock::new();
 /// Where the shared sandbox is saved when paused to disk.
 static SAVED_DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
 
@@ -62,6 +68,7 @@ fn main() -> ExitCode {
             an_allowed_name_resolves_and_a_refused_one_does_not,
             plain_http_to_an_allowed_name_works_directly_and_through_the_proxy,
             https_to_a_secret_bound_host_carries_the_real_secret,
+            a_secret_bound_server_under_an_unknown_ca_is_refused_and_recorded,
             https_to_an_allowed_host_without_secrets_passes_through,
             a_placeholder_sent_to_another_host_is_blocked,
             a_code_context_gets_the_network_environment,
@@ -82,31 +89,39 @@ fn policy() -> NetworkPolicy {
         .allow("api.test".parse().unwrap())
         .allow("plain.test".parse().unwrap())
         .allow("other.test".parse().unwrap())
+        .allow("untrusted.test".parse().unwrap())
         .allow("127.0.0.1/32".parse().unwrap())
 }
 
 async fn boot() -> Sandbox {
     let (servers, test_ca) = start_servers().await;
     SERVERS.set(servers).expect("one boot");
+    let untrusted = TlsIndex::start("untrusted.test").await;
+    let untrusted = UNTRUSTED.get_or_init(|| untrusted);
     let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
     let resolver = StaticResolver::new()
         .with("api.test", loopback)
         .with("plain.test", loopback)
-        .with("other.test", loopback);
+        .with("other.test", loopback)
+        .with(&untrusted.name, loopback);
     let secret = Secret::new("API_KEY", SECRET_VALUE)
         .expect("secret")
         .host("api.test");
+    let untrusted_secret = Secret::new("UNTRUSTED_KEY", "sk-for-the-untrusted-server")
+        .expect("secret")
+        .host(&untrusted.name);
     let options = NetworkOptions::new()
         .policy(policy())
         .resolver(Arc::new(resolver))
         .secret(secret)
-        .upstream_root(test_ca)
+        .secret(untrusted_secret)
         .max_connections(MAX_CONNECTIONS);
     let saved = SAVED_DIR.get_or_init(|| tempfile::tempdir().expect("saved dir"));
     match airlock_tests::builder()
         .image(airlock_tests::default_image())
         .saved_dir(saved.path())
         .network(options)
+        .ca_cert(CaCert::from_der(test_ca.to_vec()).expect("the test CA"))
         .start()
         .await
     {
@@ -317,6 +332,39 @@ async fn https_to_a_secret_bound_host_carries_the_real_secret(sandbox: &Sandbox)
     }
 }
 
+async fn a_secret_bound_server_under_an_unknown_ca_is_refused_and_recorded(sandbox: &Sandbox) {
+    let untrusted = UNTRUSTED.get().expect("started in boot");
+    let url = untrusted.url("/hello");
+    let out = python(
+        sandbox,
+        &format!(
+            "import os, urllib.request as u, urllib.error as e\n\
+             r = u.Request('{url}', headers={{'Authorization': 'Bearer ' + os.environ['UNTRUSTED_KEY']}})\n\
+             try:\n    u.urlopen(r); print('reached')\n\
+             except e.HTTPError as error: print(error.code)"
+        ),
+    )
+    .await;
+    assert_eq!(out, "502", "the host refuses the server's certificate");
+    assert!(untrusted.requests().is_empty(), "no request reached it");
+    let refused = refusals(sandbox, Some(untrusted.name.as_str()));
+    assert!(
+        refused
+            .iter()
+            .any(|r| matches!(r, Refusal::UpstreamUntrusted { .. })),
+        "{refused:?}"
+    );
+    let said = refused
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        said.contains("--ca-cert"),
+        "the record says what to do: {said}"
+    );
+}
+
 async fn https_to_an_allowed_host_without_secrets_passes_through(sandbox: &Sandbox) {
     // The guest trusts only the test servers' CA here: the handshake
     // succeeds only if the host passes the server's own certificate
@@ -439,17 +487,21 @@ async fn a_wrong_server_name_for_an_allowed_address_is_refused(sandbox: &Sandbox
 }
 
 async fn a_raw_address_and_a_refused_name_reach_nothing(sandbox: &Sandbox) {
+    // Plain HTTP is answered with the refusal; other bytes are reset.
     let out = python(
         sandbox,
         "import socket\n\
-         for target in [('192.0.2.77', 80), ('93.184.216.34', 443)]:\n\
+         for target, data in [(('192.0.2.77', 80), b'GET / HTTP/1.0\\r\\n\\r\\n'), (('93.184.216.34', 443), b'\\x00raw')]:\n\
          \x20   try:\n\
-         \x20       s = socket.create_connection(target, timeout=20); s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n')\n\
-         \x20       print('reply', s.recv(100))\n\
+         \x20       s = socket.create_connection(target, timeout=20); s.sendall(data)\n\
+         \x20       print('reply', s.recv(100).split(b'\\r\\n')[0].decode())\n\
          \x20   except OSError as err: print('refused')",
     )
     .await;
-    assert_eq!(out, "refused\nrefused", "{out}");
+    assert_eq!(
+        out, "reply HTTP/1.1 403 airlock: no rule allows 192.0.2.77:80\nrefused",
+        "{out}"
+    );
     let audit = sandbox.network_audit().unwrap();
     for raw in ["192.0.2.77", "93.184.216.34"] {
         let addr: IpAddr = raw.parse().unwrap();
@@ -477,12 +529,15 @@ async fn loopback_needs_a_cidr_rule(sandbox: &Sandbox) {
             "import urllib.request as u\n\
              direct = u.build_opener(u.ProxyHandler({{}}))\n\
              try:\n    direct.open('http://plain.test:{port}/loopback', timeout=20); print('reached')\n\
-             except OSError as err: print('refused')"
+             except u.HTTPError as err: print(err.code, err.reason)"
         ),
     )
     .await;
     sandbox.set_network_policy(policy()).unwrap();
-    assert_eq!(out, "refused");
+    let why = format!(
+        "403 airlock: plain.test:{port} resolves to a restricted address (loopback, private, link-local or metadata) and no CIDR rule allows it"
+    );
+    assert_eq!(out, why);
     assert!(heads_containing("/loopback").is_empty());
     assert!(refusals(sandbox, Some("plain.test"))
         .iter()

@@ -4,6 +4,8 @@
 //! `AIRLOCK_API_KEY`, `AIRLOCK_CA_CERT`): what a key may do, what it is
 //! refused, and a 1 GiB file through the API both ways.
 
+#![allow(clippy::expect_used)]
+
 use std::process::Output;
 use std::time::Duration;
 
@@ -107,6 +109,66 @@ fn a_remote_key_creates_execs_and_copies_over_tls() {
     let listed = remote_ok(&home, &server, &key, &["sandbox", "ls"]);
     assert!(listed.contains(id), "{listed}");
     remote_ok(&home, &server, &key, &["sandbox", "kill", id]);
+}
+
+/// The common names of the roots the guest's Python trusts by default.
+const PYTHON_ROOTS: &str = "import ssl; \
+    print('\\n'.join(dict(n[0] for n in c['subject']).get('commonName', '') \
+    for c in ssl.create_default_context().get_ca_certs()))";
+
+#[test]
+fn a_ca_cert_given_to_a_remote_create_is_trusted_in_the_guest() {
+    let home = DaemonHome::new();
+    let server = TlsServer::start(&home, &[]);
+    let key = make_key(&home, "alice", &[]);
+    let ca = server.ca.to_str().expect("utf-8");
+    let roots_of = |extra: &[&str]| {
+        let mut args = vec!["sandbox", "create", "--memory", "512"];
+        args.extend_from_slice(extra);
+        let id = remote_ok(&home, &server, &key, &args).trim().to_owned();
+        let roots = remote_ok(
+            &home,
+            &server,
+            &key,
+            &["sandbox", "exec", &id, "--", "python3", "-c", PYTHON_ROOTS],
+        );
+        remote_ok(&home, &server, &key, &["sandbox", "kill", &id]);
+        roots
+    };
+    let with = roots_of(&["--ca-cert", ca]);
+    assert!(
+        with.lines().any(|cn| cn == "airlock test CA"),
+        "the guest's Python does not trust the CA given: {with}"
+    );
+    // Its own roots stay.
+    assert!(with.lines().count() > 50, "{with}");
+    let without = roots_of(&[]);
+    assert!(
+        !without.lines().any(|cn| cn == "airlock test CA"),
+        "a sandbox created without the CA trusts it: {without}"
+    );
+    // A file that is not a certificate is refused before the request.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("key.pem");
+    std::fs::write(
+        &bad,
+        "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+    )
+    .expect("write");
+    let out = remote(
+        &home,
+        &server,
+        Some(&key),
+        &[
+            "sandbox",
+            "create",
+            "--ca-cert",
+            bad.to_str().expect("utf-8"),
+        ],
+    );
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("private key"), "{stderr}");
 }
 
 #[test]
@@ -282,4 +344,268 @@ fn a_gib_file_goes_up_and_down_through_the_api_unchanged() {
     let data = std::fs::read(&back).expect("read back");
     assert_eq!(data.len(), 1 << 30);
     assert_eq!(sha256_hex(&data), expected);
+}
+
+/// A client of the TLS server with `key`, through the Rust client crate.
+async fn api_client(server: &TlsServer, key: &str) -> airlock_client::Client {
+    airlock_client::Endpoint::remote(
+        &format!("https://localhost:{}", server.port),
+        Some(key.to_owned()),
+        Some(server.ca.clone()),
+    )
+    .expect("endpoint")
+    .connect()
+    .await
+    .expect("connect")
+}
+
+#[test]
+fn bad_input_is_refused_by_field_and_the_server_serves_on() {
+    use airlock_client::api;
+    let home = DaemonHome::new();
+    let server = TlsServer::start(&home, &[]);
+    let key = make_key(&home, "careless", &[]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let client = api_client(&server, &key).await;
+        let field = |status: tonic::Status| {
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+            airlock_client::reason::field_of(&status).map(str::to_owned)
+        };
+        let mut sandboxes = client.sandboxes();
+        let bad_creates = [
+            (
+                api::CreateSandboxRequest {
+                    memory_mib: 1,
+                    no_image: true,
+                    ..Default::default()
+                },
+                "memory_mib",
+            ),
+            (
+                api::CreateSandboxRequest {
+                    no_image: true,
+                    allow_net: vec!["not a rule!".into()],
+                    ..Default::default()
+                },
+                "allow_net",
+            ),
+            (
+                api::CreateSandboxRequest {
+                    no_image: true,
+                    metadata: [("k y".into(), "v".into())].into(),
+                    ..Default::default()
+                },
+                "metadata",
+            ),
+        ];
+        for (request, expected) in bad_creates {
+            let status = sandboxes.create(request).await.expect_err("refused");
+            assert_eq!(field(status).as_deref(), Some(expected));
+        }
+        let id = sandboxes
+            .create(api::CreateSandboxRequest {
+                no_image: true,
+                memory_mib: 256,
+                ..Default::default()
+            })
+            .await
+            .expect("create")
+            .into_inner()
+            .sandbox_id;
+        let bad_start = client
+            .start(api::StartProcess {
+                sandbox_id: id.clone(),
+                argv: vec!["true".into()],
+                cwd: "relative/dir".into(),
+                ..Default::default()
+            })
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            field(bad_start.status().expect("a status").clone()).as_deref(),
+            Some("start.cwd")
+        );
+        let missing = client
+            .start(api::StartProcess {
+                sandbox_id: id.clone(),
+                argv: vec!["no-such-program".into()],
+                ..Default::default()
+            })
+            .await
+            .expect_err("refused");
+        assert_eq!(missing.code(), Some(tonic::Code::NotFound));
+        assert_eq!(missing.reason(), Some(api::ErrorReason::GuestNotFound));
+        let bad_path = client
+            .files()
+            .stat(api::StatRequest {
+                sandbox_id: id.clone(),
+                path: "etc/passwd".into(),
+            })
+            .await
+            .expect_err("refused");
+        assert_eq!(field(bad_path).as_deref(), Some("path"));
+        // The same server, the same sandbox, answering.
+        let mut stream = client
+            .start(api::StartProcess {
+                sandbox_id: id.clone(),
+                argv: vec!["echo".into(), "still serving".into()],
+                ..Default::default()
+            })
+            .await
+            .expect("start");
+        let mut out = Vec::new();
+        while let Some(event) = stream.next_event().await.expect("events") {
+            if let api::process_event::Event::Stdout(o) = event {
+                out.extend_from_slice(&o.data);
+            }
+        }
+        assert_eq!(out, b"still serving\n");
+    });
+}
+
+/// The counter a background loop in `id` has written.
+fn count(home: &DaemonHome, server: &TlsServer, key: &str, id: &str) -> u64 {
+    remote_ok(
+        home,
+        server,
+        key,
+        &["sandbox", "exec", id, "--", "cat", "/tmp/count"],
+    )
+    .trim()
+    .parse()
+    .expect("a count")
+}
+
+#[test]
+fn a_server_killed_with_sigkill_is_replaced_by_one_that_adopts_its_sandboxes() {
+    let home = DaemonHome::new();
+    let mut server = TlsServer::start(&home, &[]);
+    let key = make_key(&home, "alice", &[]);
+    let other = make_key(&home, "bob", &[]);
+    // One sandbox counts in the background, with a label and a rule; the
+    // other holds files in /root (the default image).
+    let counter = remote_ok(
+        &home,
+        &server,
+        &key,
+        &[
+            "sandbox",
+            "create",
+            "--no-image",
+            "--memory",
+            "256",
+            "--metadata",
+            "role=counter",
+            "--allow-net",
+            "192.0.2.1:80",
+        ],
+    );
+    let counter = counter.trim().to_owned();
+    remote_ok(
+        &home,
+        &server,
+        &key,
+        &[
+            "sandbox",
+            "exec",
+            &counter,
+            "--",
+            "sh",
+            "-c",
+            "setsid sh -c 'i=0; while :; do echo $i >/tmp/count.new; mv /tmp/count.new /tmp/count; \
+             i=$((i+1)); sleep 0.1; done' </dev/null >/dev/null 2>&1 &",
+        ],
+    );
+    let files = remote_ok(
+        &home,
+        &server,
+        &key,
+        &[
+            "sandbox",
+            "create",
+            "--memory",
+            "512",
+            "--metadata",
+            "role=files",
+        ],
+    );
+    let files = files.trim().to_owned();
+    remote_ok(
+        &home,
+        &server,
+        &key,
+        &[
+            "sandbox",
+            "exec",
+            &files,
+            "--",
+            "sh",
+            "-c",
+            "echo precious > /root/work.txt",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let before = count(&home, &server, &key, &counter);
+
+    // kill -9: no chance to clean up. The VMs run on without a server.
+    server.signal("KILL");
+    for id in [&counter, &files] {
+        assert!(
+            !airlock_tests::processes_mentioning(&home.path().join(id)).is_empty(),
+            "{id}'s VM died with its server"
+        );
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let mut server = TlsServer::start(&home, &[]);
+
+    // Both are back, with their owner and labels.
+    let listed = remote_ok(&home, &server, &key, &["sandbox", "ls", "--json"]);
+    let listed: serde_json::Value = serde_json::from_str(&listed).expect("JSON");
+    let entries = listed.as_array().expect("a list");
+    assert_eq!(entries.len(), 2, "{listed}");
+    for (id, role) in [(&counter, "counter"), (&files, "files")] {
+        let entry = entries
+            .iter()
+            .find(|e| e["id"] == id.as_str())
+            .unwrap_or_else(|| panic!("{id} not listed: {listed}"));
+        assert_eq!(entry["state"], "running", "{entry}");
+        assert_eq!(entry["metadata"]["role"], role, "{entry}");
+    }
+    let strangers = remote_ok(&home, &server, &other, &["sandbox", "ls", "--json"]);
+    assert_eq!(strangers.trim(), "[]", "bob sees alice's adopted sandboxes");
+    // The counter went on while no server was there, and goes on.
+    let after = count(&home, &server, &key, &counter);
+    assert!(
+        after > before + 10,
+        "the counter stalled: {before} then {after}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        count(&home, &server, &key, &counter) > after,
+        "the counter stopped"
+    );
+    assert_eq!(
+        remote_ok(
+            &home,
+            &server,
+            &key,
+            &["sandbox", "exec", &files, "--", "cat", "/root/work.txt"]
+        ),
+        "precious\n"
+    );
+    // The network policy is in force again.
+    let net = remote_ok(
+        &home,
+        &server,
+        &key,
+        &["sandbox", "net", &counter, "--json"],
+    );
+    let net: serde_json::Value = serde_json::from_str(&net).expect("JSON");
+    assert_eq!(net["rules"], serde_json::json!(["192.0.2.1:80"]), "{net}");
+    // And they end as any other.
+    for id in [&counter, &files] {
+        remote_ok(&home, &server, &key, &["sandbox", "kill", id]);
+    }
+    server.signal("TERM");
 }

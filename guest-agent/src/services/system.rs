@@ -5,18 +5,20 @@
 //! powers off (the VMM then exits); otherwise (tests) it asks the server
 //! to stop, and the agent process exits 0.
 //!
-//! `SetClock` sets CLOCK_REALTIME, and `Personalize` makes a clone of a
+//! `SetClock` sets CLOCK_REALTIME, `Personalize` makes a clone of a
 //! template its own machine (entropy, clock, hostname, sandbox id; see
-//! [`crate::personalize`]), but only as PID 1: an agent running as an
-//! ordinary process (tests, development) is on the host, whose clock,
-//! random state and hostname are not the host bridge's to change. Requests
-//! are checked before that, so a bad one is INVALID_ARGUMENT anywhere.
+//! [`crate::personalize`]), and `TrustRoots` installs CA certificates in
+//! the guest's trust store ([`crate::trust`]), but only as PID 1: an agent
+//! running as an ordinary process (tests, development) is on the host,
+//! whose clock, random state, hostname and trust store are not the host
+//! bridge's to change. Requests are checked before that, so a bad one is
+//! INVALID_ARGUMENT anywhere.
 
 use std::time::Duration;
 
 use airlock_proto::v1::{
     system_server, PersonalizeRequest, PersonalizeResponse, SetClockRequest, SetClockResponse,
-    ShutdownRequest, ShutdownResponse,
+    ShutdownRequest, ShutdownResponse, TrustRootsRequest, TrustRootsResponse,
 };
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
@@ -24,6 +26,7 @@ use tonic::{Request, Response, Status};
 use crate::clock::{self, ClockError, Realtime};
 use crate::init::poweroff;
 use crate::personalize::{self, Personalization, PersonalizeError, SandboxId};
+use crate::trust::{Roots, TrustError, TrustStore};
 
 /// How long the reply gets to flush before the agent acts.
 pub const REPLY_GRACE: Duration = Duration::from_millis(100);
@@ -40,6 +43,9 @@ pub enum SystemError {
     /// `Personalize` failed.
     #[error(transparent)]
     Personalize(#[from] PersonalizeError),
+    /// `TrustRoots` failed.
+    #[error(transparent)]
+    Trust(#[from] TrustError),
 }
 
 /// What `Shutdown` does.
@@ -56,6 +62,7 @@ pub enum ShutdownMode {
 pub struct SystemService {
     mode: ShutdownMode,
     sandbox_id: SandboxId,
+    trust: TrustStore,
 }
 
 impl SystemService {
@@ -64,6 +71,7 @@ impl SystemService {
         Self {
             mode,
             sandbox_id: SandboxId::default(),
+            trust: TrustStore::default(),
         }
     }
 
@@ -125,6 +133,24 @@ impl system_server::System for SystemService {
             .map_err(SystemError::from)?;
         Ok(Response::new(PersonalizeResponse {
             reseeded: done.reseeded,
+        }))
+    }
+
+    async fn trust_roots(
+        &self,
+        request: Request<TrustRootsRequest>,
+    ) -> Result<Response<TrustRootsResponse>, Status> {
+        let roots = Roots::from_request(request.into_inner()).map_err(SystemError::from)?;
+        self.require_pid1("changes the trust store")?;
+        let store = self.trust.clone();
+        // Mounts and a few hundred small files: off the async workers.
+        let installed = tokio::task::spawn_blocking(move || store.install(&roots))
+            .await
+            .map_err(|e| Status::internal(format!("installing the roots: {e}")))?
+            .map_err(SystemError::from)?;
+        Ok(Response::new(TrustRootsResponse {
+            bundle_path: installed.bundle.display().to_string(),
+            hashed: u32::try_from(installed.written.hashed).unwrap_or(u32::MAX),
         }))
     }
 }
@@ -226,5 +252,36 @@ mod tests {
         assert_eq!(err.code(), tonic::Code::FailedPrecondition);
         assert!(err.message().contains("PID 1"), "{}", err.message());
         assert_eq!(sandbox_id.get(), "", "nothing recorded");
+    }
+
+    #[tokio::test]
+    async fn trust_roots_checks_the_request_then_leaves_the_host_alone() {
+        let (tx, _rx) = watch::channel(false);
+        let service = SystemService::new(ShutdownMode::Stop(tx));
+        let empty = TrustRootsRequest {
+            certificates: Vec::new(),
+            replace_image_roots: false,
+        };
+        let err = service.trust_roots(Request::new(empty)).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        let junk = TrustRootsRequest {
+            certificates: vec![b"-----BEGIN PRIVATE KEY-----".to_vec().into()],
+            replace_image_roots: false,
+        };
+        let err = service.trust_roots(Request::new(junk)).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(err.message().contains("certificate 1"), "{}", err.message());
+        // The shape of a certificate passes the checks; the host's store stays.
+        let root = TrustRootsRequest {
+            certificates: vec![vec![
+                0x30, 0x0d, 0x30, 0x0b, 0x02, 0x01, 0x01, 0x30, 0x00, 0x30, 0x00, 0x30, 0x00, 0x30,
+                0x00,
+            ]
+            .into()],
+            replace_image_roots: false,
+        };
+        let err = service.trust_roots(Request::new(root)).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+        assert!(crate::trust::env().is_empty());
     }
 }

@@ -1,11 +1,12 @@
 //! The `airlock` command line tool, a thin layer over the `airlock` library
 //! (`run`, `shell`: a sandbox in this process), the `airlock-server` crate
-//! (`serve`) and the `airlock-client` crate (`sandbox`, `key`: clients of a
-//! server). An embedder depends on those instead, without clap or a log
+//! (`serve`), the `airlock-client` crate (`sandbox`, `key`: clients of a
+//! server) and the `airlock-mcp` crate (`mcp`). An embedder depends on those instead, without clap or a log
 //! subscriber.
 //!
 //! - `commands`: argument parsing and one module per subcommand (`run`,
-//!   `shell`, `image`, `template`, `gc`, `serve`, `sandbox ...`, `key ...`).
+//!   `shell`, `image`, `template`, `gc`, `serve`, `sandbox ...`, `key ...`,
+//!   `mcp`).
 
 #![forbid(unsafe_code)]
 

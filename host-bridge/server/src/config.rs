@@ -28,11 +28,14 @@ pub type BuilderFactory = Arc<dyn Fn() -> SandboxBuilder + Send + Sync>;
 /// What a clean stop does with the sandboxes the server holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnExit {
+    /// Leave them running, for the next server to adopt (with their
+    /// programs, files, labels, network policy and secrets).
+    #[default]
+    Leave,
     /// Save each to disk (ending its VM process); the next server lists
     /// them and restores each on its next call.
     PauseToDisk,
     /// Kill them.
-    #[default]
     Kill,
 }
 
@@ -41,9 +44,12 @@ impl std::str::FromStr for OnExit {
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         match text {
+            "leave" => Ok(OnExit::Leave),
             "pause-to-disk" => Ok(OnExit::PauseToDisk),
             "kill" => Ok(OnExit::Kill),
-            other => Err(format!("{other:?} is not one of pause-to-disk, kill")),
+            other => Err(format!(
+                "{other:?} is not one of leave, pause-to-disk, kill"
+            )),
         }
     }
 }

@@ -64,6 +64,7 @@ pub fn origin(origin: &airlock::Origin, pooled: bool) -> &'static str {
         Origin::Clone { .. } => "clone",
         Origin::Restored { .. } => "restored",
         Origin::Fork { .. } => "fork",
+        Origin::Adopted => "adopted",
         _ => "other",
     }
 }
@@ -79,7 +80,7 @@ pub fn sandbox_info(entry: &Entry) -> api::SandboxInfo {
                 SandboxState::Ended(reason) => reason.to_string(),
                 _ => String::new(),
             },
-            record.ends_at_ms,
+            handle.ends_at().map_or(0, unix_ms),
             self::origin(handle.origin(), record.pooled).to_owned(),
         ),
         None => (

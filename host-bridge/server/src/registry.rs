@@ -287,9 +287,14 @@ impl Registry {
         let mut gone = Vec::new();
         let mut entries = self.entries();
         entries.retain(|id, entry| {
-            if entry.ended_at.is_none() && matches!(entry.state(), SandboxState::Ended(_)) {
-                entry.ended_at = Some(now);
-                gone.push(id.clone());
+            if entry.ended_at.is_none() {
+                if let SandboxState::Ended(reason) = entry.state() {
+                    entry.ended_at = Some(now);
+                    // A sandbox let go for the next server keeps its record.
+                    if reason != airlock::EndReason::Detached {
+                        gone.push(id.clone());
+                    }
+                }
             }
             entry
                 .ended_at

@@ -2,8 +2,8 @@
 //! stop.
 //!
 //! Starting, it opens the key store and reads the sandbox records a
-//! previous server left: a sandbox saved to disk is listed again (and
-//! restored on its next call). Then it serves the same services on each
+//! previous server left: a sandbox still running is adopted, one saved to
+//! disk is listed again (and restored on its next call). Then it serves the same services on each
 //! listener: on the Unix socket every call is the owner's; on TCP every
 //! call must carry a key, and gRPC-Web is served beside gRPC for the
 //! configured origins. Stopping, it does with its sandboxes what
@@ -136,7 +136,7 @@ pub async fn serve(
     let on_exit = config.on_exit;
     let cors_origins = config.cors_origins.clone();
     let state = Arc::new(State::new(config, sandboxes, registry, keys, pool));
-    recover(&state);
+    recover(&state).await;
     let tls = listeners.tcp.as_ref().is_some_and(TcpEndpoint::is_tls);
     let grpc_web = listeners.tcp.is_some();
     let services = Services {
@@ -207,21 +207,54 @@ pub async fn serve(
     served
 }
 
-/// Reads back what a previous server left: records of sandboxes saved to
-/// disk are listed again; records of sandboxes that are gone are removed;
-/// saved sandboxes without a record (from a library user, or an older
-/// server) are listed as the owner's.
-fn recover(state: &State) {
-    let saved = state.builder().saved_store();
+/// Reads back what a previous server left. A sandbox still running (its
+/// server died, or left it with `--on-exit leave`) is adopted: its VM,
+/// programs, files and network policy go on, under the same owner and
+/// labels. A sandbox saved to disk is listed again (and restored on its
+/// next call). A record whose sandbox is gone is removed. Orphans and saved
+/// sandboxes without a record (a server that died before writing it, a
+/// library user's) are the owner's.
+async fn recover(state: &State) {
+    let builder = state.builder();
+    let saved = builder.saved_store();
+    let orphans: Vec<String> = match builder.orphans() {
+        Ok(orphans) => orphans.into_iter().map(|orphan| orphan.id).collect(),
+        Err(error) => {
+            tracing::warn!(%error, "cannot look for sandboxes to adopt");
+            Vec::new()
+        }
+    };
     let mut known = Vec::new();
-    for record in state.registry.stored_records() {
-        if saved.contains(&record.id) {
-            tracing::info!(id = record.id, owner = ?record.owner, "a sandbox saved to disk is back in the list");
-            known.push(record.id.clone());
+    let records = state.registry.stored_records();
+    let unrecorded = orphans
+        .iter()
+        .filter(|id| !records.iter().any(|record| &record.id == *id))
+        .map(|id| Record::new(id.clone()))
+        .collect::<Vec<_>>();
+    for record in records.into_iter().chain(unrecorded) {
+        let id = record.id.clone();
+        if orphans.contains(&id) {
+            match state.sandboxes.adopt(state.builder(), &id).await {
+                Ok(handle) => {
+                    tracing::info!(%id, owner = ?record.owner, "adopted a sandbox of a previous server");
+                    known.push(id);
+                    state.registry.insert(record, Some(handle));
+                    continue;
+                }
+                Err(error) => tracing::warn!(
+                    %id,
+                    error = %airlock::error_chain(&error),
+                    "cannot adopt a sandbox of a previous server"
+                ),
+            }
+        }
+        if saved.contains(&id) {
+            tracing::info!(%id, owner = ?record.owner, "a sandbox saved to disk is back in the list");
+            known.push(id);
             state.registry.insert(record, None);
-        } else {
-            tracing::info!(id = record.id, "a sandbox of a previous server is gone");
-            state.registry.forget_record(&record.id);
+        } else if !orphans.contains(&id) {
+            tracing::info!(%id, "a sandbox of a previous server is gone");
+            state.registry.forget_record(&id);
         }
     }
     for saved in saved.list().unwrap_or_default() {
@@ -257,6 +290,17 @@ async fn stop_sandboxes(state: &State, on_exit: OnExit) {
         }
     }
     tracing::info!(sandboxes = entries.len(), ?on_exit, "stopping");
+    if on_exit == OnExit::Leave {
+        for (id, detached) in state.sandboxes.detach_all().await {
+            match detached {
+                Ok(()) => tracing::info!(%id, "left running for the next server"),
+                Err(error) => {
+                    tracing::warn!(%id, error = %airlock::error_chain(&error), "cannot leave it running; it ended")
+                }
+            }
+        }
+        return;
+    }
     // Kills what runs; a sandbox on disk stays there.
     state.sandboxes.kill_all();
     for entry in entries {

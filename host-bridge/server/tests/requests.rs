@@ -150,6 +150,29 @@ async fn every_bad_create_names_its_field_and_the_server_goes_on() {
             },
             "workspace",
         ),
+        (
+            api::CreateSandboxRequest {
+                ca_certs: vec!["not a certificate".into()],
+                ..create()
+            },
+            "ca_certs",
+        ),
+        (
+            api::CreateSandboxRequest {
+                ca_certs: vec![
+                    "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n".into(),
+                ],
+                ..create()
+            },
+            "ca_certs",
+        ),
+        (
+            api::CreateSandboxRequest {
+                ca_certs: vec![String::new(); 17],
+                ..create()
+            },
+            "ca_certs",
+        ),
     ];
     for (request, expected) in cases {
         assert_invalid(sandboxes.create(request).await.unwrap_err(), expected);

@@ -13,10 +13,11 @@ mod cell;
 mod context;
 mod output;
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use airlock_proto::v1::code_client::CodeClient;
-use airlock_proto::v1::{ContextRequest, ListContextsRequest};
+use airlock_proto::v1::{ContextRequest, CreateContextRequest, ListContextsRequest};
 use airlock_proto::Feature;
 
 pub use cell::{Cell, CellEvent, CellExecution};
@@ -37,8 +38,23 @@ pub struct Contexts {
     features: AgentFeatures,
     vm: Arc<VmShared>,
     /// Variables every context created here gets unless its options set
-    /// them (the sandbox's network: proxy, CA, placeholders).
+    /// them (the builder's environment, the sandbox's network: proxy, CA,
+    /// placeholders).
     default_env: Arc<[(String, String)]>,
+    /// The languages whose default context is known to have been made
+    /// with `default_env`.
+    defaults_made: Arc<DefaultContexts>,
+}
+
+/// The languages whose default context a sandbox made itself, with its
+/// environment (shared by every [`Contexts`] of one sandbox).
+#[derive(Debug, Default)]
+pub(crate) struct DefaultContexts(Mutex<HashSet<Language>>);
+
+impl DefaultContexts {
+    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<Language>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 const _: () = {
@@ -53,12 +69,14 @@ impl Contexts {
         features: AgentFeatures,
         vm: Arc<VmShared>,
         default_env: Arc<[(String, String)]>,
+        defaults_made: Arc<DefaultContexts>,
     ) -> Self {
         Contexts {
             client: CodeClient::new(channel).capped(),
             features,
             vm,
             default_env,
+            defaults_made,
         }
     }
 
@@ -68,9 +86,16 @@ impl Contexts {
     }
 
     /// Runs a cell; returns once the agent took it (the context exists and
-    /// its interpreter started), streaming from there.
+    /// its interpreter started), streaming from there. A cell for a
+    /// language's default context, in a sandbox with a default environment,
+    /// first makes that context with the environment (the agent would make
+    /// it bare).
     pub async fn run(&self, cell: impl Into<Cell>) -> Result<CellExecution> {
-        let request = cell.into().to_request();
+        let cell = cell.into();
+        if cell.context.is_none() && !self.default_env.is_empty() {
+            self.make_default(cell.language.unwrap_or_default()).await?;
+        }
+        let request = cell.to_request();
         let events = self
             .client()?
             .run_code(request)
@@ -97,6 +122,30 @@ impl Contexts {
             .map_err(|s| Error::agent("Code.CreateContext", s))?
             .into_inner();
         ContextInfo::from_proto(info)
+    }
+
+    /// Makes `language`'s default context (the agent names it after the
+    /// language) with the default environment, unless it exists.
+    async fn make_default(&self, language: Language) -> Result<()> {
+        if self.defaults_made.set().contains(&language) {
+            return Ok(());
+        }
+        let request = CreateContextRequest {
+            language: language.as_str().to_owned(),
+            id: language.as_str().to_owned(),
+            env: self.default_env.iter().cloned().collect(),
+            ..Default::default()
+        };
+        match self.client()?.create_context(request).await {
+            Ok(_) => {
+                tracing::debug!(%language, "default context made with the sandbox's environment")
+            }
+            // Made before: by this sandbox's previous owner, or by a cell.
+            Err(status) if status.code() == tonic::Code::AlreadyExists => {}
+            Err(status) => return Err(Error::agent("Code.CreateContext", status)),
+        }
+        self.defaults_made.set().insert(language);
+        Ok(())
     }
 
     /// Every context, oldest first.
@@ -142,6 +191,10 @@ impl Contexts {
             .delete_context(ContextRequest { id: context.into() })
             .await
             .map_err(|s| Error::agent("Code.DeleteContext", s))?;
+        // A default context deleted is made again by the next cell.
+        self.defaults_made
+            .set()
+            .retain(|language| language.as_str() != context);
         Ok(())
     }
 }

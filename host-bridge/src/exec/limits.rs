@@ -119,6 +119,47 @@ impl Limits {
     }
 }
 
+/// [`Limits`] as an adoption record keeps them (see `crate::adopt`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub(crate) struct RecordedLimits {
+    memory_bytes: Option<u64>,
+    pids: Option<u32>,
+    cpu_millis: Option<u32>,
+    open_files: Option<u64>,
+    core_bytes: Option<u64>,
+    file_size_bytes: Option<u64>,
+    stack_bytes: Option<u64>,
+}
+
+impl From<Limits> for RecordedLimits {
+    fn from(limits: Limits) -> Self {
+        RecordedLimits {
+            memory_bytes: limits.memory_bytes,
+            pids: limits.pids,
+            cpu_millis: limits.cpu_millis,
+            open_files: limits.open_files,
+            core_bytes: limits.core_bytes,
+            file_size_bytes: limits.file_size_bytes,
+            stack_bytes: limits.stack_bytes,
+        }
+    }
+}
+
+impl From<RecordedLimits> for Limits {
+    fn from(recorded: RecordedLimits) -> Self {
+        Limits {
+            memory_bytes: recorded.memory_bytes,
+            pids: recorded.pids,
+            cpu_millis: recorded.cpu_millis,
+            open_files: recorded.open_files,
+            core_bytes: recorded.core_bytes,
+            file_size_bytes: recorded.file_size_bytes,
+            stack_bytes: recorded.stack_bytes,
+        }
+    }
+}
+
 /// What a program's process tree used, from its cgroup in the guest.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {

@@ -100,11 +100,14 @@ pub(crate) fn archive(dir: &Path, out: impl Write) -> Result<(), FsError> {
 }
 
 /// Extracts a tar stream into the host directory `target` (created if
-/// missing); returns the number of entries.
+/// missing), with each entry's permission bits (`0o777`; setuid, setgid
+/// and sticky bits are dropped); returns the number of entries.
 pub(crate) fn extract(reader: impl Read, target: &Path) -> Result<u64, FsError> {
     std::fs::create_dir_all(target).map_err(|e| FsError::local("create", target, e))?;
     let mut archive = tar::Archive::new(reader);
-    archive.set_preserve_permissions(true);
+    // The permission bits only: a setuid or setgid bit from the guest
+    // would make a host file that runs as its (host) owner.
+    archive.set_preserve_permissions(false);
     archive.set_overwrite(true);
     let mut count = 0;
     for entry in archive.entries().map_err(FsError::BadTar)? {
@@ -196,6 +199,39 @@ mod tests {
         let err = extract(&tar_with("out/evil")[..], &target).unwrap_err();
         assert!(matches!(err, FsError::EscapingEntry { .. }), "{err}");
         assert!(!dir.path().join("evil").exists());
+    }
+
+    /// Found by the `tar_extract` fuzz target: the guest's mode bits were
+    /// kept whole, so a guest could leave a setuid (or setgid) file in a
+    /// host directory, owned by the host user who downloaded it (root, say).
+    #[test]
+    fn setuid_and_setgid_bits_from_the_guest_are_dropped() {
+        use std::os::unix::fs::PermissionsExt;
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, kind, mode, data) in [
+            ("d/", tar::EntryType::Directory, 0o3775, &b""[..]),
+            ("d/tool", tar::EntryType::Regular, 0o6755, &b"#!"[..]),
+        ] {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(kind);
+            h.set_mode(mode);
+            h.set_size(data.len() as u64);
+            h.set_path(name).unwrap();
+            h.set_cksum();
+            b.append(&h, data).unwrap();
+        }
+        let bytes = b.into_inner().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(extract(&bytes[..], dir.path()).unwrap(), 2);
+        let mode = |p: &str| {
+            std::fs::metadata(dir.path().join(p))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777
+        };
+        assert_eq!(mode("d/tool"), 0o755);
+        assert_eq!(mode("d"), 0o775);
     }
 
     #[test]

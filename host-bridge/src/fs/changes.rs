@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use airlock_proto::contract::changes::MAX_CHANGES;
 use airlock_proto::v1::{
     ChangeKind as ProtoKind, DownloadPathsRequest, FileChange, FileType, SnapshotTreeRequest,
-    TreeChangesRequest,
+    TreeChangesChunk, TreeChangesRequest, TreeChangesSummary,
 };
 use airlock_proto::Feature;
 use futures::StreamExt;
@@ -165,20 +165,65 @@ impl ChangeTracker {
             .await
             .map_err(|s| Error::agent("Files.TreeChanges", s))?
             .into_inner();
-        let mut changes = Changes::default();
-        let mut summary = None;
+        let mut reader = ChangesReader::new(max_changes);
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|s| Error::agent("Files.TreeChanges", s))?;
-            if summary.is_some() {
-                return Err(Error::Protocol("changes after the summary".into()));
-            }
-            for change in chunk.changes {
-                changes.changes.push(Change::from_proto(change)?);
-            }
-            summary = chunk.summary;
+            reader.push(chunk.map_err(|s| Error::agent("Files.TreeChanges", s))?)?;
         }
-        let summary =
-            summary.ok_or_else(|| Error::Protocol("the changes ended without a summary".into()))?;
+        reader.finish()
+    }
+}
+
+/// Puts the chunks of one `Files.TreeChanges` answer together, holding the
+/// agent to what was asked: at most `max_changes` changes (so a hostile
+/// guest cannot grow the host's memory without end), each of a known kind,
+/// and a summary last.
+#[derive(Debug)]
+pub(crate) struct ChangesReader {
+    max_changes: u64,
+    changes: Changes,
+    summary: Option<TreeChangesSummary>,
+}
+
+impl ChangesReader {
+    /// A reader for an answer to a request for at most `max_changes`
+    /// (0, or more than `MAX_CHANGES`, asks for that maximum: the
+    /// protocol's rule).
+    pub(crate) fn new(max_changes: u64) -> Self {
+        ChangesReader {
+            max_changes: match max_changes {
+                0 => MAX_CHANGES,
+                asked => asked.min(MAX_CHANGES),
+            },
+            changes: Changes::default(),
+            summary: None,
+        }
+    }
+
+    /// Takes the next chunk.
+    pub(crate) fn push(&mut self, chunk: TreeChangesChunk) -> Result<()> {
+        if self.summary.is_some() {
+            return Err(Error::Protocol("changes after the summary".into()));
+        }
+        let total = self.changes.changes.len() as u64 + chunk.changes.len() as u64;
+        if total > self.max_changes {
+            return Err(Error::Protocol(format!(
+                "the agent sent {total} changes; {} were asked for",
+                self.max_changes
+            )));
+        }
+        for change in chunk.changes {
+            self.changes.changes.push(Change::from_proto(change)?);
+        }
+        self.summary = chunk.summary;
+        Ok(())
+    }
+
+    /// The changes, once the answer has ended.
+    pub(crate) fn finish(self) -> Result<Changes> {
+        let summary = self
+            .summary
+            .ok_or_else(|| Error::Protocol("the changes ended without a summary".into()))?;
+        let mut changes = self.changes;
         changes.truncated = summary.truncated;
         changes.scanned = summary.scanned;
         Ok(changes)
@@ -310,5 +355,55 @@ mod tests {
             SystemTime::UNIX_EPOCH + Duration::from_secs(1)
         );
         assert!(Change::from_proto(FileChange::default()).is_err());
+    }
+
+    fn chunk(paths: &[&str], summary: bool) -> TreeChangesChunk {
+        TreeChangesChunk {
+            changes: paths
+                .iter()
+                .map(|path| FileChange {
+                    kind: ProtoKind::Created.into(),
+                    path: (*path).into(),
+                    r#type: FileType::File.into(),
+                    ..FileChange::default()
+                })
+                .collect(),
+            summary: summary.then_some(TreeChangesSummary {
+                truncated: true,
+                scanned: 5,
+                reported: paths.len() as u64,
+            }),
+        }
+    }
+
+    #[test]
+    fn chunks_make_one_list_with_the_summary() {
+        let mut reader = ChangesReader::new(0);
+        reader.push(chunk(&["/tmp/a", "/tmp/b"], false)).unwrap();
+        reader.push(chunk(&["/tmp/c"], true)).unwrap();
+        let changes = reader.finish().unwrap();
+        assert_eq!(changes.changes.len(), 3);
+        assert_eq!(changes.changes[2].path, Path::new("/tmp/c"));
+        assert!(changes.truncated);
+        assert_eq!(changes.scanned, 5);
+
+        let mut after = ChangesReader::new(0);
+        after.push(chunk(&[], true)).unwrap();
+        assert!(after.push(chunk(&["/tmp/late"], false)).is_err());
+        assert!(ChangesReader::new(0).finish().is_err(), "no summary");
+    }
+
+    /// Found by the `agent_files` fuzz target: the host took whatever
+    /// number of changes the agent sent, so a hostile guest could grow the
+    /// host's memory without end; it now takes at most what it asked for.
+    #[test]
+    fn more_changes_than_asked_for_are_refused() {
+        let mut reader = ChangesReader::new(3);
+        reader.push(chunk(&["/tmp/a", "/tmp/b"], false)).unwrap();
+        let error = reader.push(chunk(&["/tmp/c", "/tmp/d"], true)).unwrap_err();
+        assert!(error.to_string().contains("3 were asked for"), "{error}");
+        // Asking for none, or for more than the maximum, asks for the maximum.
+        assert_eq!(ChangesReader::new(0).max_changes, MAX_CHANGES);
+        assert_eq!(ChangesReader::new(u64::MAX).max_changes, MAX_CHANGES);
     }
 }

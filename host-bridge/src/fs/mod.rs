@@ -40,6 +40,10 @@ use futures::{Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tonic::Streaming;
 
+#[cfg(feature = "fuzzing")]
+pub(crate) use archive::extract as extract_tar;
+#[cfg(feature = "fuzzing")]
+pub(crate) use changes::ChangesReader;
 pub use changes::{Change, ChangeKind, ChangeTracker, Changes};
 pub use error::FsError;
 pub use metadata::{FileKind, Metadata, WatchEvent, WatchKind, WriteOptions};

@@ -67,6 +67,10 @@ pub enum EndReason {
     Unresponsive { after: Duration },
     /// Its owner stopped it (drop, `shutdown`, `kill`, or the manager).
     Stopped,
+    /// Its owner let it go without stopping it
+    /// ([`Sandbox::detach`](crate::Sandbox::detach)): its VM runs on, for
+    /// another process (or this one) to adopt.
+    Detached,
 }
 
 impl fmt::Display for EndReason {
@@ -97,6 +101,9 @@ impl fmt::Display for EndReason {
                  frozen from outside)"
             ),
             EndReason::Stopped => f.write_str("stopped by its owner"),
+            EndReason::Detached => {
+                f.write_str("detached by its owner; its VM runs on, for a new owner to adopt")
+            }
         }
     }
 }

@@ -5,9 +5,14 @@
 //! the host's time pushed to the guest on resume), and the end, whoever
 //! causes it (the owner, the watchdog, or the VM itself). The first reason
 //! recorded for the end is the one every handle reports.
+//!
+//! It also holds the lifetime ceiling (which [`VmShared::set_max_lifetime`]
+//! changes and the watchdog reads) and, for an adoptable sandbox, the
+//! adoption record's keeper: each change of state or clock rewrites the
+//! record (see `adopt` below, and `crate::adopt`).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use airlock_proto::v1::health_client::HealthClient;
@@ -25,8 +30,10 @@ use crate::features::AgentFeatures;
 use crate::transport::{AgentTransport, CapMessages, Quiesce};
 use crate::vmm::{Backend, Quit};
 
+mod ownership;
 mod persist;
 
+pub(crate) use ownership::Left;
 pub(crate) use persist::{relaunch, Persistence};
 
 /// How much console output an unexpected end reports.
@@ -80,6 +87,8 @@ pub(super) enum CutFor {
 #[derive(Debug)]
 struct Clock {
     started: Instant,
+    /// `started` on the wall clock (what an adoption record keeps).
+    started_wall: SystemTime,
     paused_since: Option<Instant>,
     paused_total: Duration,
     /// Pauses begun so far.
@@ -132,10 +141,10 @@ pub(crate) struct VmShared {
     /// Whether the saved files outlive the end (a handle dropped while the
     /// sandbox is on disk leaves it there, to be restored later).
     keep_saved: AtomicBool,
-    /// The lifetime ceiling the watchdog enforces, measured by
-    /// [`age`](VmShared::age) (`None`: no ceiling). It can change while the
-    /// sandbox lives.
+    /// The lifetime ceiling (counted by [`age`](VmShared::age)).
     max_lifetime: Mutex<Option<Duration>>,
+    /// An adoptable sandbox's record, kept current.
+    adoption: OnceLock<crate::adopt::Keeper>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -162,6 +171,9 @@ impl VmShared {
             state,
             clock: Mutex::new(Clock {
                 started,
+                started_wall: SystemTime::now()
+                    .checked_sub(started.elapsed())
+                    .unwrap_or_else(SystemTime::now),
                 paused_since: None,
                 paused_total: Duration::ZERO,
                 pauses: 0,
@@ -186,18 +198,8 @@ impl VmShared {
             last_restore: Mutex::new(None),
             keep_saved: AtomicBool::new(false),
             max_lifetime: Mutex::new(None),
+            adoption: OnceLock::new(),
         })
-    }
-
-    /// The lifetime ceiling (`None`: none).
-    pub fn max_lifetime(&self) -> Option<Duration> {
-        *lock(&self.max_lifetime)
-    }
-
-    /// Sets the lifetime ceiling; the watchdog kills the VM at its next look
-    /// once [`age`](VmShared::age) reaches it.
-    pub fn set_max_lifetime(&self, limit: Option<Duration>) {
-        *lock(&self.max_lifetime) = limit;
     }
 
     /// Holds a manager's slot until the VM ends (a sandbox made before a
@@ -379,6 +381,7 @@ impl VmShared {
             clock.pauses += 1;
         }
         self.state.send_replace(SandboxState::Paused);
+        self.note();
         tracing::info!(pid = self.pid(), "sandbox paused");
         Ok(())
     }
@@ -406,6 +409,7 @@ impl VmShared {
             self.push_clock().await;
         }
         self.state.send_replace(SandboxState::Running);
+        self.note();
         tracing::info!(pid = self.pid(), "sandbox resumed");
         Ok(())
     }
@@ -449,10 +453,16 @@ impl VmShared {
     // ---- the end ----
 
     /// Kills the VM now and records `reason` (unless it had already ended).
+    /// A detached VM is left running.
     pub fn kill(&self, reason: EndReason) {
         self.sample_guest_cpu();
-        lock(&self.vmm).kill();
+        // The reason is recorded before the VMM lock is let go: the
+        // watchdog's `check_exit` would otherwise see the exit first and
+        // report it as the VM's own.
+        let mut vmm = lock(&self.vmm);
+        vmm.kill();
         self.end(reason);
+        drop(vmm);
     }
 
     /// Checks whether the VMM (QEMU) has exited by itself; if so, takes the
@@ -589,9 +599,18 @@ impl VmShared {
         }
         let now = Instant::now();
         clock.started = now;
+        clock.started_wall = SystemTime::now();
         clock.paused_total = Duration::ZERO;
         clock.on_disk_total = Duration::ZERO;
         clock.paused_since = clock.paused_since.map(|_| now);
+        drop(clock);
+        // A pool member's record is written from its handout on.
+        if let Some(keeper) = self.adoption.get() {
+            if let Err(error) = keeper.activate() {
+                tracing::warn!(error = %crate::error_chain(&error), "cannot write the adoption record");
+            }
+        }
+        self.note();
     }
 
     pub fn usage(&self) -> SandboxUsage {

@@ -21,12 +21,10 @@ const TICK: Duration = Duration::from_millis(100);
 /// survives a VM that dies without warning) and bounds the console log.
 const CPU_SAMPLE_TICKS: u32 = 10;
 
-/// What the watchdog enforces.
+/// What the watchdog enforces, besides the lifetime ceiling (which lives
+/// in the VM, since it can change: [`VmShared::set_max_lifetime`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Policy {
-    /// The lifetime ceiling it starts with (the VM keeps it, and it may
-    /// change: [`VmShared::set_max_lifetime`]).
-    pub max_lifetime: Option<Duration>,
     pub idle: Option<(Duration, IdlePolicy)>,
     /// Disk the guest console's log may take.
     pub console_log_budget: u64,
@@ -37,7 +35,6 @@ pub(crate) struct Policy {
 /// Starts the watchdog of `vm` (and its liveness probe, which ends by
 /// itself once the VM has ended).
 pub(crate) fn spawn(vm: &Arc<VmShared>, policy: Policy) -> JoinHandle<()> {
-    vm.set_max_lifetime(policy.max_lifetime);
     if let Some(after) = policy.unresponsive_after {
         let vm = Arc::downgrade(vm);
         tokio::spawn(async move { probe(vm, after).await });

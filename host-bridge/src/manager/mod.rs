@@ -73,14 +73,19 @@ impl SandboxInfo {
 /// that was handed out.
 ///
 /// A pooled sandbox's life counts from its handout: its lifetime ceiling
-/// ([`SandboxBuilder::max_lifetime`]) and the wall and running times of
-/// [`Sandbox::usage`] start again when it is handed out, so the time it
+/// ([`SandboxBuilder::max_lifetime`], [`Sandbox::set_max_lifetime`]), its
+/// [`Sandbox::started_at`] and [`Sandbox::ends_at`], and the wall and
+/// running times of [`Sandbox::usage`] start again when it is handed out,
+/// so the time it
 /// waited in the pool is neither billed nor taken from its life. Its guest
 /// CPU time counts from its start (a clone's restore: tens of
 /// milliseconds), and [`Sandbox::boot_timings`] describe that start. While
 /// it waits, its ceiling counts from its start: a member that reaches it
 /// ends in the pool, is never handed out, and is replaced, as is one that
-/// ends any other way while frozen.
+/// ends any other way while frozen. A pool of an
+/// [adoptable](SandboxBuilder::adoptable) configuration writes a member's
+/// adoption record at its handout: members never handed out are not
+/// adopted by a later process (`gc` collects them).
 ///
 /// Dropping the manager drops its handles (a sandbox nobody else holds is
 /// killed then), kills the pool's members and stops refilling.
@@ -98,8 +103,8 @@ struct Inner {
     pool: Mutex<Pool>,
     /// Wakes the pool's keeper.
     wake: Arc<Notify>,
-    /// Serializes restores from disk, so two calls naming one saved
-    /// sandbox restore it once.
+    /// Serializes restores from disk and adoptions, so two calls naming
+    /// one sandbox bring it back once.
     restoring: tokio::sync::Mutex<()>,
 }
 
@@ -375,6 +380,55 @@ impl Sandboxes {
             }
             other => other,
         }
+    }
+
+    /// Takes over the sandbox `id` whose owner died or detached it (see
+    /// [`SandboxBuilder::adopt`]) and tracks it; returns the tracked one if
+    /// this manager already holds it.
+    pub async fn adopt(&self, builder: SandboxBuilder, id: &str) -> Result<Arc<Sandbox>> {
+        let _one_at_a_time = self.inner.restoring.lock().await;
+        self.forget_ended();
+        if self.running().contains_key(id) {
+            return self.get(id);
+        }
+        let slot = self.inner.acquire_slot().await?;
+        let sandbox = Arc::new(builder.adopt_in_slot(id, Some(slot)).await?);
+        self.track(&sandbox);
+        Ok(sandbox)
+    }
+
+    /// Lets the sandbox named `id` go for a later process to adopt (see
+    /// [`Sandbox::detach`]) and stops tracking it. One that cannot be
+    /// detached (not adoptable, say) is refused and stays tracked.
+    pub async fn detach(&self, id: &str) -> Result<()> {
+        let sandbox = self.get(id)?;
+        sandbox.detach_in_place().await?;
+        self.running().remove(id);
+        Ok(())
+    }
+
+    /// Lets every sandbox go for a later process to adopt (see
+    /// [`Sandbox::detach`]), as a server does when it exits leaving its
+    /// sandboxes running; the pool's members are killed and the pool turned
+    /// off. Returns each tracked sandbox's id with how its detach went: one
+    /// that could not be detached (not adoptable, say) is ended as
+    /// [`kill_all`](Sandboxes::kill_all) ends it (one on disk stays there).
+    /// Handles held elsewhere see their sandbox ended
+    /// ([`EndReason::Detached`](crate::EndReason::Detached)); a workspace
+    /// lock is released with the last of them.
+    pub async fn detach_all(&self) -> Vec<(String, Result<()>)> {
+        self.clear_pool();
+        let all = std::mem::take(&mut *self.running());
+        let mut detached = Vec::with_capacity(all.len());
+        for (id, sandbox) in all {
+            let result = sandbox.detach_in_place().await;
+            if let Err(error) = &result {
+                tracing::warn!(id, error = %crate::error_chain(error), "sandbox not detached; ending it");
+                sandbox.release();
+            }
+            detached.push((id, result));
+        }
+        detached
     }
 
     /// Forks the sandbox `id` into `n` new ones (see [`Sandbox::fork`]),

@@ -82,9 +82,11 @@ async fn fill(inner: Weak<Inner>, order: FillOrder, slot: OwnedSemaphorePermit) 
 }
 
 async fn start_frozen(
-    builder: crate::SandboxBuilder,
+    mut builder: crate::SandboxBuilder,
     slot: OwnedSemaphorePermit,
 ) -> Result<Sandbox> {
+    // An adoptable member's record is written at its handout.
+    builder.pooled = true;
     let sandbox = builder.start_in_slot(Some(slot)).await?;
     sandbox.pause().await?;
     Ok(sandbox)

@@ -95,6 +95,21 @@ pub enum Refusal {
         /// The error.
         message: String,
     },
+    /// The upstream server's certificate (of a secret-bound host, whose
+    /// TLS the host ends and begins again) is not from a CA the host
+    /// trusts: a private CA, or a TLS-inspecting proxy on the host's way
+    /// out. The guest got 502.
+    UpstreamUntrusted {
+        /// What rustls said.
+        detail: String,
+    },
+    /// The guest's program refused the certificate the host presented for
+    /// a secret-bound host (issued by the sandbox's CA): it reads roots of
+    /// its own instead of the system store.
+    GuestUntrusted {
+        /// The TLS alert it sent.
+        alert: String,
+    },
 }
 
 impl fmt::Display for Refusal {
@@ -126,6 +141,17 @@ impl fmt::Display for Refusal {
             Refusal::TimedOut => f.write_str("timed out"),
             Refusal::Resolve { message } => write!(f, "name did not resolve: {message}"),
             Refusal::Upstream { message } => write!(f, "upstream failed: {message}"),
+            Refusal::UpstreamUntrusted { detail } => write!(
+                f,
+                "the server's certificate is not from a CA the host trusts ({detail}); \
+                 give the sandbox that CA (--ca-cert FILE, or --trust-host-roots behind a \
+                 TLS-inspecting proxy)"
+            ),
+            Refusal::GuestUntrusted { alert } => write!(
+                f,
+                "the guest's program refused the sandbox's certificate ({alert}): it does not \
+                 read the system store; point it at $SSL_CERT_FILE"
+            ),
         }
     }
 }

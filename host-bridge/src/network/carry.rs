@@ -1,6 +1,9 @@
 //! The host's side of `Network.Carry`: a few calls kept open toward the
 //! agent, each waiting for the guest's next connection or DNS query, which
-//! the [`Gateway`] then takes. A used call is replaced at once.
+//! the [`Gateway`] then takes. A used call is replaced at once. A refusal
+//! goes to the agent on the same call (`refused`, which resets the
+//! program's connection, or a `note` of one the host answered itself), for
+//! the guest's refusal log.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
@@ -9,13 +12,16 @@ use std::time::Duration;
 use airlock_proto::v1::network_client::NetworkClient;
 use airlock_proto::v1::{
     carry_from_host, carry_to_host, opened, CarryFromHost, CarryToHost, GuestConnection,
+    RefusalNote,
 };
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::Streaming;
 
+use super::told::{Tell, Told};
 use super::{Carried, Gateway};
 
 /// Calls kept open at once: how many guest connections can begin in the
@@ -91,11 +97,17 @@ async fn keep_open(channel: Channel, gateway: Arc<Gateway>) {
             }
             Some(opened::Kind::Dns(query)) => {
                 running.spawn(async move {
-                    if let Some(answer) = gateway.dns(&query.query) {
+                    if let Some(reply) = gateway.dns(&query.query) {
                         let message = CarryFromHost {
-                            event: Some(carry_from_host::Event::Data(answer.into())),
+                            event: Some(carry_from_host::Event::Data(reply.response.into())),
                         };
-                        let _ = to_guest.send(message).await;
+                        // The answer first: an agent that predates notes
+                        // takes the first message as the answer.
+                        if to_guest.send(message).await.is_ok() {
+                            if let Some(told) = reply.told {
+                                let _ = to_guest.send(note(told)).await;
+                            }
+                        }
                     }
                     drop(to_guest);
                     drain(incoming).await;
@@ -121,14 +133,18 @@ async fn connection_task(
         return;
     };
     let refuse = to_guest.clone();
+    let tell = teller(to_guest.clone());
     let (give_back, given_back) = oneshot::channel();
     let carried = Carried::new(incoming, to_guest, give_back);
-    if let Err(refusal) = gateway
-        .connection(carried, SocketAddrV4::new(ip, port))
-        .await
-    {
+    let outcome = gateway
+        .connection(carried, SocketAddrV4::new(ip, port), &tell)
+        .await;
+    // The call ends when every sender is gone: the agent then ends its
+    // side, which `drain` waits for.
+    drop(tell);
+    if let Err(told) = outcome {
         let message = CarryFromHost {
-            event: Some(carry_from_host::Event::Refused(refusal.to_string())),
+            event: Some(carry_from_host::Event::Refused(told.reason)),
         };
         let _ = refuse.send(message).await;
     }
@@ -136,6 +152,31 @@ async fn connection_task(
     if let Ok(incoming) = given_back.await {
         drain(incoming).await;
     }
+}
+
+/// The message that tells the agent of a refusal the program was answered
+/// about.
+fn note(told: Told) -> CarryFromHost {
+    CarryFromHost {
+        event: Some(carry_from_host::Event::Note(RefusalNote {
+            answer: told.answer.unwrap_or_else(|| "refused".to_owned()),
+            reason: told.reason,
+        })),
+    }
+}
+
+/// A [`Tell`] that sends notes on one call, after the bytes already queued
+/// on it; a note that finds the queue full is sent by a task of its own,
+/// so that telling never blocks the gateway.
+fn teller(to_guest: mpsc::Sender<CarryFromHost>) -> Tell {
+    Arc::new(move |told: Told| {
+        if let Err(TrySendError::Full(message)) = to_guest.try_send(note(told)) {
+            let to_guest = to_guest.clone();
+            tokio::spawn(async move {
+                let _ = to_guest.send(message).await;
+            });
+        }
+    })
 }
 
 /// Reads a call's response stream to its end (the agent ends it once it

@@ -17,7 +17,11 @@
 //!   HTTP proxy that puts a secret into requests on the way out;
 //! - `gateway`: one sandbox's decisions, from a connection's original
 //!   destination to its verdict and upstream, using all of the above, with
-//!   its options in `options` ([`NetworkOptions`]);
+//!   its options in `options` ([`NetworkOptions`]) and the HTTP proxy's
+//!   requests read by `proxy`;
+//! - `told`: what a refused program and the guest's refusal log are told,
+//!   in one wording (an HTTP answer where the protocol has one, a reset
+//!   otherwise);
 //! - `carry` and `carried`: the `Network.Carry` calls kept open toward the
 //!   agent, and one carried connection as a byte stream.
 //!
@@ -33,16 +37,19 @@ mod gateway;
 mod options;
 pub mod policy;
 pub mod prefixed;
+mod proxy;
 pub mod resolver;
 pub mod secrets;
 pub mod sniff;
 pub mod splice;
+mod told;
 
 pub(crate) use carried::Carried;
 pub(crate) use carry::CarrierPool;
 pub(crate) use gateway::Gateway;
-pub use gateway::{GatewayError, PROXY_PORT};
+pub use gateway::GatewayError;
 pub use options::{
     NetworkOptions, DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_HEADER_BYTES,
 };
+pub use proxy::PROXY_PORT;

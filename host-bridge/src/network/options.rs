@@ -1,6 +1,8 @@
 //! What an embedder configures about a sandbox's network: the policy, the
-//! secrets, how the host resolves names, which roots it trusts upstream,
-//! and the bounds on what the guest may open.
+//! secrets, how the host resolves names, and the bounds on what the guest
+//! may open. (The roots the host trusts upstream besides the public ones
+//! are the sandbox's own CA certificates:
+//! [`SandboxBuilder::ca_cert`](crate::SandboxBuilder::ca_cert).)
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +30,7 @@ pub struct NetworkOptions {
     pub(crate) policy: NetworkPolicy,
     pub(crate) secrets: Vec<Secret>,
     pub(crate) resolver: Arc<dyn Resolve>,
+    /// Set at start from the sandbox's CA certificates.
     pub(crate) upstream_roots: Vec<CertificateDer<'static>>,
     pub(crate) max_connections: usize,
     pub(crate) idle_timeout: Duration,
@@ -74,13 +77,6 @@ impl NetworkOptions {
     /// Resolves allowed names with `resolver` instead of the system's.
     pub fn resolver(mut self, resolver: Arc<dyn Resolve>) -> Self {
         self.resolver = resolver;
-        self
-    }
-
-    /// Trusts `root` (DER) for upstream servers of secret-bound hosts,
-    /// besides the Mozilla roots.
-    pub fn upstream_root(mut self, root: CertificateDer<'static>) -> Self {
-        self.upstream_roots.push(root);
         self
     }
 

@@ -1,16 +1,17 @@
 //! Starting a configured sandbox: lock the workspace, create the state
 //! directory, start the VMM (a cold boot, or a clone of a template: see
 //! `clone`), reach the agent (see `connect`), make the guest its own
-//! machine (`System.Personalize`), and hand the running VM to
+//! machine (`System.Personalize`), install the CA certificates it trusts
+//! (`trust`), turn its network on, and hand the running VM to
 //! `lifecycle`'s watchdog.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::state_dir::StateDir;
 use airlock_proto::v1::system_client::SystemClient;
 use airlock_proto::v1::{CheckResponse, PersonalizeRequest};
 use airlock_proto::Feature;
-use tempfile::TempDir;
 use tokio::sync::OwnedSemaphorePermit;
 use tonic::transport::Channel;
 
@@ -53,6 +54,9 @@ pub enum Origin {
     Restored { generation: u64 },
     /// Forked from the running sandbox `parent`.
     Fork { parent: String },
+    /// Taken over, still running, from an owner that died or detached it
+    /// ([`SandboxBuilder::adopt`]).
+    Adopted,
 }
 
 /// What a saved sandbox's record starts from.
@@ -80,7 +84,7 @@ pub(super) struct Assembly {
 pub(super) struct Launched {
     /// When the VMM processes were running.
     pub vmm_started: Instant,
-    pub dir: TempDir,
+    pub dir: StateDir,
     pub vmm: Backend,
     pub channel: Channel,
     pub health: CheckResponse,
@@ -92,7 +96,7 @@ pub(super) struct Launched {
 impl Launched {
     /// Waits for the agent of a VMM that runs (started at `vmm_started`).
     pub(super) async fn connect(
-        dir: TempDir,
+        dir: StateDir,
         mut vmm: Backend,
         vmm_started: Instant,
         deadline: Deadline,
@@ -119,9 +123,15 @@ impl SandboxBuilder {
     /// [`start`](SandboxBuilder::start), holding a manager's slot until the
     /// VM ends.
     #[tracing::instrument(name = "sandbox_start", skip_all)]
-    pub(crate) async fn start_in_slot(self, slot: Option<OwnedSemaphorePermit>) -> Result<Sandbox> {
+    pub(crate) async fn start_in_slot(
+        mut self,
+        slot: Option<OwnedSemaphorePermit>,
+    ) -> Result<Sandbox> {
         let begin = Instant::now();
         self.validate()?;
+        // Read and checked before anything boots: a bad file is an error
+        // naming it, and no VM has started.
+        self.trust.resolve()?;
         let accel = self
             .accel
             .resolve()
@@ -181,7 +191,7 @@ impl SandboxBuilder {
     /// of a restore and of a fork's child.
     pub(super) async fn relaunch_in(
         &self,
-        dir: TempDir,
+        dir: StateDir,
         machine: &SavedVm,
         snapshot: GoodSnapshot,
     ) -> Result<(Launched, Restored)> {
@@ -210,7 +220,7 @@ impl SandboxBuilder {
 
     /// Makes a [`Sandbox`] of a VM whose agent answered: gives the guest
     /// its identity, entropy and clock, and hands the VM to the watchdog.
-    pub(super) async fn assemble(self, parts: Assembly) -> Result<Sandbox> {
+    pub(super) async fn assemble(mut self, parts: Assembly) -> Result<Sandbox> {
         let Assembly {
             launched,
             origin,
@@ -238,8 +248,27 @@ impl SandboxBuilder {
         if matches!(vmm, Backend::Qemu(_)) && features.has(Feature::Personalize) {
             personalize(&channel, &id).await?;
         }
+        let vmm_identity = vmm.identity();
+        let roots = self.trust.resolve()?;
+        let roots = match (&vmm, roots) {
+            (Backend::Qemu(_), Some(roots)) => {
+                super::trust::install(&channel, features, &roots).await?;
+                Some(roots)
+            }
+            // An agent on the host: the host's own store is not the
+            // sandbox's to change.
+            (Backend::Process(_), Some(_)) if !self.trust.env_decides() => {
+                return Err(Error::Config(
+                    "CA certificates are installed in a VM's guest; the process backend has none"
+                        .into(),
+                ))
+            }
+            _ => None,
+        };
         let network = match &self.network {
-            Some(options) => Some(SandboxNetwork::enable(&channel, features, options).await?),
+            Some(options) => {
+                Some(SandboxNetwork::enable(&channel, features, options, roots.as_deref()).await?)
+            }
             None => None,
         };
         let answered = answered.saturating_duration_since(begin);
@@ -261,6 +290,10 @@ impl SandboxBuilder {
             ready: begin.elapsed(),
         };
         tracing::info!(?timings, ?origin, agent_version = %health.agent_version, "sandbox ready");
+        let recorded_machine = machine.as_ref().map(|machine| match machine {
+            Machine::New(vm) => vm.clone(),
+            Machine::Saved(record) => record.vm.clone(),
+        });
         let persistence = machine.map(|machine| {
             let record = match machine {
                 Machine::New(vm) => SavedRecord {
@@ -301,15 +334,31 @@ impl SandboxBuilder {
         if let Some(usage) = carried {
             vm.carry_usage(&usage);
         }
-        let watchdog = watchdog::spawn(
-            &vm,
-            watchdog::Policy {
-                max_lifetime: self.max_lifetime,
-                idle: self.idle,
-                console_log_budget: self.console_log_budget,
-                unresponsive_after: self.unresponsive_after,
-            },
-        );
+        vm.limit_lifetime(self.max_lifetime);
+        if self.adoptable {
+            let record = self.adoption_record(super::adopt::Recorded {
+                id: &id,
+                machine: recorded_machine,
+                accel,
+                workspace: workspace.as_ref().map(|ws| ws.path().to_owned()),
+                vmm: vmm_identity,
+                clock: vm.recorded_clock(),
+                network: network.as_ref().map(SandboxNetwork::record),
+            })?;
+            let keeper = crate::adopt::Keeper::new(dir.path().to_owned(), record);
+            // A pool's member is adoptable from its handout on.
+            if !self.pooled {
+                keeper
+                    .activate()
+                    .map_err(|source| crate::adopt::AdoptError::Record {
+                        id: id.clone(),
+                        source,
+                    })?;
+            }
+            vm.set_adoption(keeper);
+        }
+        let watchdog = watchdog::spawn(&vm, self.watchdog_policy());
+        let env = default_env(&self.env, network.as_ref().map(|n| n.env.as_slice()));
         Ok(Sandbox {
             channel: AgentChannel::new(channel, Arc::clone(&vm), self.paused_calls),
             vm,
@@ -322,11 +371,22 @@ impl SandboxBuilder {
             features,
             default_limits: self.default_limits,
             default_user: self.default_user.clone(),
+            env,
+            defaults_made: Arc::default(),
             network,
             builder: self,
             state_dir: dir,
             _workspace: workspace,
         })
+    }
+
+    /// What the watchdog enforces (the lifetime ceiling is the VM's).
+    pub(super) fn watchdog_policy(&self) -> watchdog::Policy {
+        watchdog::Policy {
+            idle: self.idle,
+            console_log_budget: self.console_log_budget,
+            unresponsive_after: self.unresponsive_after,
+        }
     }
 
     /// Why this start does not use a template, if it does not.
@@ -368,7 +428,7 @@ impl SandboxBuilder {
         disks: Vec<Disk>,
         memory: GuestMemory,
         incoming: bool,
-    ) -> Result<(TempDir, Backend)> {
+    ) -> Result<(StateDir, Backend)> {
         let dir = state_dir::create(&self.state_dir_base)?;
         let vmm = match &self.backend {
             BackendKind::Qemu => {
@@ -416,6 +476,19 @@ impl SandboxBuilder {
             serial_ports: self.serial_ports.clone(),
         }
     }
+}
+
+/// What every program gets under its own variables: the builder's
+/// environment first (it wins), then the network's.
+pub(super) fn default_env(
+    builder: &[(String, String)],
+    network: Option<&[(String, String)]>,
+) -> Arc<[(String, String)]> {
+    builder
+        .iter()
+        .chain(network.unwrap_or_default())
+        .cloned()
+        .collect()
 }
 
 /// Gives the guest fresh entropy, the host's clock, its hostname and id.

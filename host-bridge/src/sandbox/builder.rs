@@ -12,6 +12,7 @@ use crate::exec::Limits;
 use crate::lifecycle::{IdlePolicy, PausedCalls};
 use crate::network::policy::NetRule;
 use crate::network::NetworkOptions;
+use crate::trust::{CaCert, TrustConfig};
 use crate::vmm::{guest_disk_device, BackendKind, Disk, SerialPort, VmmUser};
 use crate::workspace::DEFAULT_WORKSPACE_BYTES;
 use crate::{artifacts, state_dir, Accel};
@@ -58,6 +59,13 @@ pub struct SandboxBuilder {
     pub(super) template_dir: PathBuf,
     pub(super) saved_dir: PathBuf,
     pub(super) network: Option<NetworkOptions>,
+    pub(super) adoptable: bool,
+    /// The default environment, in the order given.
+    pub(super) env: Vec<(String, String)>,
+    /// A pool's fill: the adoption record is written at the handout.
+    pub(crate) pooled: bool,
+    /// The roots the guest trusts besides its image's.
+    pub(super) trust: TrustConfig,
 }
 
 /// The virtio channel the agent serves on (QEMU).
@@ -114,6 +122,10 @@ impl Default for SandboxBuilder {
             template_dir: crate::template::default_dir(),
             saved_dir: crate::saved::default_dir(),
             network: None,
+            adoptable: false,
+            env: Vec::new(),
+            pooled: false,
+            trust: TrustConfig::default(),
         }
     }
 }
@@ -135,6 +147,51 @@ impl SandboxBuilder {
     /// [`limits`](crate::Command::limits) win field by field.
     pub fn default_limits(mut self, limits: Limits) -> Self {
         self.default_limits = limits;
+        self
+    }
+
+    /// Sets `key` to `value` in the environment of every program
+    /// ([`Sandbox::exec`](crate::Sandbox::exec)) and every code context
+    /// (those [`Contexts::create`](crate::Contexts::create) makes, and the
+    /// default context a [`run_code`](crate::Sandbox::run_code) without a
+    /// context uses), under the program's or context's own variables. With
+    /// a network these go over the network's variables (proxy, CA bundle,
+    /// secrets' placeholders) of the same name. A later value of a key
+    /// replaces an earlier one.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        let key = key.into();
+        let value = value.into();
+        match self.env.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, old)) => *old = value,
+            None => self.env.push((key, value)),
+        }
+        self
+    }
+
+    /// [`env`](SandboxBuilder::env) for each pair of `vars`.
+    pub fn envs<I, K, V>(self, vars: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        vars.into_iter()
+            .fold(self, |builder, (key, value)| builder.env(key, value))
+    }
+
+    /// Lets the sandbox outlive the process holding it (off by default).
+    /// Its state directory then keeps a record (`adopt.json`, mode 0600,
+    /// kept current) of everything needed to take it over: the machine,
+    /// the VMM process, the clock, the policies, the default limits, user
+    /// and environment, and its network with the secrets' values and the
+    /// sandbox CA's key (so that what the guest holds stays valid). If the
+    /// process dies (SIGKILL, a crash) or [detaches](crate::Sandbox::detach)
+    /// it, the VM runs on, `gc` leaves it alone while it runs and its
+    /// lifetime lasts, and [`SandboxBuilder::adopt`] in another process (or
+    /// this one) takes it over; see [`crate::adopt`]. Needs the serial
+    /// channel (the default): the vsock channel is refused.
+    pub fn adoptable(mut self, adoptable: bool) -> Self {
+        self.adoptable = adoptable;
         self
     }
 
@@ -314,6 +371,12 @@ impl SandboxBuilder {
         self
     }
 
+    /// The sandboxes under this builder's state directory base that wait
+    /// for adoption (see [`crate::adopt::orphans`]).
+    pub fn orphans(&self) -> std::io::Result<Vec<crate::adopt::Orphan>> {
+        crate::adopt::orphans(&self.state_dir_base)
+    }
+
     /// The store of sandboxes saved to disk this builder restores from.
     pub fn saved_store(&self) -> crate::saved::SavedStore {
         crate::saved::SavedStore::new(&self.saved_dir)
@@ -336,6 +399,42 @@ impl SandboxBuilder {
         let mut options = self.network.take().unwrap_or_default();
         options.policy.push(rule);
         self.network = Some(options);
+        self
+    }
+
+    /// Makes the guest trust `cert` as a root of TLS, besides its image's
+    /// roots (repeatable): every client that reads the system store
+    /// (OpenSSL's bundle and directory, Python's default context, pip,
+    /// curl) and, through `SSL_CERT_FILE`, `REQUESTS_CA_BUNDLE`,
+    /// `NODE_EXTRA_CA_CERTS` and the like, runtimes with roots of their
+    /// own. With a network, the host also trusts it when it checks the
+    /// servers of secret-bound hosts. The roots are installed at every
+    /// start, cold or a clone of a template, before anything runs; a
+    /// workspace keeps none of them.
+    ///
+    /// A builder given no roots at all takes them from
+    /// [`AIRLOCK_CA_CERTS`](crate::trust::CA_CERTS_ENV); `ca_certs([])`
+    /// says "none".
+    pub fn ca_cert(self, cert: CaCert) -> Self {
+        self.ca_certs([cert])
+    }
+
+    /// [`ca_cert`](Self::ca_cert) for each of `certs` (a PEM file's, say:
+    /// [`CaCert::from_pem_file`]).
+    pub fn ca_certs(mut self, certs: impl IntoIterator<Item = CaCert>) -> Self {
+        self.trust.add(certs);
+        self
+    }
+
+    /// Makes the guest trust exactly the host's system store (read at
+    /// start: `SSL_CERT_FILE`, else the distribution's bundle, such as
+    /// `/etc/ssl/certs/ca-certificates.crt`) instead of its image's roots,
+    /// plus any [`ca_cert`](Self::ca_cert): what a host behind a
+    /// TLS-inspecting proxy needs, so that the guest reaches what the host
+    /// reaches. Like `ca_cert`, it also goes to the host's checks of
+    /// secret-bound servers.
+    pub fn trust_host_roots(mut self, on: bool) -> Self {
+        self.trust.host_roots(on);
         self
     }
 
@@ -427,6 +526,25 @@ impl SandboxBuilder {
             return Err(Error::Config(
                 "a workspace needs a root image; set one with .image()".into(),
             ));
+        }
+        if self.adoptable
+            && self.backend == BackendKind::Qemu
+            && self.channel != GuestChannel::Serial
+        {
+            return Err(Error::Config(
+                "an adoptable sandbox needs the serial channel (the default); the vsock \
+                 channel cannot be adopted"
+                    .into(),
+            ));
+        }
+        if let Some((key, _)) = self
+            .env
+            .iter()
+            .find(|(key, _)| key.is_empty() || key.contains(['=', '\0']))
+        {
+            return Err(Error::Config(format!(
+                "environment variable name {key:?} is empty or holds '=' or NUL"
+            )));
         }
         Ok(())
     }

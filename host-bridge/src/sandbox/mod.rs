@@ -18,11 +18,14 @@
 //! - `boot`: [`SandboxBuilder::start`], from the state directory to a
 //!   running, watched VM.
 //! - `connect`: waiting for the agent's announcement, then dialling it.
+//! - `adopt`: taking over a sandbox whose owner died or detached it, and
+//!   detaching one (see [`crate::adopt`]).
 //! - this file: [`Sandbox`], the handle on a running VM.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use crate::state_dir::StateDir;
 use airlock_proto::v1::health_client::HealthClient;
 use airlock_proto::v1::process_client::ProcessClient;
 use airlock_proto::v1::system_client::SystemClient;
@@ -30,10 +33,9 @@ use airlock_proto::v1::{
     CheckRequest, CheckResponse, ConnectRequest, ListRequest, ShutdownRequest,
 };
 use airlock_proto::Feature;
-use tempfile::TempDir;
 use tokio::task::JoinHandle;
 
-use crate::code::{Cell, CellExecution, Contexts};
+use crate::code::{Cell, CellExecution, Contexts, DefaultContexts};
 use crate::error::{Error, Result};
 use crate::exec::{Command, Execution, Limits, ProcessHandle, ProcessInfo, Target};
 use crate::features::AgentFeatures;
@@ -46,6 +48,7 @@ use crate::workspace::Workspace;
 use crate::Accel;
 use network::SandboxNetwork;
 
+mod adopt;
 mod boot;
 mod builder;
 mod clone;
@@ -53,6 +56,7 @@ mod connect;
 mod fork;
 mod network;
 mod restore;
+mod trust;
 
 pub use boot::{BootTimings, Origin};
 pub use builder::{
@@ -77,11 +81,16 @@ pub struct Sandbox {
     features: AgentFeatures,
     default_limits: Limits,
     default_user: Option<String>,
+    /// What every program and context gets under its own variables: the
+    /// builder's environment over the network's.
+    env: Arc<[(String, String)]>,
+    /// The default contexts made with `env`.
+    defaults_made: Arc<DefaultContexts>,
     /// The guest's network, when the builder gave it one.
     network: Option<SandboxNetwork>,
     /// What it was started with: a fork's children get the same policies.
     builder: SandboxBuilder,
-    state_dir: TempDir,
+    state_dir: StateDir,
     /// Holds the workspace lock until the VM is gone.
     _workspace: Option<Workspace>,
 }
@@ -103,7 +112,7 @@ impl Sandbox {
         let command = command.borrow().with_defaults(
             &self.default_limits,
             self.default_user.as_deref(),
-            self.network.as_ref().map_or(&[], |n| n.env.as_slice()),
+            &self.env,
         );
         self.features.require_all(command.required_feature())?;
         let events = ProcessClient::new(self.channel.clone())
@@ -194,15 +203,12 @@ impl Sandbox {
     /// The sandbox's interpreter contexts: create, list, interrupt,
     /// restart, delete.
     pub fn contexts(&self) -> Contexts {
-        let env: Arc<[(String, String)]> = match &self.network {
-            Some(network) => network.env.as_slice().into(),
-            None => Arc::from([]),
-        };
         Contexts::new(
             self.channel.clone(),
             self.features,
             Arc::clone(&self.vm),
-            env,
+            Arc::clone(&self.env),
+            Arc::clone(&self.defaults_made),
         )
     }
 
@@ -281,23 +287,42 @@ impl Sandbox {
         self.vm.usage()
     }
 
-    /// How long the sandbox has lived, time saved to disk left out: what
-    /// its lifetime ceiling measures.
-    pub fn age(&self) -> Duration {
-        self.vm.age()
+    /// When the sandbox's life began, on the wall clock: its start (an
+    /// adopted sandbox's original start; a pooled sandbox's handout).
+    pub fn started_at(&self) -> SystemTime {
+        self.vm.started_at()
     }
 
-    /// Its lifetime ceiling ([`SandboxBuilder::max_lifetime`] at the start;
-    /// `None`: none).
-    pub fn max_lifetime(&self) -> Option<Duration> {
-        self.vm.max_lifetime()
+    /// When the lifetime ceiling will end the sandbox, if it has one: its
+    /// start plus the ceiling, plus any time it spent saved to disk (which
+    /// the ceiling leaves out, so this moves later while it is on disk).
+    pub fn ends_at(&self) -> Option<SystemTime> {
+        self.vm.ends_at()
     }
 
-    /// Changes its lifetime ceiling, measured like [`age`](Sandbox::age):
-    /// `Some(sandbox.age() + d)` kills it `d` from now, `None` never. A
-    /// ceiling it has passed kills it within the watchdog's tick.
+    /// Sets the lifetime ceiling (see [`SandboxBuilder::max_lifetime`]),
+    /// still counted from the sandbox's start: a longer one extends its
+    /// life, `None` removes the ceiling, and one already passed ends the
+    /// sandbox now ([`EndReason::LifetimeExceeded`]). An adoptable
+    /// sandbox's record keeps the new ceiling.
     pub fn set_max_lifetime(&self, limit: Option<Duration>) {
         self.vm.set_max_lifetime(limit);
+    }
+
+    /// Moves the end of the sandbox's life to `from_now` from now (what an
+    /// API's "set timeout" means), or removes the ceiling with `None`:
+    /// [`set_max_lifetime`](Sandbox::set_max_lifetime) with the sandbox's
+    /// age so far added, so time saved to disk still does not count.
+    pub fn set_timeout(&self, from_now: Option<Duration>) {
+        self.set_max_lifetime(from_now.map(|after| self.vm.age().saturating_add(after)));
+    }
+
+    /// Whether the sandbox keeps an adoption record, so that it can be
+    /// [detached](Sandbox::detach) or outlive this process (see
+    /// [`SandboxBuilder::adoptable`]). A pool's member becomes adoptable at
+    /// its handout.
+    pub fn is_adoptable(&self) -> bool {
+        self.vm.adoption().is_some_and(|keeper| keeper.is_active())
     }
 
     /// Starts the sandbox's wall clock and lifetime again (a pool's

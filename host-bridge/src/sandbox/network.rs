@@ -1,20 +1,27 @@
 //! A sandbox's network on the host: turning the guest's side on, the
 //! gateway that decides, and the carriers that bring it the guest's
-//! connections (see [`crate::network`]).
+//! connections (see [`crate::network`]); and the network as an adoptable
+//! sandbox's record keeps it (see [`crate::adopt`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use airlock_proto::v1::network_client::NetworkClient;
 use airlock_proto::v1::EnableNetworkRequest;
 use airlock_proto::Feature;
+use base64::Engine as _;
+use rustls::pki_types::CertificateDer;
 use tonic::transport::Channel;
 
+use crate::adopt::{from_unix_ms, ms, Hidden, RecordedCa, RecordedNetwork, RecordedSecret};
 use crate::error::{Error, Result};
 use crate::features::AgentFeatures;
 use crate::network::audit::AuditRecord;
 use crate::network::fake_ip::GATEWAY_ADDR;
-use crate::network::policy::NetworkPolicy;
-use crate::network::{CarrierPool, Gateway, NetworkOptions};
+use crate::network::policy::{NetRule, NetworkPolicy};
+use crate::network::secrets::{CaParts, SandboxCa, Secret, Secrets};
+use crate::network::{CarrierPool, Gateway, GatewayError, NetworkOptions};
+use crate::trust::GuestRoots;
 
 use super::Sandbox;
 
@@ -24,18 +31,49 @@ pub(super) struct SandboxNetwork {
     gateway: Arc<Gateway>,
     /// The environment every program gets (proxy, CA, placeholders).
     pub(super) env: Vec<(String, String)>,
-    _carriers: CarrierPool,
+    /// `None` once stopped (a detached sandbox's).
+    carriers: Mutex<Option<CarrierPool>>,
 }
 
 impl SandboxNetwork {
     /// Makes the gateway, turns the guest's side on and opens carriers.
+    /// The gateway checks the servers of secret-bound hosts against the
+    /// public roots and `roots`, the ones the guest was given.
     pub(super) async fn enable(
         channel: &Channel,
         features: AgentFeatures,
         options: &NetworkOptions,
+        roots: Option<&GuestRoots>,
+    ) -> Result<Self> {
+        let mut options = options.clone();
+        options.upstream_roots = roots
+            .map(|roots| roots.certs.iter().map(|c| c.der().clone()).collect())
+            .unwrap_or_default();
+        let gateway = Gateway::new(options)?;
+        Self::enable_with(channel, features, gateway).await
+    }
+
+    /// Turns the guest's side on again for an adopted sandbox, with the
+    /// gateway its record describes: the same rules, secrets,
+    /// placeholders and CA (so the guest's CA bundle is rewritten as it
+    /// was). The audit log starts empty.
+    pub(super) async fn restore(
+        channel: &Channel,
+        features: AgentFeatures,
+        recorded: &RecordedNetwork,
+        options: NetworkOptions,
+    ) -> Result<Self> {
+        let gateway = recorded_gateway(recorded, options)?;
+        Self::enable_with(channel, features, gateway).await
+    }
+
+    async fn enable_with(
+        channel: &Channel,
+        features: AgentFeatures,
+        gateway: Gateway,
     ) -> Result<Self> {
         features.require(Feature::Network)?;
-        let gateway = Arc::new(Gateway::new(options.clone())?);
+        let gateway = Arc::new(gateway);
         let request = EnableNetworkRequest {
             nameserver: GATEWAY_ADDR.to_string(),
             extra_ca_pem: gateway.ca_pem().unwrap_or_default(),
@@ -52,9 +90,139 @@ impl SandboxNetwork {
         Ok(Self {
             gateway,
             env,
-            _carriers: carriers,
+            carriers: Mutex::new(Some(carriers)),
         })
     }
+
+    /// Stops carrying the guest's connections (a detached sandbox's: its
+    /// next owner carries them).
+    pub(super) fn stop(&self) {
+        let carriers = self
+            .carriers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        drop(carriers);
+    }
+
+    /// The network as an adoption record keeps it.
+    pub(super) fn record(&self) -> RecordedNetwork {
+        let options = self.gateway.options();
+        RecordedNetwork {
+            rules: self
+                .gateway
+                .policy()
+                .rules()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+            secrets: self
+                .gateway
+                .secrets()
+                .bindings()
+                .map(|(secret, placeholder)| RecordedSecret {
+                    name: secret.name().to_owned(),
+                    value: Hidden(secret.value().to_owned()),
+                    hosts: secret.bound_hosts().to_vec(),
+                    placeholder: placeholder.to_owned(),
+                })
+                .collect(),
+            ca: self.gateway.ca().map(|ca| {
+                let parts = ca.parts();
+                RecordedCa {
+                    id: parts.id,
+                    cert_pem: parts.cert_pem,
+                    key_pem: Hidden(parts.key_pem),
+                    not_after_unix_secs: crate::adopt::unix_ms(parts.not_after) / 1000,
+                }
+            }),
+            upstream_roots: options
+                .upstream_roots
+                .iter()
+                .map(|root| base64::engine::general_purpose::STANDARD.encode(root.as_ref()))
+                .collect(),
+            max_connections: options.max_connections,
+            idle_timeout_ms: ms(options.idle_timeout),
+            head_timeout_ms: ms(options.head_timeout),
+            max_header_bytes: options.max_header_bytes,
+        }
+    }
+}
+
+/// Why a recorded network could not be made again.
+fn unusable(what: String) -> Error {
+    Error::Config(format!("the adoption record's network: {what}"))
+}
+
+/// The options a recorded network describes, with `base`'s resolver (the
+/// record keeps none); the secrets come separately, with their
+/// placeholders.
+pub(super) fn recorded_options(
+    recorded: &RecordedNetwork,
+    base: Option<&NetworkOptions>,
+) -> Result<NetworkOptions> {
+    let rules = recorded
+        .rules
+        .iter()
+        .map(|rule| {
+            rule.parse::<NetRule>()
+                .map_err(|error| unusable(format!("rule {rule:?}: {error}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let upstream_roots = recorded
+        .upstream_roots
+        .iter()
+        .map(|root| {
+            base64::engine::general_purpose::STANDARD
+                .decode(root)
+                .map(CertificateDer::from)
+                .map_err(|error| unusable(format!("an upstream root: {error}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut options = base.cloned().unwrap_or_default();
+    options.policy = NetworkPolicy::from_rules(rules);
+    options.secrets = recorded_secrets(recorded)?
+        .into_iter()
+        .map(|(secret, _)| secret)
+        .collect();
+    options.upstream_roots = upstream_roots;
+    options.max_connections = recorded.max_connections;
+    options.idle_timeout = Duration::from_millis(recorded.idle_timeout_ms);
+    options.head_timeout = Duration::from_millis(recorded.head_timeout_ms);
+    options.max_header_bytes = recorded.max_header_bytes;
+    Ok(options)
+}
+
+/// The recorded secrets, each with its placeholder.
+fn recorded_secrets(recorded: &RecordedNetwork) -> Result<Vec<(Secret, String)>> {
+    recorded
+        .secrets
+        .iter()
+        .map(|kept| {
+            Secret::new(kept.name.clone(), kept.value.0.clone())
+                .map(|secret| (secret.hosts(&kept.hosts), kept.placeholder.clone()))
+                .map_err(|error| unusable(error.to_string()))
+        })
+        .collect()
+}
+
+/// The gateway of a recorded network (options from [`recorded_options`]).
+fn recorded_gateway(recorded: &RecordedNetwork, options: NetworkOptions) -> Result<Gateway> {
+    let secrets = Secrets::with_placeholders(recorded_secrets(recorded)?)
+        .map_err(|error| Error::Network(GatewayError::Secrets(error)))?;
+    let ca = match &recorded.ca {
+        Some(kept) => Some(
+            SandboxCa::from_parts(&CaParts {
+                id: kept.id.clone(),
+                cert_pem: kept.cert_pem.clone(),
+                key_pem: kept.key_pem.0.clone(),
+                not_after: from_unix_ms(kept.not_after_unix_secs.saturating_mul(1000)),
+            })
+            .map_err(|error| Error::Network(GatewayError::Ca(error)))?,
+        ),
+        None => None,
+    };
+    Ok(Gateway::with_identity(options, secrets, ca)?)
 }
 
 impl Sandbox {
@@ -68,7 +236,8 @@ impl Sandbox {
     }
 
     /// Every allowed and refused connection and DNS query so far (the
-    /// newest 4096), oldest first.
+    /// newest 4096), oldest first. An adopted sandbox's log starts at its
+    /// adoption.
     pub fn network_audit(&self) -> Result<Vec<AuditRecord>> {
         Ok(self.network_on()?.gateway.audit())
     }
@@ -79,9 +248,82 @@ impl Sandbox {
     }
 
     /// Replaces the network policy; connections already open stay open,
-    /// new ones and new DNS queries follow `policy`.
+    /// new ones and new DNS queries follow `policy`. An adoptable
+    /// sandbox's record keeps the new policy.
     pub fn set_network_policy(&self, policy: NetworkPolicy) -> Result<()> {
-        self.network_on()?.gateway.set_policy(policy);
+        let network = self.network_on()?;
+        let rules: Vec<String> = policy.rules().iter().map(ToString::to_string).collect();
+        network.gateway.set_policy(policy);
+        if let Some(keeper) = self.vm.adoption() {
+            keeper.update(|record| {
+                if let Some(recorded) = &mut record.network {
+                    recorded.rules = rules;
+                }
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recorded_network_makes_the_same_gateway_again() -> Result<()> {
+        let options = NetworkOptions::new()
+            .policy(NetworkPolicy::from_rules([
+                "api.test:443"
+                    .parse::<NetRule>()
+                    .map_err(|e| unusable(e.to_string()))?,
+                "127.0.0.1"
+                    .parse::<NetRule>()
+                    .map_err(|e| unusable(e.to_string()))?,
+                "[::1]:8080"
+                    .parse::<NetRule>()
+                    .map_err(|e| unusable(e.to_string()))?,
+            ]))
+            .secret(
+                Secret::new("API_TOKEN", "real-value")
+                    .map_err(|e| unusable(e.to_string()))?
+                    .host("api.test"),
+            )
+            .max_connections(12);
+        let mut options = options;
+        options.upstream_roots = vec![SandboxCa::generate()
+            .map_err(|e| Error::Network(GatewayError::Ca(e)))?
+            .cert_der()
+            .clone()];
+        let first = Gateway::new(options)?;
+        let network = SandboxNetwork {
+            gateway: Arc::new(first),
+            env: Vec::new(),
+            carriers: Mutex::new(None),
+        };
+        let recorded = network.record();
+        assert!(!format!("{recorded:?}").contains("real-value"));
+
+        let again = recorded_gateway(&recorded, recorded_options(&recorded, None)?)?;
+        let first = &network.gateway;
+        assert_eq!(again.policy(), first.policy());
+        assert_eq!(again.guest_env(Some("/b")), first.guest_env(Some("/b")));
+        assert_eq!(again.ca_pem(), first.ca_pem());
+        assert_eq!(again.options().max_connections, 12);
+        assert_eq!(
+            again.options().upstream_roots,
+            first.options().upstream_roots
+        );
+        let placeholder = first
+            .secrets()
+            .placeholders()
+            .into_iter()
+            .map(|(_, p)| p)
+            .next()
+            .unwrap_or_default();
+        assert_eq!(
+            again.secrets().replace_for_host("api.test", &placeholder),
+            Ok("real-value".to_owned())
+        );
         Ok(())
     }
 }

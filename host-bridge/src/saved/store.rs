@@ -143,10 +143,31 @@ impl SavedStore {
             }
             Err(source) => return Err(SavedError::Io { path, source }),
         };
-        serde_json::from_slice(&bytes).map_err(|e| SavedError::Corrupt {
-            path,
-            reason: e.to_string(),
-        })
+        let record: SavedRecord =
+            serde_json::from_slice(&bytes).map_err(|e| SavedError::Corrupt {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+        // Its snapshots and the next save are found by the record's id:
+        // one that names another sandbox would act on that one's files.
+        if record.id != id {
+            return Err(SavedError::Corrupt {
+                path,
+                reason: format!("the record names sandbox {:?}", record.id),
+            });
+        }
+        // The next save takes the number after the last and drops the
+        // oldest: out of order, it would drop the snapshot it just wrote.
+        if !record.generations.windows(2).all(|pair| pair[0] < pair[1]) {
+            return Err(SavedError::Corrupt {
+                path,
+                reason: format!(
+                    "its generations {:?} are not in increasing order",
+                    record.generations
+                ),
+            });
+        }
+        Ok(record)
     }
 
     /// Whether a sandbox `id` is saved here (with a readable record).
@@ -195,7 +216,13 @@ impl SavedStore {
             .mode(0o700)
             .create(&dir)
             .map_err(SavedError::io(&dir))?;
-        let generation = record.generations.last().map_or(1, |last| last + 1);
+        let generation = match record.generations.last() {
+            None => 1,
+            Some(last) => last.checked_add(1).ok_or_else(|| SavedError::Corrupt {
+                path: dir.join(RECORD),
+                reason: format!("generation {last} has no next one"),
+            })?,
+        };
         let writing = Writing::create(&self.snapshot_path(&record.id, generation))?;
         Ok((generation, writing))
     }
@@ -558,6 +585,52 @@ mod tests {
             assert!(matches!(store.remove(id), Err(SavedError::NotSaved { .. })));
         }
         assert!(store.list().unwrap().is_empty());
+    }
+
+    /// Found by the `saved_file` fuzz target: a record whose `id` names
+    /// another sandbox was loaded for this one, and a restore and the next
+    /// save then used that sandbox's files.
+    #[test]
+    fn a_record_naming_another_sandbox_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SavedStore::new(dir.path());
+        let mut other = record("sandbox-b");
+        save(&store, &mut other, b"b's");
+        std::fs::create_dir_all(store.sandbox_dir("sandbox-a")).unwrap();
+        std::fs::write(
+            store.sandbox_dir("sandbox-a").join(RECORD),
+            serde_json::to_vec(&other).unwrap(),
+        )
+        .unwrap();
+        let error = store.record("sandbox-a").unwrap_err();
+        assert!(
+            matches!(&error, SavedError::Corrupt { reason, .. } if reason.contains("sandbox-b")),
+            "{error}"
+        );
+        assert_eq!(store.list().unwrap(), [other]);
+    }
+
+    /// Found by the `saved_file` fuzz target: with a record's generations
+    /// out of order (`[1, 0]`), the next save wrote snapshot 1 and then
+    /// removed it as the oldest, leaving a record that names a missing file.
+    #[test]
+    fn generations_out_of_order_are_refused_and_the_last_one_has_a_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SavedStore::new(dir.path());
+        let mut saved = record("sandbox-c");
+        save(&store, &mut saved, b"one");
+        let mut shuffled = saved.clone();
+        shuffled.generations = vec![1, 0];
+        store.write_record(&shuffled).unwrap();
+        let error = store.record("sandbox-c").unwrap_err();
+        assert!(error.to_string().contains("increasing order"), "{error}");
+
+        let mut last = saved.clone();
+        last.generations = vec![u64::MAX];
+        assert!(matches!(
+            store.begin(&last),
+            Err(SavedError::Corrupt { .. })
+        ));
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! A sandbox's private state directory: sockets, console log, VMM logs.
 //!
 //! Created mode 0700 under `$AIRLOCK_STATE_DIR`, else `$XDG_RUNTIME_DIR/airlock`,
-//! else `<tmp>/airlock`, and removed when the sandbox is dropped. It records
-//! its owner (`owner.json`, see [`owner`]): the owning process and, once they
-//! run, the VMM processes, so that `gc` can find and end the sandboxes of an
-//! owner that died without cleaning up.
+//! else `<tmp>/airlock`, and removed when the sandbox is dropped (the
+//! `StateDir` guard; a detached sandbox's directory stays for its next
+//! owner, see [`crate::adopt`]). It records its owner (`owner.json`, see
+//! [`owner`]): the owning process and, once they run, the VMM processes, so
+//! that `gc` can find and end the sandboxes of an owner that died without
+//! cleaning up. An adoptable sandbox also keeps `adopt.json` there.
 //!
 //! When the VMM runs as another (unprivileged) user, the directory is shared
 //! with that user's group: owned by the caller, group-writable and sticky
@@ -14,8 +16,7 @@
 pub mod owner;
 
 use std::path::{Path, PathBuf};
-
-use tempfile::TempDir;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{Error, Result};
 use owner::{OwnerRecord, ProcessId};
@@ -37,21 +38,64 @@ pub fn default_base() -> PathBuf {
     }
 }
 
+/// A sandbox's state directory, removed (with everything in it) when
+/// dropped, unless [`keep`](StateDir::keep) was called.
+#[derive(Debug)]
+pub(crate) struct StateDir {
+    path: PathBuf,
+    keep: AtomicBool,
+}
+
+impl StateDir {
+    /// The existing directory `path` (an adopted sandbox's), from now on
+    /// removed when dropped like one created here.
+    pub fn existing(path: PathBuf) -> Self {
+        StateDir {
+            path,
+            keep: AtomicBool::new(false),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// With `keep`, leaves the directory in place when dropped: a detached
+    /// sandbox's, for the process that adopts it (or one being adopted,
+    /// until the adoption succeeds).
+    pub fn keep(&self, keep: bool) {
+        self.keep.store(keep, Ordering::SeqCst);
+    }
+}
+
+impl Drop for StateDir {
+    fn drop(&mut self) {
+        if self.keep.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Err(error) = std::fs::remove_dir_all(&self.path) {
+            if error.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(dir = %self.path.display(), %error, "cannot remove a state directory");
+            }
+        }
+    }
+}
+
 /// Creates a fresh private directory under `base`, recording the calling
 /// process as its owner.
-pub(crate) fn create(base: &Path) -> Result<TempDir> {
+pub(crate) fn create(base: &Path) -> Result<StateDir> {
     make(base, DIR_PREFIX, true)
 }
 
 /// Creates the private directory `base/name` (a sandbox restored under
 /// its id), which must not exist yet, recording the calling process as its
 /// owner.
-pub(crate) fn create_named(base: &Path, name: &str) -> Result<TempDir> {
+pub(crate) fn create_named(base: &Path, name: &str) -> Result<StateDir> {
     make(base, name, false)
 }
 
 /// `base/<prefix><random>`, or exactly `base/<prefix>` without `random`.
-fn make(base: &Path, prefix: &str, random: bool) -> Result<TempDir> {
+fn make(base: &Path, prefix: &str, random: bool) -> Result<StateDir> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     let fail = |source| Error::StateDir {
         base: base.to_owned(),
@@ -73,13 +117,21 @@ fn make(base: &Path, prefix: &str, random: bool) -> Result<TempDir> {
     OwnerRecord::for_current_process()
         .and_then(|record| record.write(dir.path()))
         .map_err(fail)?;
-    Ok(dir)
+    Ok(StateDir::existing(dir.keep()))
 }
 
 /// Adds a started VMM process to `dir`'s owner record.
 pub(crate) fn record_vmm_process(dir: &Path, process: ProcessId) -> std::io::Result<()> {
     let mut record = OwnerRecord::read(dir).map_err(std::io::Error::other)?;
     record.vmm.push(process);
+    record.write(dir)
+}
+
+/// Marks `dir`'s owner record detached: the owner let the sandbox go on
+/// purpose, for a new owner to adopt.
+pub(crate) fn detach_owner(dir: &Path) -> std::io::Result<()> {
+    let mut record = OwnerRecord::read(dir).map_err(std::io::Error::other)?;
+    record.detached = true;
     record.write(dir)
 }
 
@@ -113,6 +165,18 @@ mod tests {
         assert!(record.owner.is_running());
         assert!(record.vmm.is_empty());
         drop(dir);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_kept_directory_stays() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = create(base.path()).unwrap();
+        let path = dir.path().to_owned();
+        dir.keep(true);
+        drop(dir);
+        assert!(path.join(owner::OWNER_FILE).is_file());
+        drop(StateDir::existing(path.clone()));
         assert!(!path.exists());
     }
 

@@ -46,6 +46,13 @@ impl ProcessId {
     pub fn is_running(&self) -> bool {
         read_stat(self.pid).is_some_and(|stat| !stat.dead && stat.start_time == self.start_time)
     }
+
+    /// Whether this very process runs and is stopped (SIGSTOP: a paused
+    /// sandbox's VMM).
+    pub fn is_stopped(&self) -> bool {
+        read_stat(self.pid)
+            .is_some_and(|stat| !stat.dead && stat.stopped && stat.start_time == self.start_time)
+    }
 }
 
 /// What a state directory records about its owner and its VMM processes.
@@ -63,6 +70,11 @@ pub struct OwnerRecord {
     /// QEMU and its device processes, added as they start.
     #[serde(default)]
     pub vmm: Vec<ProcessId>,
+    /// Set when the owner let the sandbox go on purpose
+    /// ([`Sandbox::detach`](crate::Sandbox::detach)): the sandbox is then
+    /// an orphan whether the owner still runs or not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub detached: bool,
 }
 
 impl OwnerRecord {
@@ -76,6 +88,7 @@ impl OwnerRecord {
             pid_namespace: pid_namespace(),
             owner,
             vmm: Vec::new(),
+            detached: false,
         })
     }
 
@@ -111,6 +124,12 @@ impl OwnerRecord {
         file.persist(dir.join(OWNER_FILE))
             .map_err(|error| error.error)?;
         Ok(())
+    }
+
+    /// Whether the sandbox has an owner that holds it: the recorded owner
+    /// still runs and has not detached it.
+    pub fn is_held(&self) -> bool {
+        !self.detached && self.owner.is_running()
     }
 
     /// Whether pids in this record can be checked from this process: same
@@ -171,6 +190,8 @@ struct Stat {
     start_time: u64,
     /// Zombie or dead: no longer runs, only waits to be reaped.
     dead: bool,
+    /// Stopped by a signal (SIGSTOP) or by a tracer.
+    stopped: bool,
 }
 
 fn read_stat(pid: u32) -> Option<Stat> {
@@ -188,6 +209,7 @@ fn parse_stat(stat: &str) -> Option<Stat> {
     Some(Stat {
         start_time,
         dead: matches!(state, "Z" | "X" | "x"),
+        stopped: matches!(state, "T" | "t"),
     })
 }
 
@@ -219,11 +241,14 @@ mod tests {
             parse_stat(line),
             Some(Stat {
                 start_time: 123456,
-                dead: false
+                dead: false,
+                stopped: false,
             })
         );
         let zombie = line.replace(") S ", ") Z ");
         assert!(parse_stat(&zombie).is_some_and(|stat| stat.dead));
+        let stopped = line.replace(") S ", ") T ");
+        assert!(parse_stat(&stopped).is_some_and(|stat| stat.stopped && !stat.dead));
         assert_eq!(parse_stat("42 (x) S 1"), None);
     }
 

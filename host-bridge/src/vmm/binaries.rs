@@ -28,6 +28,14 @@ pub(crate) const VHOST_DEVICE_VSOCK: Program = Program {
     install_hint: "run scripts/setup, which builds vhost-device-vsock 0.3.0 with Airlock's patch",
 };
 
+/// util-linux's `setsid`: starts the VMM processes in a session of their
+/// own (see `child::command`).
+pub(crate) const SETSID: Program = Program {
+    name: "setsid",
+    env: "AIRLOCK_SETSID",
+    install_hint: "install Debian's util-linux",
+};
+
 impl Program {
     /// The program's path: `$ENV` if set, else the first match in `PATH`,
     /// else cargo's bin directory (where `cargo install` puts it).

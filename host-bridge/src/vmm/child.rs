@@ -1,17 +1,24 @@
 //! Spawning, recording and reaping the processes a backend runs.
+//!
+//! Each VMM process starts in a session of its own (through util-linux's
+//! `setsid`, which execs the program in the same process; the library has
+//! no unsafe code for a `pre_exec`). A process group of its own is not
+//! enough once the sandbox must outlive its owner: when the owner dies,
+//! the kernel sends SIGHUP and SIGCONT to a process group of the owner's
+//! session that it leaves orphaned with a stopped member, so a paused
+//! (SIGSTOPped) QEMU would end ("terminating on signal 1"). A group in
+//! another session is never orphaned that way. Without `setsid` on the
+//! host the process gets a process group of its own, as before, and a
+//! paused sandbox ends with its owner.
 
 use std::fs::File;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::OnceLock;
 
 use super::VmmError;
 use crate::state_dir::{self, owner::ProcessId};
-
-pub(super) fn lock(child: &Mutex<Child>) -> MutexGuard<'_, Child> {
-    child.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// Adds a just-started VMM process to the owner record.
 pub(super) fn record(dir: &Path, child: &Child) -> Result<(), VmmError> {
@@ -27,6 +34,46 @@ pub(super) fn record(dir: &Path, child: &Child) -> Result<(), VmmError> {
     state_dir::record_vmm_process(dir, process).map_err(fail)
 }
 
+/// The command that starts `program` in a session of its own (see the
+/// module docs); add its arguments and credentials, then [`spawn`] it.
+pub(super) fn command(program: &Path) -> Command {
+    match setsid() {
+        Some(setsid) => {
+            let mut cmd = Command::new(setsid);
+            cmd.arg(program);
+            cmd
+        }
+        None => {
+            let mut cmd = Command::new(program);
+            // Its own process group: a Ctrl-C at the user's terminal
+            // reaches the embedding program, which then tears the VM down
+            // in order.
+            cmd.process_group(0);
+            cmd
+        }
+    }
+}
+
+/// `setsid`, looked up once.
+fn setsid() -> Option<&'static PathBuf> {
+    static SETSID: OnceLock<Option<PathBuf>> = OnceLock::new();
+    SETSID
+        .get_or_init(|| match super::binaries::SETSID.locate() {
+            Ok(path) => Some(path),
+            Err(error) => {
+                tracing::warn!(
+                    %error,
+                    "VMM processes get no session of their own: a paused sandbox's VM ends \
+                     with its owner"
+                );
+                None
+            }
+        })
+        .as_ref()
+}
+
+/// Starts `cmd` (made by [`command`] for `program`) with its output in
+/// `log`.
 pub(super) fn spawn(cmd: &mut Command, program: &Path, log: &Path) -> Result<Child, VmmError> {
     let log_file = |path: &Path| {
         File::create(path).map_err(|source| VmmError::LogFile {
@@ -42,9 +89,6 @@ pub(super) fn spawn(cmd: &mut Command, program: &Path, log: &Path) -> Result<Chi
     cmd.stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
-        // Its own process group: a Ctrl-C at the user's terminal reaches the
-        // embedding program, which then tears the VM down in order.
-        .process_group(0)
         .spawn()
         .map_err(|source| VmmError::Spawn {
             program: program.to_owned(),

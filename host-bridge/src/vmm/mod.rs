@@ -26,6 +26,8 @@
 //! - `process`: [`ProcessVm`].
 //! - `child`, `cpu_time`, `log_file`: spawning and reaping processes,
 //!   reading their CPU time, bounding and tailing their logs.
+//! - `handle`: [`VmmProcess`], a VMM process that is our child or one
+//!   adopted from an owner that died (see `crate::adopt`).
 //!
 //! Each process is added to the state directory's owner record as soon as
 //! it runs, so `gc` can end it if the owner dies without doing so.
@@ -33,6 +35,7 @@
 mod binaries;
 mod child;
 mod cpu_time;
+mod handle;
 mod log_file;
 mod process;
 mod qemu;
@@ -42,13 +45,13 @@ pub(crate) mod snapshot;
 mod user;
 
 use std::path::PathBuf;
-use std::process::ExitStatus;
 use std::time::Duration;
 
 use tokio::net::UnixListener;
 
 use crate::transport::AgentTransport;
 
+pub(crate) use handle::{Exited, VmmProcess};
 pub(crate) use process::ProcessVm;
 pub(crate) use qemu::{
     cpu_model, guest_disk_device, AgentPort, Disk, GuestMemory, QemuConfig, SerialPort,
@@ -92,6 +95,8 @@ pub enum VmmError {
     Version { program: PathBuf, output: String },
     #[error("cannot signal QEMU")]
     Signal(#[source] nix::Error),
+    #[error("cannot take over the VMM process")]
+    Adopt(#[source] std::io::Error),
     #[error("waiting for a VMM process")]
     Wait(#[source] std::io::Error),
     #[error("running the VMM as uid {uid} needs root; use VmmUser::Caller")]
@@ -259,9 +264,8 @@ impl Backend {
         }
     }
 
-    /// The exit status of the VMM (or agent process) if it has exited,
-    /// without blocking.
-    pub fn try_exit(&mut self) -> Result<Option<ExitStatus>, VmmError> {
+    /// How the VMM (or agent process) ended, if it has, without blocking.
+    pub fn try_exit(&mut self) -> Result<Option<Exited>, VmmError> {
         match self {
             Backend::Qemu(vm) => vm.try_exit(),
             Backend::Process(vm) => vm.try_exit(),
@@ -281,6 +285,33 @@ impl Backend {
         match self {
             Backend::Qemu(vm) => vm.kill(),
             Backend::Process(vm) => vm.kill(),
+        }
+    }
+
+    /// With `leave`, the processes run on whatever happens to this value:
+    /// [`kill`](Backend::kill) and dropping it leave them alone (a detached
+    /// sandbox's, for the process that adopts it).
+    pub fn leave(&mut self, leave: bool) {
+        match self {
+            Backend::Qemu(vm) => vm.leave(leave),
+            Backend::Process(vm) => vm.leave(leave),
+        }
+    }
+
+    /// The main process's identity (pid and start time), while it runs:
+    /// what an adoption record names.
+    pub fn identity(&self) -> Option<crate::state_dir::owner::ProcessId> {
+        match self {
+            Backend::Qemu(vm) => vm.identity(),
+            Backend::Process(vm) => vm.identity(),
+        }
+    }
+
+    /// Whether the guest is frozen (its main process stopped by SIGSTOP).
+    pub fn is_frozen(&self) -> bool {
+        match self {
+            Backend::Qemu(vm) => vm.is_frozen(),
+            Backend::Process(vm) => vm.is_frozen(),
         }
     }
 

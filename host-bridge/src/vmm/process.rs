@@ -7,25 +7,32 @@
 //! ceiling, idle policy, the unresponsive-agent watchdog, reconnects) can be
 //! tested in milliseconds; freezing it stops the agent and its programs
 //! with SIGSTOP, as freezing QEMU stops the guest.
+//!
+//! The agent is in a process group of its own, so it outlives an owner
+//! killed with SIGKILL just as QEMU does, and [`ProcessVm::adopt`] takes it
+//! over: adoption can be tested without a VM too.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::child::{kill_and_reap, record, spawn};
+use super::child::{command, kill_and_reap, record, spawn};
+use super::handle::{Exited, VmmProcess};
 use super::log_file::tail;
 use super::{cpu_time, VmmError};
+use crate::state_dir::owner::ProcessId;
 use crate::transport::AgentTransport;
 
 /// The agent, running as a process.
 #[derive(Debug)]
 pub(crate) struct ProcessVm {
-    child: Child,
+    child: VmmProcess,
     socket: PathBuf,
     log: PathBuf,
-    exit: Option<ExitStatus>,
+    exit: Option<Exited>,
+    /// Whether dropping this value leaves the agent running.
+    leave: bool,
 }
 
 impl ProcessVm {
@@ -34,7 +41,7 @@ impl ProcessVm {
     pub fn start(agent: &Path, dir: &Path) -> Result<Self, VmmError> {
         let socket = dir.join("agent.sock");
         let log = dir.join("agent.log");
-        let mut cmd = Command::new(agent);
+        let mut cmd = command(agent);
         cmd.arg("--listen")
             .arg(format!("unix:{}", socket.display()));
         let mut child = spawn(&mut cmd, agent, &log)?;
@@ -44,11 +51,40 @@ impl ProcessVm {
         }
         tracing::debug!(pid = child.id(), agent = %agent.display(), "agent process started");
         Ok(ProcessVm {
-            child,
+            child: VmmProcess::Child(child),
             socket,
             log,
             exit: None,
+            leave: false,
         })
+    }
+
+    /// Takes over the running agent `agent` serving in the state directory
+    /// `dir`. Fails if that process no longer runs.
+    pub fn adopt(dir: &Path, agent: ProcessId) -> Result<Self, VmmError> {
+        Ok(ProcessVm {
+            child: VmmProcess::adopt(agent)?,
+            socket: dir.join("agent.sock"),
+            log: dir.join("agent.log"),
+            exit: None,
+            leave: false,
+        })
+    }
+
+    /// With `leave`, the agent runs on: [`kill`](ProcessVm::kill) and drop
+    /// leave it alone.
+    pub fn leave(&mut self, leave: bool) {
+        self.leave = leave;
+    }
+
+    /// The agent's identity (pid and start time), while it runs.
+    pub fn identity(&self) -> Option<ProcessId> {
+        self.child.identity()
+    }
+
+    /// Whether the agent is stopped (frozen with SIGSTOP).
+    pub fn is_frozen(&self) -> bool {
+        self.child.is_stopped()
     }
 
     pub fn transport(&self) -> AgentTransport {
@@ -59,9 +95,9 @@ impl ProcessVm {
         self.child.id()
     }
 
-    pub fn try_exit(&mut self) -> Result<Option<ExitStatus>, VmmError> {
+    pub fn try_exit(&mut self) -> Result<Option<Exited>, VmmError> {
         if self.exit.is_none() {
-            self.exit = self.child.try_wait().map_err(VmmError::Wait)?;
+            self.exit = self.child.try_exit()?;
         }
         Ok(self.exit)
     }
@@ -77,7 +113,7 @@ impl ProcessVm {
             Signal::SIGCONT
         };
         // The agent first, so it starts no program meanwhile.
-        signal(self.pid(), sent)?;
+        self.child.signal(sent)?;
         for pid in descendants(self.pid()) {
             // A program may have ended in between.
             let _ = signal(pid, sent);
@@ -85,15 +121,19 @@ impl ProcessVm {
         Ok(())
     }
 
-    /// Kills the agent and the programs it runs, and reaps the agent.
+    /// Kills the agent and the programs it runs, and reaps the agent
+    /// (unless told to leave them).
     pub fn kill(&mut self) {
+        if self.leave {
+            return;
+        }
         if self.exit.is_none() {
             let programs = descendants(self.pid());
-            kill_and_reap(&mut self.child);
+            self.child.kill();
             for pid in programs {
                 let _ = signal(pid, Signal::SIGKILL);
             }
-            self.exit = self.child.try_wait().ok().flatten();
+            self.exit = self.child.try_exit().ok().flatten();
         }
     }
 
@@ -157,6 +197,7 @@ fn descendants(root: u32) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
 
     #[test]
     fn descendants_follow_parents() {

@@ -10,27 +10,34 @@
 //! ([`QemuVm::take_ready_listener`]), starts the vsock device and waits for
 //! its vhost-user socket; the host then reaches the guest through the
 //! device's hybrid-vsock Unix socket. Every process is killed when the
-//! `QemuVm` is dropped.
+//! `QemuVm` is dropped, unless it was told to [`leave`](QemuVm::leave) them
+//! running (a detached sandbox's).
+//!
+//! [`QemuVm::adopt`] takes over the QEMU of a sandbox whose owner died
+//! (see `crate::adopt`): not our child, so it is held as an adopted
+//! [`VmmProcess`]; only the serial channel can be adopted (a vsock device
+//! would be one more orphan to take over, for a channel kept only for
+//! VMMs without snapshots).
 //!
 //! What only QEMU knows lives here too: which of its threads are vCPUs
 //! (guest CPU time), QMP `quit` for a graceful end, and the guest's names
 //! for the disks (`/dev/vda`, `/dev/vdb`, ...).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus};
-use std::sync::{Arc, Mutex};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use std::os::unix::process::CommandExt;
 
 use tokio::net::UnixListener;
 
-use super::child::{kill_and_reap, lock, record, spawn};
+use super::child::{command, kill_and_reap, record, spawn};
+use super::handle::{Exited, VmmProcess};
 use super::log_file::{self, tail};
 use super::qemu::{AgentPort, GuestMemory, QemuConfig};
 use super::user::{Access, Credentials};
 use super::{binaries, cpu_time, VmmError, VmmUser};
-use crate::state_dir;
+use crate::state_dir::{self, owner::ProcessId};
 use crate::transport::AgentTransport;
 use crate::Accel;
 
@@ -79,10 +86,12 @@ impl VmPaths {
 /// agent's channel is vsock.
 #[derive(Debug)]
 pub(crate) struct QemuVm {
-    qemu: Arc<Mutex<Child>>,
+    qemu: VmmProcess,
     device: Option<Child>,
     paths: VmPaths,
-    qemu_exit: Option<ExitStatus>,
+    qemu_exit: Option<Exited>,
+    /// Whether dropping this value leaves the processes running.
+    leave: bool,
     ready: Option<UnixListener>,
     /// Whether the agent serves on the virtio-serial port.
     serial: bool,
@@ -131,7 +140,7 @@ impl QemuVm {
             None => (None, None),
         };
 
-        let mut qemu_cmd = Command::new(&qemu_program);
+        let mut qemu_cmd = command(&qemu_program);
         qemu_cmd.args(config.args());
         run_as(&mut qemu_cmd, credentials);
         tracing::debug!(command = ?qemu_cmd, "starting qemu");
@@ -148,14 +157,47 @@ impl QemuVm {
             return Err(error);
         }
         Ok(QemuVm {
-            qemu: Arc::new(Mutex::new(qemu)),
+            qemu: VmmProcess::Child(qemu),
             device,
             serial: matches!(config.agent_port, AgentPort::Serial(_)),
             paths,
             qemu_exit: None,
+            leave: false,
             ready,
             agent_port,
         })
+    }
+
+    /// Takes over the running QEMU `qemu` of a sandbox in `paths` whose
+    /// agent serves on the virtio-serial port. Fails if that process no
+    /// longer runs.
+    pub fn adopt(paths: VmPaths, qemu: ProcessId, agent_port: u32) -> Result<Self, VmmError> {
+        Ok(QemuVm {
+            qemu: VmmProcess::adopt(qemu)?,
+            device: None,
+            serial: true,
+            paths,
+            qemu_exit: None,
+            leave: false,
+            ready: None,
+            agent_port,
+        })
+    }
+
+    /// With `leave`, QEMU runs on: [`kill`](QemuVm::kill) and drop leave
+    /// it alone.
+    pub fn leave(&mut self, leave: bool) {
+        self.leave = leave;
+    }
+
+    /// QEMU's identity (pid and start time), while it runs.
+    pub fn identity(&self) -> Option<ProcessId> {
+        self.qemu.identity()
+    }
+
+    /// Whether QEMU is stopped (frozen with SIGSTOP).
+    pub fn is_frozen(&self) -> bool {
+        self.qemu.is_stopped()
     }
 
     /// The listener on which the agent announces that it serves (see
@@ -206,7 +248,7 @@ impl QemuVm {
 
     /// QEMU's process id.
     pub fn qemu_pid(&self) -> u32 {
-        lock(&self.qemu).id()
+        self.qemu.id()
     }
 
     /// How the host reaches the agent.
@@ -235,10 +277,10 @@ impl QemuVm {
         &self.paths.qmp_socket
     }
 
-    /// QEMU's exit status if it has exited, without blocking.
-    pub fn try_exit(&mut self) -> Result<Option<ExitStatus>, VmmError> {
+    /// How QEMU ended, if it has, without blocking.
+    pub fn try_exit(&mut self) -> Result<Option<Exited>, VmmError> {
         if self.qemu_exit.is_none() {
-            self.qemu_exit = lock(&self.qemu).try_wait().map_err(VmmError::Wait)?;
+            self.qemu_exit = self.qemu.try_exit()?;
         }
         Ok(self.qemu_exit)
     }
@@ -262,20 +304,17 @@ impl QemuVm {
     /// vring stop/start a QMP `stop` puts the vhost-user vsock device
     /// through (which vhost-device-vsock 0.3 does not always survive).
     pub fn freeze(&mut self, frozen: bool) -> Result<(), VmmError> {
-        use nix::sys::signal::{kill, Signal};
+        use nix::sys::signal::Signal;
         if self.try_exit()?.is_some() {
             return Err(VmmError::Exited);
         }
-        let pid = nix::unistd::Pid::from_raw(
-            i32::try_from(lock(&self.qemu).id()).map_err(|_| VmmError::Exited)?,
-        );
         let signal = if frozen {
             Signal::SIGSTOP
         } else {
             Signal::SIGCONT
         };
-        // The child is not reaped (try_exit said so), so the pid is still ours.
-        kill(pid, signal).map_err(VmmError::Signal)
+        // Not reaped (try_exit said so), so the process is still QEMU.
+        self.qemu.signal(signal)
     }
 
     /// The last `max_bytes` of the guest console plus QEMU's own stderr,
@@ -290,12 +329,15 @@ impl QemuVm {
         text
     }
 
-    /// Kills both processes and reaps them. Idempotent.
+    /// Kills both processes and reaps them (unless told to leave them).
+    /// Idempotent.
     pub fn kill(&mut self) {
+        if self.leave {
+            return;
+        }
         if self.qemu_exit.is_none() {
-            let mut qemu = lock(&self.qemu);
-            kill_and_reap(&mut qemu);
-            self.qemu_exit = qemu.try_wait().ok().flatten();
+            self.qemu.kill();
+            self.qemu_exit = self.qemu.try_exit().ok().flatten();
         }
         self.device.iter_mut().for_each(kill_and_reap);
     }
@@ -390,7 +432,7 @@ async fn start_device(
     paths: &VmPaths,
     credentials: Option<Credentials>,
 ) -> Result<Child, VmmError> {
-    let mut device_cmd = Command::new(program);
+    let mut device_cmd = command(program);
     device_cmd.arg("--vm").arg(format!(
         "guest-cid={GUEST_CID},socket={},uds-path={}",
         paths.vhost_user_socket.display(),

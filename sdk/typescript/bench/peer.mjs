@@ -3,14 +3,17 @@
 // the same server and pool, interleaved with the library's and the Rust
 // client's. One request per stdin line, one JSON answer per stdout line:
 //
-//   create-echo CONN          Sandbox.create() (the default configuration:
-//                             the server's pool) to the first stdout chunk
-//                             of commands.run("echo ready"); answers
-//                             {"ms": N, "origin": "pool"}, the sandbox killed
-//   exec CONN SANDBOX_ID N    N sequential commands.run("true") (which is
-//                             /bin/sh -c true) round trips, start to exit, on
-//                             that sandbox; answers {"ms": [N values]}
+//   create-echo CONN      Sandbox.create() (the default configuration:
+//                         the server's pool) to the first stdout chunk of
+//                         commands.run("echo ready"); answers
+//                         {"ms": N, "origin": "pool"}, the sandbox killed
+//   exec CONN SANDBOX_ID  one commands.run("true") (which is /bin/sh -c
+//                         true) on that sandbox, start to exit; {"ms": N}
+//   get CONN SANDBOX_ID   one getInfo() of that sandbox (Sandboxes.Get,
+//                         answered without the guest); {"ms": N}
 //
+// Each is timed here. The connection of each CONN, and a handle per
+// sandbox, are kept across requests, as a program using the SDK keeps them.
 // CONN is "unix" (Node's entry, gRPC over HTTP/2 on AIRLOCK_BENCH_SOCKET),
 // "tls" (Node's entry, gRPC over HTTP/2 with TLS and a key:
 // AIRLOCK_BENCH_HOST, AIRLOCK_BENCH_KEY, AIRLOCK_BENCH_CA) or "web" (the web
@@ -65,16 +68,30 @@ async function createEcho(kind) {
   return { ms, origin };
 }
 
-async function exec(kind, sandboxId, n) {
-  const [sdk, opts] = connection(kind);
-  const sandbox = await sdk.Sandbox.connect(sandboxId, opts);
-  const times = [];
-  for (let i = 0; i < n; i++) {
-    const began = performance.now();
-    await sandbox.commands.run("true");
-    times.push(performance.now() - began);
+/** Handles of sandboxes by connection kind and id, connected once. */
+const handles = new Map();
+
+async function handle(kind, sandboxId) {
+  const key = `${kind} ${sandboxId}`;
+  if (!handles.has(key)) {
+    const [sdk, opts] = connection(kind);
+    handles.set(key, await sdk.Sandbox.connect(sandboxId, opts));
   }
-  return { ms: times };
+  return handles.get(key);
+}
+
+async function exec(kind, sandboxId) {
+  const sandbox = await handle(kind, sandboxId);
+  const began = performance.now();
+  await sandbox.commands.run("true");
+  return { ms: performance.now() - began };
+}
+
+async function get(kind, sandboxId) {
+  const sandbox = await handle(kind, sandboxId);
+  const began = performance.now();
+  await sandbox.getInfo();
+  return { ms: performance.now() - began };
 }
 
 for await (const line of createInterface({ input: process.stdin })) {
@@ -84,7 +101,9 @@ for await (const line of createInterface({ input: process.stdin })) {
     if (verb === "create-echo") {
       answer = await createEcho(args[0]);
     } else if (verb === "exec") {
-      answer = await exec(args[0], args[1], Number(args[2]));
+      answer = await exec(args[0], args[1]);
+    } else if (verb === "get") {
+      answer = await get(args[0], args[1]);
     } else {
       answer = { error: `no request ${verb}` };
     }

@@ -4,9 +4,11 @@
 //! on it, and round trips and throughput measured through QEMU's socket
 //! for the port: the same path as the agent's channel, minus the agent.
 //! Also the pseudo-random file contents and the percentile and millisecond
-//! helpers the benchmarks use; starts from a warm pool (`pool`); and SDKs
-//! driven as peers of the API benchmark (`sdk`).
+//! helpers the benchmarks use; starts from a warm pool (`pool`); the API
+//! benchmark's other clients (`clients`) and SDKs driven as its peers over
+//! a line protocol (`sdk`).
 
+pub mod clients;
 pub mod pool;
 pub mod sdk;
 
@@ -127,19 +129,11 @@ pub fn pseudo_random(len: usize) -> Vec<u8> {
     out
 }
 
-/// The program the start benchmarks wait for.
-pub const ECHO: [&str; 2] = ["echo", "ready"];
-
 /// Runs `echo ready` to its end; returns when its first output came (what
 /// a user waits for after a start or a resume).
 pub async fn first_echo(sandbox: &Sandbox) -> Instant {
-    first_output(sandbox, &ECHO).await
-}
-
-/// Runs `argv` to its end; returns when its first output came.
-pub async fn first_output(sandbox: &Sandbox, argv: &[&str]) -> Instant {
     let mut execution = sandbox
-        .exec(Command::new(argv[0]).args(argv[1..].iter().copied()))
+        .exec(Command::new("echo").arg("ready"))
         .await
         .expect("exec echo");
     let mut first = None;

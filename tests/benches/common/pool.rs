@@ -1,13 +1,12 @@
 //! Starts from a manager's warm pool, as the clone and API benchmarks time
 //! them: from `start_pooled()` to its return and to the first stdout chunk
-//! of `echo` (or another program), each take once the pool (of one) has
-//! refilled.
+//! of `echo`, each take once the pool (of one) has refilled.
 
 use std::time::{Duration, Instant};
 
 use airlock::{SandboxBuilder, Sandboxes};
 
-use super::{first_output, ECHO};
+use super::first_echo;
 
 /// Starts from a pool, sorted.
 pub struct PooledTimes {
@@ -21,16 +20,6 @@ pub struct PooledTimes {
 /// the pool has refilled and its member has waited `frozen` more; each
 /// sandbox is killed after its `echo`.
 pub async fn pooled_starts(n: usize, frozen: Duration, builder: SandboxBuilder) -> PooledTimes {
-    pooled_starts_running(n, frozen, builder, &ECHO).await
-}
-
-/// [`pooled_starts`] timed to the first output of `argv` instead of `echo`.
-pub async fn pooled_starts_running(
-    n: usize,
-    frozen: Duration,
-    builder: SandboxBuilder,
-    argv: &[&str],
-) -> PooledTimes {
     let manager = Sandboxes::with_pool(2, builder, 1).expect("pool");
     let mut times = PooledTimes {
         returned: Vec::with_capacity(n),
@@ -42,7 +31,7 @@ pub async fn pooled_starts_running(
         let began = Instant::now();
         let sandbox = manager.start_pooled().await.expect("start from the pool");
         let returned = Instant::now();
-        let first = first_output(&sandbox, argv).await;
+        let first = first_echo(&sandbox).await;
         assert_eq!(sandbox.id(), member, "not a pool member");
         times.returned.push(returned - began);
         times.echoed.push(first - began);

@@ -6,9 +6,13 @@
 //!
 //! - `create-echo CONN`: create (the default configuration, from the pool)
 //!   to the first stdout chunk of `echo ready`; `{"ms": N, "origin": ...}`;
-//! - `exec CONN SANDBOX_ID N`: N sequential round trips of the SDK's
-//!   command call running `true` (`/bin/sh -c true`); `{"ms": [...]}`;
+//! - `exec CONN SANDBOX_ID`: one round trip of the SDK's command call
+//!   running `true` (`/bin/sh -c true`), start to exit; `{"ms": N}`;
+//! - `get CONN SANDBOX_ID`: the SDK's call of `Sandboxes.Get` (which the
+//!   server answers without the guest); `{"ms": N}`;
 //!
+//! each timed in the peer, on a connection it keeps per `CONN` (and a
+//! sandbox handle per id), as a program using the SDK would;
 //! a failure answers `{"error": "..."}`. `CONN` names how the SDK reaches
 //! the server (`unix`, `tls`, `web`); the peer reads the server's socket,
 //! address, key and CA from `AIRLOCK_BENCH_*` variables.
@@ -100,15 +104,14 @@ impl SdkPeer {
         millis(&answer["ms"])
     }
 
-    /// `n` sequential command round trips on `sandbox`.
-    pub async fn exec(&mut self, conn: &str, sandbox: &str, n: usize) -> Vec<Duration> {
-        let answer = self.ask(&format!("exec {conn} {sandbox} {n}")).await;
-        answer["ms"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{}: no times in {answer}", self.name))
-            .iter()
-            .map(millis)
-            .collect()
+    /// One command round trip on `sandbox`.
+    pub async fn exec(&mut self, conn: &str, sandbox: &str) -> Duration {
+        millis(&self.ask(&format!("exec {conn} {sandbox}")).await["ms"])
+    }
+
+    /// One `Sandboxes.Get` of `sandbox`.
+    pub async fn get(&mut self, conn: &str, sandbox: &str) -> Duration {
+        millis(&self.ask(&format!("get {conn} {sandbox}")).await["ms"])
     }
 }
 

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 /// The resolver configuration programs read.
 pub const RESOLV_CONF: &str = "/etc/resolv.conf";
-/// Where the image's roots usually are (Debian, Ubuntu, Alpine).
-pub const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// Where the image's roots usually are (Debian, Ubuntu, Alpine), and
+/// where `System.TrustRoots` puts them ([`crate::trust`]).
+pub use airlock_proto::contract::trust::SYSTEM_BUNDLE;
 /// The bundle the agent writes: the image's roots and the host's CA.
 pub const AGENT_BUNDLE: &str = "/etc/airlock/ca-bundle.pem";
 

@@ -8,7 +8,8 @@
 //! to the host over a [`carrier`], a `Carry` call the host opened ahead of
 //! time. The agent decides nothing about where a connection may go: the
 //! host does, and a root program in the guest that rewrites the rules or
-//! routes only loses its way to the agent.
+//! routes only loses its way to the agent. What the host says of each
+//! refusal goes into the guest's [`refusals`] log.
 
 pub mod carrier;
 pub mod dns;
@@ -16,12 +17,11 @@ pub mod files;
 pub mod link;
 pub mod netlink;
 pub mod nftables;
+pub mod refusals;
 pub mod tcp;
 
 use std::net::{Ipv4Addr, SocketAddr};
-#[cfg(test)]
-use std::path::Path;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use airlock_proto::v1::{
@@ -32,6 +32,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use carrier::{Carrier, CarrierError, Carriers, TO_HOST_DEPTH};
+use refusals::RefusalLog;
 
 /// Turning the network on failed.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +86,7 @@ pub struct NetworkService {
     root: PathBuf,
     carriers: Arc<Carriers>,
     listening: Arc<OnceCell<()>>,
+    refusals: Arc<RefusalLog>,
 }
 
 impl NetworkService {
@@ -96,6 +98,7 @@ impl NetworkService {
             root: PathBuf::from("/"),
             carriers: Arc::default(),
             listening: Arc::default(),
+            refusals: Arc::new(RefusalLog::new(Path::new("/"))),
         }
     }
 
@@ -144,8 +147,16 @@ impl NetworkService {
                 addr: dns_addr,
                 source,
             })?;
-        tokio::spawn(tcp::serve(listener, self.carriers.clone()));
-        tokio::spawn(dns::serve(socket, self.carriers.clone()));
+        tokio::spawn(tcp::serve(
+            listener,
+            self.carriers.clone(),
+            self.refusals.clone(),
+        ));
+        tokio::spawn(dns::serve(
+            socket,
+            self.carriers.clone(),
+            self.refusals.clone(),
+        ));
         Ok(())
     }
 
@@ -153,6 +164,7 @@ impl NetworkService {
     #[cfg(test)]
     fn with_root(mut self, root: &Path) -> Self {
         self.root = root.to_owned();
+        self.refusals = Arc::new(RefusalLog::new(root));
         self
     }
 }

@@ -1,7 +1,8 @@
 //! Guest connections: the listener the redirect sends every outgoing TCP
 //! connection to, and the pump that carries one connection's bytes both
 //! ways over a [`Carrier`]. The original destination comes from conntrack
-//! (`SO_ORIGINAL_DST`); the host decides everything about it.
+//! (`SO_ORIGINAL_DST`); the host decides everything about it, and what it
+//! says of a refusal goes into the [`RefusalLog`].
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
@@ -14,6 +15,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::carrier::{Carrier, Carriers, TAKE_WAIT};
+use super::refusals::RefusalLog;
+
+/// What the refusal log says of a connection the agent resets.
+const RESET: &str = "connection reset";
 
 /// The port on 127.0.0.1 the redirect sends TCP connections to.
 pub const LISTEN_PORT: u16 = 15001;
@@ -21,7 +26,7 @@ pub const LISTEN_PORT: u16 = 15001;
 const CHUNK: usize = 32 * 1024;
 
 /// Accepts redirected connections for ever, carrying each on its own task.
-pub async fn serve(listener: TcpListener, carriers: Arc<Carriers>) {
+pub async fn serve(listener: TcpListener, carriers: Arc<Carriers>, log: Arc<RefusalLog>) {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -31,7 +36,7 @@ pub async fn serve(listener: TcpListener, carriers: Arc<Carriers>) {
                 continue;
             }
         };
-        let carriers = carriers.clone();
+        let (carriers, log) = (carriers.clone(), log.clone());
         tokio::spawn(async move {
             let destination = match original_destination(&stream) {
                 Ok(destination) => destination,
@@ -41,9 +46,10 @@ pub async fn serve(listener: TcpListener, carriers: Arc<Carriers>) {
                 }
             };
             match carriers.take(TAKE_WAIT).await {
-                Ok(carrier) => carry(stream, destination, carrier).await,
+                Ok(carrier) => carry(stream, destination, carrier, &log).await,
                 Err(error) => {
                     tracing::warn!(%destination, %error, "guest connection dropped");
+                    log.record(&destination.to_string(), RESET, &error.to_string());
                     reset(&stream);
                 }
             }
@@ -77,7 +83,7 @@ fn event(event: carry_to_host::Event) -> Result<CarryToHost, tonic::Status> {
 }
 
 /// Carries one connection until both directions are done.
-async fn carry(stream: TcpStream, destination: SocketAddrV4, carrier: Carrier) {
+async fn carry(stream: TcpStream, destination: SocketAddrV4, carrier: Carrier, log: &RefusalLog) {
     let Carrier {
         to_host,
         mut from_host,
@@ -143,7 +149,12 @@ async fn carry(stream: TcpStream, destination: SocketAddrV4, carrier: Carrier) {
                     }
                     Some(carry_from_host::Event::Refused(reason)) => {
                         tracing::info!(%destination, %reason, "connection refused by the host");
+                        log.record(&destination.to_string(), RESET, &reason);
                         return true;
+                    }
+                    Some(carry_from_host::Event::Note(note)) => {
+                        let outcome = format!("answered {}", note.answer);
+                        log.record(&destination.to_string(), &outcome, &note.reason);
                     }
                     None => {}
                 },

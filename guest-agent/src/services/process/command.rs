@@ -334,7 +334,8 @@ fn no_nul(value: &str, field: impl FnOnce() -> String) -> Result<(), ProcessErro
     Ok(())
 }
 
-/// The request's variables over [`DEFAULT_ENV`], the user's `HOME`,
+/// The request's variables over [`DEFAULT_ENV`], the image's and the
+/// trusted roots' variables, the user's `HOME`,
 /// `USER` and `LOGNAME` and a terminal's `TERM`, sorted for determinism.
 fn merge_env(
     extra: HashMap<String, String>,
@@ -347,6 +348,8 @@ fn merge_env(
         .collect();
     // The root image's own environment (its PATH above all): init::root.
     env.extend(crate::init::root::image_env().iter().cloned());
+    // The CA variables of roots installed by System.TrustRoots: trust.
+    env.extend(crate::trust::env());
     if let Some(c) = credentials {
         env.insert("HOME".into(), c.home.clone().unwrap_or_else(|| "/".into()));
         if let Some(name) = &c.name {

@@ -1,6 +1,8 @@
 //! `airlock gc`: ends the sandboxes whose owner process died (see
 //! `airlock::gc`), under `$AIRLOCK_STATE_DIR` or the default state
-//! directory base; then removes the templates that nothing can use any more
+//! directory base, except adoptable ones whose VM runs and whose lifetime
+//! lasts, which it lists as waiting for adoption; then removes the
+//! templates that nothing can use any more
 //! (an input file changed or is gone, or the template is corrupt) and what
 //! template builds that never finished left behind.
 

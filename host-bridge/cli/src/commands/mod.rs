@@ -11,6 +11,8 @@
 //!   remote (`remote` says where the server is and maps its messages);
 //!   `run_code` is `sandbox run-code`, a cell of code in a sandbox's
 //!   persistent context; `copy` is `sandbox cp`.
+//! - `mcp`: the MCP server (crate `airlock-mcp`) over stdio or streamable
+//!   HTTP, a client of the same server.
 //! - `program_options`: [`ProgramOptions`], how to run the program (env,
 //!   cwd, user, timeout, limits, privilege), flattened into `run`, `shell`
 //!   and `sandbox exec` (which carries them in its start).
@@ -30,6 +32,7 @@ mod copy;
 mod gc;
 mod image;
 mod key;
+mod mcp;
 mod net;
 mod net_options;
 mod program;
@@ -94,6 +97,10 @@ pub enum Commands {
     Serve(serve::ServeArgs),
     /// Manage the API keys remote clients present (the local owner's).
     Key(key::KeyArgs),
+    /// Serve the Model Context Protocol, so agent hosts run code in
+    /// sandboxes: over stdio (what desktop and IDE hosts start), or with
+    /// --http over streamable HTTP for callers with an API key.
+    Mcp(Box<mcp::McpArgs>),
 }
 
 #[derive(Debug, Subcommand)]
@@ -214,6 +221,7 @@ pub async fn main(args: Args) -> u8 {
         Commands::Sandbox(sandbox_args) => sandbox::run(sandbox_args).await,
         Commands::Serve(serve_args) => serve::run(serve_args).await,
         Commands::Key(key_args) => key::run(key_args).await,
+        Commands::Mcp(mcp_args) => mcp::run(*mcp_args).await,
     }
 }
 

@@ -183,13 +183,13 @@ mod tests {
             "--allow",
             "192.0.2.9/32:80",
             "--deny",
-            "pypi.org",
+            "index.example.com",
             "--json",
         ])
         .unwrap();
         assert_eq!(net.id, "sb");
         assert_eq!(net.allow[0].to_string(), "192.0.2.9:80");
-        assert_eq!(net.deny[0].to_string(), "pypi.org");
+        assert_eq!(net.deny[0].to_string(), "index.example.com");
         assert!(net.json);
         let error = parse(&["sb", "--allow", "*.*.test"])
             .unwrap_err()

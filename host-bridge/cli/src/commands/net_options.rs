@@ -24,7 +24,7 @@ pub struct NetOptions {
     /// Give the guest a network that reaches only what a rule allows
     /// (every other connection and DNS query is refused; without this
     /// or --secret the guest has no network at all). RULE: a name
-    /// (pypi.org), every name under one (*.example.com), an address
+    /// (example.com), every name under one (*.example.com), an address
     /// (192.0.2.1, ::1) or a range (10.0.0.0/8), each optionally with
     /// :PORT (`[::1]:443` for IPv6). A name may not resolve to a loopback,
     /// private or link-local address unless a range rule allows it.
@@ -207,10 +207,15 @@ mod tests {
 
     #[test]
     fn rules_parse_and_a_bad_one_is_quoted() {
-        let options =
-            parse(&["--allow-net", "pypi.org", "--allow-net", "10.0.0.0/8:5432"]).unwrap();
+        let options = parse(&[
+            "--allow-net",
+            "example.com",
+            "--allow-net",
+            "10.0.0.0/8:5432",
+        ])
+        .unwrap();
         let rules: Vec<String> = options.allow_net.iter().map(ToString::to_string).collect();
-        assert_eq!(rules, ["pypi.org", "10.0.0.0/8:5432"]);
+        assert_eq!(rules, ["example.com", "10.0.0.0/8:5432"]);
         assert!(options.network().unwrap().is_some());
         let error = parse(&["--allow-net", "10.0.0.1/8"])
             .unwrap_err()

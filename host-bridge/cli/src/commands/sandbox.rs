@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use airlock::CaCert;
 use airlock_client::api;
 use airlock_client::Client;
 use clap::{Subcommand, ValueEnum};
@@ -24,7 +25,7 @@ use serde::Serialize;
 
 use super::remote::{message, ServerOptions};
 use super::session::{fail, Ending, Program, Session};
-use super::vm_options::VmOptions;
+use super::vm_options::{parse_ca_file, CaFile, VmOptions};
 use super::ProgramOptions;
 
 /// `airlock sandbox` and its options.
@@ -131,6 +132,13 @@ pub struct CreateArgs {
     /// (KEY=VALUE). Repeatable.
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_pair)]
     pub env: Vec<(String, String)>,
+
+    /// Make the guest trust the CA certificates in FILE (PEM, one or more)
+    /// besides its own roots (OpenSSL's store, Python, pip, curl and the
+    /// runtimes' variables). Read and checked here, sent to the server.
+    /// Repeatable. Default: the server's (its AIRLOCK_CA_CERTS).
+    #[arg(long = "ca-cert", value_name = "FILE", value_parser = parse_ca_file)]
+    pub ca_certs: Vec<CaFile>,
 }
 
 /// `KEY=VALUE`.
@@ -303,6 +311,12 @@ fn create_request(args: CreateArgs) -> Result<api::CreateSandboxRequest, String>
             .collect(),
         metadata: args.metadata.into_iter().collect::<HashMap<_, _>>(),
         envs: args.env.into_iter().collect::<HashMap<_, _>>(),
+        // One entry per file.
+        ca_certs: args
+            .ca_certs
+            .iter()
+            .map(|file| file.certs.iter().map(CaCert::to_pem).collect())
+            .collect(),
         ..api::CreateSandboxRequest::default()
     })
 }

@@ -1,6 +1,7 @@
 //! `airlock serve`: the Airlock server (crate `airlock-server`) in the
 //! foreground: the owner's Unix socket, and with `--listen` a TCP listener
-//! with TLS and API keys. SIGTERM or SIGINT stops it as `--on-exit` says,
+//! with TLS and API keys. SIGTERM or SIGINT stops it as `--on-exit` says
+//! (by default its sandboxes run on, for the next server to adopt),
 //! removes the socket and exits 0.
 
 use std::net::SocketAddr;
@@ -56,10 +57,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub pool: u16,
 
-    /// What a clean stop (SIGTERM, SIGINT) does with the sandboxes:
-    /// pause-to-disk (the next server restores them on their next call) or
-    /// kill.
-    #[arg(long, value_name = "WHAT", default_value = "kill")]
+    /// What a clean stop (SIGTERM, SIGINT) does with the sandboxes: leave
+    /// them running for the next server to adopt, pause-to-disk (the next
+    /// server restores them on their next call), or kill.
+    #[arg(long, value_name = "WHAT", default_value = "leave")]
     pub on_exit: OnExit,
 
     /// Where keys, sandbox records and named workspaces are kept (default:

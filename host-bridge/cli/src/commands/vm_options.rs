@@ -3,13 +3,14 @@
 //! [`VmOptions`] (size, root image, workspace, network) is flattened into `run`,
 //! `shell` and `sandbox create`. [`BootOptions`] adds what only a command
 //! that boots the VM itself takes (`run`, `shell`: accelerator, kernel,
-//! initramfs, size of a new workspace) and turns the lot into a
+//! initramfs, size of a new workspace, and [`TrustOptions`]: the CA
+//! certificates the guest trusts) and turns the lot into a
 //! [`SandboxBuilder`]. `sandbox create` hands its [`VmOptions`] to the
 //! daemon, which picks the rest itself.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use airlock::{Sandbox, SandboxBuilder};
+use airlock::{CaCert, Sandbox, SandboxBuilder};
 
 use super::net_options::NetOptions;
 
@@ -60,6 +61,70 @@ impl VmOptions {
     }
 }
 
+/// The CA certificates the guest trusts, for a private CA or a host behind
+/// a TLS-inspecting proxy. Each file is read and checked as the command
+/// line is parsed, so a bad one is a usage error naming it, before
+/// anything boots. Without either flag, `AIRLOCK_CA_CERTS` decides (in the
+/// library, at start).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TrustOptions {
+    /// Make the guest trust the CA certificates in FILE (PEM, one or more)
+    /// besides its own roots: OpenSSL's store, Python, pip and curl, and
+    /// SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS and the like
+    /// for runtimes with roots of their own. The host also trusts them for
+    /// --secret hosts. Repeatable. Default: the files in AIRLOCK_CA_CERTS
+    /// (separated by ':'; the entry `host` is --trust-host-roots).
+    #[arg(long = "ca-cert", value_name = "FILE", value_parser = parse_ca_file)]
+    pub ca_certs: Vec<CaFile>,
+
+    /// Make the guest trust exactly the host's system trust store instead
+    /// of its image's roots (plus any --ca-cert): what a host behind a
+    /// TLS-inspecting proxy needs for the guest to reach what the host reaches.
+    #[arg(long)]
+    pub trust_host_roots: bool,
+}
+
+/// One `--ca-cert`: the file and its certificates, checked.
+#[derive(Debug, Clone)]
+pub struct CaFile {
+    pub path: PathBuf,
+    pub certs: Vec<CaCert>,
+}
+
+/// Reads and checks a `--ca-cert` file; the message names it.
+pub(crate) fn parse_ca_file(path: &str) -> Result<CaFile, String> {
+    let path = Path::new(path);
+    let certs = CaCert::from_pem_file(path).map_err(|e| airlock::error_chain(&e))?;
+    Ok(CaFile {
+        path: path.to_owned(),
+        certs,
+    })
+}
+
+impl TrustOptions {
+    /// Whether a flag was given (else the library's default decides).
+    pub fn is_set(&self) -> bool {
+        !self.ca_certs.is_empty() || self.trust_host_roots
+    }
+
+    /// `builder` told what the flags say; untouched without flags.
+    pub fn apply(&self, builder: SandboxBuilder) -> SandboxBuilder {
+        if !self.is_set() {
+            return builder;
+        }
+        for file in &self.ca_certs {
+            tracing::debug!(file = %file.path.display(), certs = file.certs.len(), "--ca-cert");
+        }
+        let certs = self
+            .ca_certs
+            .iter()
+            .flat_map(|file| file.certs.iter().cloned());
+        builder
+            .ca_certs(certs)
+            .trust_host_roots(self.trust_host_roots)
+    }
+}
+
 /// [`VmOptions`] and what a command that boots the VM in this process
 /// (`run`, `shell`) takes besides.
 #[derive(Debug, clap::Args)]
@@ -83,6 +148,9 @@ pub struct BootOptions {
     /// what is written).
     #[arg(long, value_name = "SIZE", default_value = "4G", value_parser = super::parse_size)]
     pub workspace_size: u64,
+
+    #[command(flatten)]
+    pub trust: TrustOptions,
 }
 
 impl BootOptions {
@@ -114,7 +182,7 @@ impl BootOptions {
         if let Some(network) = vm.net.network()? {
             builder = builder.network(network);
         }
-        Ok(builder)
+        Ok(self.trust.apply(builder))
     }
 }
 
@@ -145,6 +213,45 @@ mod tests {
                 assert!(Args::try_parse_from(&argv).is_err(), "{argv:?} parsed");
             }
         }
+    }
+
+    #[test]
+    fn ca_certs_are_read_as_the_command_line_is_parsed() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let good = dir.path().join("ca.pem");
+        std::fs::write(&good, params.self_signed(&key).unwrap().pem()).unwrap();
+        let key_file = dir.path().join("ca.key");
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        let commands: [(&[&str], &[&str]); 2] = [(&["run"], &["--", "true"]), (&["shell"], &[])];
+        for (command, rest) in commands {
+            let argv = [
+                &["airlock"],
+                command,
+                &["--ca-cert", good.to_str().unwrap()],
+                rest,
+            ]
+            .concat();
+            let args = Args::try_parse_from(&argv).unwrap();
+            let trust = match args.command {
+                Commands::Run(run) => run.boot.trust,
+                Commands::Shell(shell) => shell.boot.trust,
+                _ => panic!("{argv:?}"),
+            };
+            assert_eq!(trust.ca_certs.len(), 1);
+            assert_eq!(trust.ca_certs[0].certs.len(), 1);
+            assert!(trust.is_set() && !trust.trust_host_roots);
+            let bad = ["--ca-cert", key_file.to_str().unwrap()];
+            let argv = [&["airlock"], command, &bad, rest].concat();
+            let error = Args::try_parse_from(&argv).unwrap_err().to_string();
+            assert!(error.contains(key_file.to_str().unwrap()), "{error}");
+            assert!(error.contains("private key"), "{error}");
+        }
+        // Not `sandbox create`'s: the daemon does not take them.
+        let argv = ["airlock", "sandbox", "create", "--trust-host-roots"];
+        assert!(Args::try_parse_from(argv).is_err());
     }
 
     #[test]

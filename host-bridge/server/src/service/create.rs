@@ -9,7 +9,7 @@ use std::time::Duration;
 use tonic::Status;
 
 use airlock::network::secrets::Secrets;
-use airlock::{IdlePolicy, NetRule, NetworkOptions, NetworkPolicy, SandboxBuilder, Secret};
+use airlock::{CaCert, IdlePolicy, NetRule, NetworkOptions, NetworkPolicy, SandboxBuilder, Secret};
 use airlock_api::limits;
 use airlock_api::reason::{self, invalid};
 use airlock_api::v1::{self as api, ErrorReason};
@@ -39,7 +39,9 @@ pub struct Machine {
     /// and logs; they are in `network`).
     pub secret_names: Vec<(String, Vec<String>)>,
     pub workspace: Option<PathBuf>,
-    pub ca_certs: Vec<String>,
+    /// Roots the guest trusts besides its image's (none: the server's
+    /// default, `AIRLOCK_CA_CERTS` where it is set).
+    pub ca_certs: Vec<CaCert>,
 }
 
 /// A checked create request.
@@ -72,11 +74,13 @@ impl Machine {
 
     /// The library's builder for this machine, from `base`.
     pub fn builder(&self, base: SandboxBuilder, network: Option<NetworkOptions>) -> SandboxBuilder {
+        // A server's sandboxes outlive it: a restarted server adopts them.
         let mut builder = base
             .memory_mib(self.memory_mib)
             .vcpus(self.vcpus)
             .from_template(!self.cold)
-            .max_lifetime(self.timeout);
+            .max_lifetime(self.timeout)
+            .adoptable(true);
         if let Some(path) = &self.image_path {
             builder = builder.image(path.clone());
         }
@@ -88,6 +92,9 @@ impl Machine {
         }
         if let Some(network) = network {
             builder = builder.network(network);
+        }
+        if !self.ca_certs.is_empty() {
+            builder = builder.ca_certs(self.ca_certs.iter().cloned());
         }
         builder
     }
@@ -249,22 +256,22 @@ pub fn check(
     Secrets::new(secrets.clone())
         .map_err(|error| invalid("secrets", airlock::error_chain(&error)))?;
     validate::count("ca_certs", &request.ca_certs, limits::MAX_CA_CERTS)?;
-    for pem in &request.ca_certs {
+    let mut ca_certs = Vec::new();
+    for (index, pem) in request.ca_certs.iter().enumerate() {
         if pem.len() > limits::MAX_CA_CERT_BYTES {
             return Err(invalid(
                 "ca_certs",
                 format!(
-                    "a certificate longer than {} bytes",
+                    "entry {}: longer than {} bytes",
+                    index + 1,
                     limits::MAX_CA_CERT_BYTES
                 ),
             ));
         }
-    }
-    if !request.ca_certs.is_empty() {
-        return Err(reason::status(
-            ErrorReason::Unsupported,
-            "ca_certs: this server cannot give a guest extra roots yet",
-        ));
+        // Checked as the CLI's --ca-cert is: PEM, X.509, valid now, a CA.
+        let certs = CaCert::from_pem(pem)
+            .map_err(|error| invalid("ca_certs", format!("entry {}: {error}", index + 1)))?;
+        ca_certs.extend(certs);
     }
     let network = (!rules.is_empty() || !secrets.is_empty()).then(|| {
         let policy = NetworkPolicy::from_rules(rules.iter().cloned());
@@ -288,7 +295,7 @@ pub fn check(
             .map(|s| (s.name.clone(), s.hosts.clone()))
             .collect(),
         workspace,
-        ca_certs: request.ca_certs,
+        ca_certs,
     };
     Ok(Create {
         machine,

@@ -198,9 +198,8 @@ impl sandboxes_server::Sandboxes for Services {
         request: Request<api::SetTimeoutRequest>,
     ) -> Result<Response<api::SandboxInfo>, Status> {
         let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
         let request = request.into_inner();
-        let timeout = match request.timeout_secs {
+        let from_now = match request.timeout_secs {
             0 => {
                 principal.require_owner("a sandbox without a timeout (timeout_secs 0)")?;
                 None
@@ -212,15 +211,20 @@ impl sandboxes_server::Sandboxes for Services {
                 limits::MAX_TIMEOUT_SECS,
             )?)),
         };
-        let id = &request.sandbox_id;
-        let (_, handle) = self.state.live_sandbox(&principal, id).await?;
-        // The library's ceiling counts the sandbox's age (time on disk
-        // left out); the record keeps the wall-clock time users see.
-        handle.set_max_lifetime(timeout.map(|left| handle.age() + left));
-        let ends_at_ms = timeout.map_or(0, |left| now_ms() + convert::millis(left));
-        self.state.registry.set_ends_at(id, ends_at_ms);
-        tracing::info!(%id, ?timeout, %principal, "timeout set");
-        Ok(Response::new(self.info_of(&principal, id)?))
+        let (_, handle) = self
+            .state
+            .live_sandbox(&principal, &request.sandbox_id)
+            .await?;
+        handle.set_timeout(from_now);
+        // The record keeps the end too: a sandbox saved to disk shows it.
+        let ends_at_ms = handle.ends_at().map_or(0, convert::unix_ms);
+        self.state
+            .registry
+            .set_ends_at(&request.sandbox_id, ends_at_ms);
+        tracing::info!(id = request.sandbox_id, %principal, ?from_now, "timeout set");
+        Ok(Response::new(
+            self.info_of(&principal, &request.sandbox_id)?,
+        ))
     }
 
     async fn kill(

@@ -26,7 +26,7 @@
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use airlock_proto::v1::health_client::HealthClient;
 use airlock_proto::v1::CheckRequest;
@@ -138,6 +138,7 @@ impl VmShared {
             self.state.send_replace(SandboxState::OnDisk);
             vmm.kill();
         }
+        self.note();
         tracing::info!(
             generation,
             stream_mib = header.stream_bytes >> 20,
@@ -329,6 +330,7 @@ impl VmShared {
             self.push_clock().await;
         }
         self.state.send_replace(SandboxState::Running);
+        self.note();
         tracing::info!(
             pid = self.pid(),
             generation = restored.generation,
@@ -409,6 +411,9 @@ impl VmShared {
         let mut clock = lock(&self.clock);
         if let Some(started) = Instant::now().checked_sub(wall) {
             clock.started = started;
+        }
+        if let Some(started) = SystemTime::now().checked_sub(wall) {
+            clock.started_wall = started;
         }
         clock.paused_total = wall.saturating_sub(running);
         clock.guest_cpu_base = Duration::from_millis(usage.guest_cpu_ms);

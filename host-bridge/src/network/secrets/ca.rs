@@ -3,9 +3,12 @@
 //!
 //! [`SandboxCa::generate`] makes a fresh ECDSA P-256 CA when a sandbox is
 //! created; only its certificate ([`SandboxCa::cert_pem`]) goes into the
-//! guest's trust store. Its key stays in this type: no accessor returns
-//! it, `Debug` redacts it, and it dies with the value, so a CA is never
-//! reused across sandboxes. For each host the guest reaches through the
+//! guest's trust store. Its key stays in this type: no public accessor
+//! returns it, `Debug` redacts it, and it dies with the value, so a CA is
+//! never reused across sandboxes. The one exception is the same sandbox
+//! under a new owner: an adoptable sandbox's record (0600, see
+//! `crate::adopt`) keeps the CA's parts ([`CaParts`]), so that the process
+//! that adopts it rebuilds the very CA its guest already trusts. For each host the guest reaches through the
 //! proxy, [`SandboxCa::server_config_for`] issues a leaf certificate
 //! (dNSName SAN, serverAuth) and keeps the rustls configuration for the
 //! next connection.
@@ -21,10 +24,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
-    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
 };
 use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::ServerConfig;
 
@@ -71,6 +75,9 @@ pub enum CaError {
         #[source]
         source: rcgen::Error,
     },
+    /// The parts kept for an adopted sandbox do not make its CA.
+    #[error("the sandbox CA kept for adoption is unusable: {0}")]
+    Kept(&'static str),
     /// rustls refused the issued certificate or key.
     #[error("cannot build the TLS configuration for {host:?}")]
     Tls {
@@ -91,7 +98,9 @@ struct Leaf {
 /// A certificate authority private to one sandbox.
 pub struct SandboxCa {
     id: String,
-    issuer: CertifiedIssuer<'static, KeyPair>,
+    issuer: Issuer<'static, KeyPair>,
+    cert: CertificateDer<'static>,
+    cert_pem: String,
     not_after: SystemTime,
     provider: Arc<CryptoProvider>,
     leaves: Mutex<HashMap<String, Leaf>>,
@@ -110,38 +119,84 @@ impl SandboxCa {
         let not_before = checked_time(now.checked_sub(CLOCK_SLACK))?;
         let not_after = checked_time(now.checked_add(CA_LIFETIME))?;
 
-        let mut params = CertificateParams::default();
-        let mut name = DistinguishedName::new();
-        name.push(DnType::CommonName, format!("Airlock sandbox CA {id}"));
-        name.push(DnType::OrganizationName, "Airlock");
-        params.distinguished_name = name;
-        // Leaves only: no intermediate may be made under this CA.
-        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let mut params = ca_params(&id);
         params.not_before = not_before.into();
         params.not_after = not_after.into();
 
         let key =
             KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(CaError::Generate)?;
-        let issuer = CertifiedIssuer::self_signed(params, key).map_err(CaError::Generate)?;
+        let cert = params.self_signed(&key).map_err(CaError::Generate)?;
         tracing::debug!(ca = %id, "sandbox CA made");
-        Ok(Self {
+        Ok(Self::assemble(
+            id,
+            Issuer::new(params, key),
+            cert.der().clone(),
+            cert.pem(),
+            not_after,
+        ))
+    }
+
+    /// The CA `parts` describe (one [`parts`](SandboxCa::parts) gave):
+    /// the same certificate, key and name, so that a guest trusting the
+    /// certificate trusts the leaves it issues.
+    pub(crate) fn from_parts(parts: &CaParts) -> Result<Self, CaError> {
+        let cert = CertificateDer::from_pem_slice(parts.cert_pem.as_bytes())
+            .map_err(|_| CaError::Kept("its certificate is not PEM"))?;
+        let key =
+            KeyPair::from_pem(&parts.key_pem).map_err(|_| CaError::Kept("its key is not PEM"))?;
+        // The certificate's public key is the key's (no X.509 parser
+        // needed: the raw point appears verbatim in the certificate).
+        let public = key.public_key_raw();
+        if public.is_empty() || !cert.windows(public.len()).any(|w| w == public) {
+            return Err(CaError::Kept("its key is not its certificate's"));
+        }
+        Ok(Self::assemble(
+            parts.id.clone(),
+            Issuer::new(ca_params(&parts.id), key),
+            cert,
+            parts.cert_pem.clone(),
+            parts.not_after,
+        ))
+    }
+
+    /// What [`from_parts`](SandboxCa::from_parts) needs to rebuild this
+    /// CA, its private key included: for an adoptable sandbox's record
+    /// only.
+    pub(crate) fn parts(&self) -> CaParts {
+        CaParts {
+            id: self.id.clone(),
+            cert_pem: self.cert_pem.clone(),
+            key_pem: self.issuer.key().serialize_pem(),
+            not_after: self.not_after,
+        }
+    }
+
+    fn assemble(
+        id: String,
+        issuer: Issuer<'static, KeyPair>,
+        cert: CertificateDer<'static>,
+        cert_pem: String,
+        not_after: SystemTime,
+    ) -> Self {
+        Self {
             id,
             issuer,
+            cert,
+            cert_pem,
             not_after,
             provider: Arc::new(rustls::crypto::ring::default_provider()),
             leaves: Mutex::new(HashMap::new()),
-        })
+        }
     }
 
     /// The CA's certificate in PEM: what the guest's trust store gets.
     pub fn cert_pem(&self) -> String {
-        self.issuer.pem()
+        self.cert_pem.clone()
     }
 
     /// The CA's certificate in DER.
     pub fn cert_der(&self) -> &CertificateDer<'static> {
-        self.issuer.der()
+        &self.cert
     }
 
     /// The TLS configuration that presents the guest a certificate for
@@ -233,6 +288,43 @@ impl fmt::Debug for SandboxCa {
             )
             .finish()
     }
+}
+
+/// What rebuilds a [`SandboxCa`]: its name, certificate, private key and
+/// end of validity. `Debug` never shows the key.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct CaParts {
+    /// The 8 hex digits of its name.
+    pub id: String,
+    pub cert_pem: String,
+    /// The private key, PKCS #8 in PEM.
+    pub key_pem: String,
+    pub not_after: SystemTime,
+}
+
+impl fmt::Debug for CaParts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CaParts")
+            .field("id", &self.id)
+            .field("key_pem", &"<redacted>")
+            .field("not_after", &self.not_after)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The CA certificate's name, constraints and usages for the CA `id`: what
+/// its leaves name as their issuer, so the same for a CA made again from
+/// its parts.
+fn ca_params(id: &str) -> CertificateParams {
+    let mut params = CertificateParams::default();
+    let mut name = DistinguishedName::new();
+    name.push(DnType::CommonName, format!("Airlock sandbox CA {id}"));
+    name.push(DnType::OrganizationName, "Airlock");
+    params.distinguished_name = name;
+    // Leaves only: no intermediate may be made under this CA.
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    params
 }
 
 /// `time`, if a certificate can express it.
@@ -343,6 +435,46 @@ mod tests {
         let cn = format!("Airlock sandbox CA {}", ca.id);
         let der = ca.cert_der();
         assert!(der.windows(cn.len()).any(|w| w == cn.as_bytes()));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_ca_made_again_from_its_parts_is_trusted_where_the_first_was() -> TestResult {
+        let first = SandboxCa::generate()?;
+        let parts = first.parts();
+        let again = SandboxCa::from_parts(&parts)?;
+        assert_eq!(again.cert_pem(), first.cert_pem());
+        assert_eq!(again.cert_der(), first.cert_der());
+        // A guest that trusts the first CA's certificate accepts the
+        // leaves of the CA made again.
+        let (client_io, server_io) = tokio::io::duplex(16 << 10);
+        let acceptor = TlsAcceptor::from(again.server_config_for("api.test")?);
+        let server = tokio::spawn(async move { acceptor.accept(server_io).await.is_ok() });
+        let connector = TlsConnector::from(client_trusting(&first)?);
+        let client = connector
+            .connect(ServerName::try_from("api.test")?, client_io)
+            .await?;
+        assert!(server.await?);
+        drop(client);
+
+        let shown = format!("{parts:?}");
+        let key_body: String = parts.key_pem.lines().skip(1).take(1).collect();
+        assert!(!shown.contains(&key_body), "{shown}");
+
+        let other = SandboxCa::generate()?.parts();
+        let mismatched = CaParts {
+            key_pem: other.key_pem,
+            ..parts.clone()
+        };
+        assert!(matches!(
+            SandboxCa::from_parts(&mismatched),
+            Err(CaError::Kept(_))
+        ));
+        let garbled = CaParts {
+            cert_pem: "not a certificate".into(),
+            ..parts
+        };
+        assert!(SandboxCa::from_parts(&garbled).is_err());
         Ok(())
     }
 

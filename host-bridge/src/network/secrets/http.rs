@@ -4,14 +4,15 @@
 //! head, a timeout on reading each head that also closes a connection left
 //! idle that long) and sends them on with hyper's client. Each request head
 //! is checked and rewritten by [`prepare`](super::request); a refused
-//! request is answered here (421, 403 or 400 with a short text body) and
-//! reported through [`HttpGate::on_refusal`]. Bodies stream through both
-//! ways without being buffered whole.
+//! request is answered here (421, 403 or 400, whose reason phrase and short
+//! text body say why in the gateway's one wording, `crate::network::told`)
+//! and reported through [`HttpGate::on_refusal`]. Bodies stream through
+//! both ways without being buffered whole.
 //!
 //! One upstream connection serves one guest connection: it is opened on the
 //! first request that passes, reused for the next, and opened again if the
 //! server closed it. When it cannot be opened or fails before a response,
-//! the guest gets 502.
+//! the guest gets 502 with the reason.
 //!
 //! Not served: protocol upgrades (`Upgrade` is hop-by-hop and removed, so a
 //! WebSocket handshake gets the server's non-upgrade answer) and HTTP/2
@@ -30,6 +31,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
+use hyper::ext::ReasonPhrase;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -41,7 +43,10 @@ use super::ca::{CaError, SandboxCa};
 use super::request::{prepare, strip_hop_by_hop, HttpRefusal};
 use super::secret::normalize_host;
 use super::set::Secrets;
+use super::untrusted::{self, Untrusted};
 use super::upstream::{Upstream, UpstreamError};
+use crate::network::audit::Refusal;
+use crate::network::told;
 
 /// The smallest read buffer hyper accepts; a smaller `max_header_bytes`
 /// still bounds the head, but not the buffer.
@@ -91,6 +96,10 @@ pub struct HttpGate {
     pub header_timeout: Duration,
     /// Told of every request refused.
     pub on_refusal: Arc<dyn Fn(HttpRefusal) + Send + Sync>,
+    /// Told when TLS fails because a side does not trust a certificate:
+    /// the upstream's (an unknown issuer), or the guest's refusal of the
+    /// sandbox's.
+    pub on_untrusted: Arc<dyn Fn(Untrusted) + Send + Sync>,
 }
 
 impl fmt::Debug for HttpGate {
@@ -150,10 +159,16 @@ where
 {
     let config = ca.server_config_for(host)?;
     let handshake = TlsAcceptor::from(config).accept(guest);
-    let tls = tokio::time::timeout(gate.header_timeout, handshake)
-        .await
-        .map_err(|_| HttpGateError::HandshakeTimeout)?
-        .map_err(HttpGateError::Handshake)?;
+    let tls = match tokio::time::timeout(gate.header_timeout, handshake).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(error)) => {
+            if let Some(untrusted) = untrusted::of_guest_handshake(&error) {
+                (gate.on_untrusted)(untrusted);
+            }
+            return Err(HttpGateError::Handshake(error));
+        }
+        Err(_) => return Err(HttpGateError::HandshakeTimeout),
+    };
     tracing::debug!(host, "guest TLS intercepted");
     serve_http(tls, gate).await
 }
@@ -173,7 +188,8 @@ impl Proxy {
         let (mut parts, body) = request.into_parts();
         if let Err(refusal) = prepare(&mut parts, &self.expected_host, &self.gate.secrets) {
             tracing::info!(%refusal, "request refused");
-            let response = text_response(refusal.status(), format!("airlock: {refusal}\n"));
+            let reason = told::sentence(&Refusal::from(refusal.clone()), &self.destination());
+            let response = text_response(refusal.status(), &reason);
             (self.gate.on_refusal)(refusal);
             return response;
         }
@@ -187,12 +203,34 @@ impl Proxy {
             }
             Err(error) => {
                 tracing::warn!(%method, error = %error_chain(&error), "upstream failed");
-                text_response(
-                    StatusCode::BAD_GATEWAY,
-                    "airlock: the upstream server could not be reached\n".into(),
-                )
+                let untrusted = match &error {
+                    HttpGateError::Upstream(upstream) => untrusted::of_upstream(upstream),
+                    _ => None,
+                };
+                let refusal = match &untrusted {
+                    Some(Untrusted::Upstream { detail }) => Refusal::UpstreamUntrusted {
+                        detail: detail.clone(),
+                    },
+                    _ => Refusal::Upstream {
+                        message: guest_reason(&error),
+                    },
+                };
+                if let Some(untrusted) = untrusted {
+                    (self.gate.on_untrusted)(untrusted);
+                }
+                let reason = told::sentence(&refusal, &self.destination());
+                text_response(StatusCode::BAD_GATEWAY, &reason)
             }
         }
+    }
+
+    /// The host and port the connection is for, as the guest named them.
+    fn destination(&self) -> String {
+        format!(
+            "{}:{}",
+            self.expected_host,
+            self.gate.upstream.addr().port()
+        )
     }
 
     /// Sends on the open upstream connection, or a new one if there is
@@ -245,10 +283,11 @@ impl Proxy {
     }
 }
 
-/// A short plain-text answer from the proxy itself.
-fn text_response(status: StatusCode, text: String) -> Response<GateBody> {
+/// A short plain-text answer from the proxy itself: `reason` (a
+/// [`told::sentence`]) as its reason phrase and in its body.
+fn text_response(status: StatusCode, reason: &str) -> Response<GateBody> {
     let mut response = Response::new(
-        Full::new(Bytes::from(text))
+        Full::new(Bytes::from(told::body(status, reason)))
             .map_err(|never| match never {})
             .boxed(),
     );
@@ -257,7 +296,23 @@ fn text_response(status: StatusCode, text: String) -> Response<GateBody> {
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
+    if let Ok(phrase) = ReasonPhrase::try_from(told::reason_phrase(reason).into_bytes()) {
+        response.extensions_mut().insert(phrase);
+    }
     response
+}
+
+/// Why the upstream failed, for the guest: what the OS or TLS said,
+/// without the address the host resolved the name to.
+fn guest_reason(error: &HttpGateError) -> String {
+    match error {
+        HttpGateError::Upstream(UpstreamError::Connect { source, .. }) => source.to_string(),
+        HttpGateError::Upstream(UpstreamError::Handshake { source, .. }) => {
+            format!("TLS handshake failed: {source}")
+        }
+        HttpGateError::Upstream(UpstreamError::Timeout { .. }) => "connecting timed out".to_owned(),
+        other => error_chain(other),
+    }
 }
 
 /// An error with its causes, for a log line.
@@ -327,6 +382,7 @@ mod tests {
                     reports.push(refusal);
                 }
             }),
+            on_untrusted: Arc::new(|_| {}),
         };
         (gate, reports)
     }
@@ -423,7 +479,11 @@ mod tests {
         let (status, body) =
             tokio::time::timeout(PATIENCE, exchange(&mut guest, request)).await??;
         assert_eq!(status, StatusCode::FORBIDDEN);
-        assert!(body.contains("OTHER_TOKEN"), "{body}");
+        let why = format!(
+            "airlock: the placeholder of secret OTHER_TOKEN may not be sent to api.test:{}\n",
+            server.addr.port()
+        );
+        assert!(body.starts_with(&why), "{body}");
         assert!(!body.contains("sk-real"), "{body}");
         assert_eq!(server.requests(), 0);
         assert_eq!(
@@ -449,8 +509,14 @@ mod tests {
         let (mut guest, _served) = guest_through_tls(gate).await?;
 
         let request = get("/", "other.test:443").body(Full::default())?;
-        let (status, _) = tokio::time::timeout(PATIENCE, exchange(&mut guest, request)).await??;
+        let (status, body) =
+            tokio::time::timeout(PATIENCE, exchange(&mut guest, request)).await??;
         assert_eq!(status, StatusCode::MISDIRECTED_REQUEST);
+        let why = format!(
+            "airlock: HTTP host \"other.test\" is not api.test:{}, the name this connection was allowed for",
+            server.addr.port()
+        );
+        assert!(body.starts_with(&why), "{body}");
         assert_eq!(server.requests(), 0);
         assert_eq!(
             reported(&reports),
@@ -591,8 +657,14 @@ mod tests {
         let _served = tokio::spawn(serve_http(host_side, gate));
         let mut guest = guest_client(guest, None).await?;
         let request = get("/", "plain.test").body(Full::default())?;
-        let (status, _) = tokio::time::timeout(PATIENCE, exchange(&mut guest, request)).await??;
+        let (status, body) =
+            tokio::time::timeout(PATIENCE, exchange(&mut guest, request)).await??;
         assert_eq!(status, StatusCode::BAD_GATEWAY);
+        let why = format!(
+            "airlock: plain.test:{} could not be reached: Connection refused",
+            closed.port()
+        );
+        assert!(body.starts_with(&why), "{body}");
         Ok(())
     }
 
@@ -627,6 +699,73 @@ mod tests {
         let shown = format!("{gate:?}");
         assert!(shown.contains("api.test"), "{shown}");
         assert!(!shown.contains("sk-real"), "{shown}");
+        Ok(())
+    }
+
+    /// A gate whose untrusted-certificate reports are kept.
+    fn reporting(mut gate: HttpGate) -> (HttpGate, Arc<StdMutex<Vec<Untrusted>>>) {
+        let kept: Arc<StdMutex<Vec<Untrusted>>> = Arc::default();
+        let sink = Arc::clone(&kept);
+        gate.on_untrusted = Arc::new(move |untrusted| {
+            if let Ok(mut kept) = sink.lock() {
+                kept.push(untrusted);
+            }
+        });
+        (gate, kept)
+    }
+
+    #[tokio::test]
+    async fn an_upstream_from_an_unknown_issuer_is_a_502_reported_as_untrusted() -> TestResult {
+        let server = echo_upstream(TLS).await?;
+        let secrets = secrets()?;
+        // The host does not trust the test server's CA.
+        let upstream = Upstream::Tls {
+            addr: server.addr,
+            server_name: "api.test".into(),
+            config: upstream_client_config(&[])?,
+        };
+        let (gate, kept) = reporting(gate("api.test", &secrets, upstream).0);
+        let (mut guest, _served) = guest_through_tls(gate).await?;
+        let request = get("/", "api.test").body(Full::default())?;
+        let (status, _) = tokio::time::timeout(PATIENCE, exchange(&mut guest, request)).await??;
+        assert_eq!(status, StatusCode::BAD_GATEWAY);
+        assert_eq!(server.requests(), 0);
+        let kept = kept.lock().map(|k| k.clone()).unwrap_or_default();
+        assert_eq!(
+            kept,
+            [Untrusted::Upstream {
+                detail: "UnknownIssuer".into()
+            }]
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_guest_that_refuses_the_sandbox_certificate_is_reported() -> TestResult {
+        let server = echo_upstream(TLS).await?;
+        let secrets = secrets()?;
+        let (gate, kept) = reporting(gate("api.test", &secrets, tls_upstream(&server)?).0);
+        let ca = SandboxCa::generate()?;
+        // The guest trusts another CA than the one the host answers with.
+        let other = SandboxCa::generate()?.cert_der().clone();
+        let (guest, host_side) = tokio::io::duplex(64 << 10);
+        let served =
+            tokio::spawn(async move { intercept_tls(host_side, "api.test", &ca, gate).await });
+        assert!(guest_client(guest, Some(("api.test", &other)))
+            .await
+            .is_err());
+        let served = tokio::time::timeout(PATIENCE, served).await??;
+        assert!(
+            matches!(served, Err(HttpGateError::Handshake(_))),
+            "{served:?}"
+        );
+        let kept = kept.lock().map(|k| k.clone()).unwrap_or_default();
+        assert_eq!(
+            kept,
+            [Untrusted::Guest {
+                alert: "UnknownCA".into()
+            }]
+        );
         Ok(())
     }
 }

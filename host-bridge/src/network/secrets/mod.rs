@@ -17,7 +17,8 @@
 //!
 //! Modules: `secret` (one credential), `set` (the placeholders and their
 //! replacement), `ca`, `request` (the checks on one request head),
-//! `upstream`, `http` (the proxy), `random`.
+//! `upstream`, `http` (the proxy), `untrusted` (TLS that failed over an
+//! untrusted certificate), `random`.
 //!
 //! A value never appears in `Debug`, `Display` or a log; only the names of
 //! secrets do.
@@ -28,17 +29,22 @@ mod random;
 mod request;
 mod secret;
 mod set;
+mod untrusted;
 mod upstream;
 
 #[cfg(test)]
 mod test_servers;
 
 pub use self::http::{intercept_tls, serve_http, HttpGate, HttpGateError};
+pub(crate) use ca::CaParts;
 pub use ca::{CaError, SandboxCa, CA_LIFETIME, LEAF_LIFETIME, LEAF_RENEW_BEFORE};
 pub use random::RandomError;
+#[cfg(feature = "fuzzing")]
+pub(crate) use request::prepare as prepare_request;
 pub use request::HttpRefusal;
 pub use secret::{Secret, SecretError};
 pub use set::{Leak, Secrets, SecretsError};
+pub use untrusted::Untrusted;
 pub use upstream::{
     upstream_client_config, Upstream, UpstreamError, UpstreamIo, UpstreamStream,
     UPSTREAM_CONNECT_TIMEOUT,

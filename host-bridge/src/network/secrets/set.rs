@@ -34,6 +34,13 @@ pub enum SecretsError {
     /// No random placeholder could be made.
     #[error("cannot make placeholders")]
     Random(#[from] RandomError),
+    /// A placeholder kept for an adopted sandbox is not one this library
+    /// makes.
+    #[error("the placeholder kept for secret {name} is malformed")]
+    Placeholder {
+        /// The secret's name.
+        name: String,
+    },
 }
 
 /// A placeholder of a secret found in text bound for a host the secret is
@@ -90,6 +97,49 @@ impl Secrets {
         Ok(Self {
             entries: entries.into(),
         })
+    }
+
+    /// The set of `secrets` with the placeholders their guest already
+    /// holds (an adopted sandbox's, see `crate::adopt`), checked as
+    /// [`Secrets::new`] checks, and each placeholder for its form.
+    pub(crate) fn with_placeholders(bound: Vec<(Secret, String)>) -> Result<Self, SecretsError> {
+        let mut names = HashSet::new();
+        let mut entries = Vec::with_capacity(bound.len());
+        for (secret, placeholder) in bound {
+            secret.check_hosts()?;
+            if !names.insert(secret.name().to_owned()) {
+                return Err(SecretsError::DuplicateName {
+                    name: secret.name().to_owned(),
+                });
+            }
+            let expected = format!(
+                "{PLACEHOLDER_PREFIX}{}-",
+                secret.name().to_ascii_lowercase()
+            );
+            let well_formed = placeholder
+                .strip_prefix(&expected)
+                .is_some_and(|hex| hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
+            if !well_formed {
+                return Err(SecretsError::Placeholder {
+                    name: secret.name().to_owned(),
+                });
+            }
+            entries.push(Entry {
+                secret,
+                placeholder,
+            });
+        }
+        Ok(Self {
+            entries: entries.into(),
+        })
+    }
+
+    /// Each secret with its placeholder: what an adoptable sandbox's
+    /// record keeps.
+    pub(crate) fn bindings(&self) -> impl Iterator<Item = (&Secret, &str)> {
+        self.entries
+            .iter()
+            .map(|entry| (&entry.secret, entry.placeholder.as_str()))
     }
 
     /// Whether the set holds no secret.
@@ -327,6 +377,30 @@ mod tests {
         assert!(matches!(
             result,
             Err(SecretsError::Secret(SecretError::NoHosts { .. }))
+        ));
+        Ok(())
+    }
+
+    #[test]
+    fn a_set_made_again_keeps_its_placeholders() -> Result<(), SecretsError> {
+        let first = two_secrets()?;
+        let bound: Vec<(Secret, String)> = first
+            .bindings()
+            .map(|(secret, placeholder)| (secret.clone(), placeholder.to_owned()))
+            .collect();
+        let again = Secrets::with_placeholders(bound.clone())?;
+        assert_eq!(again.placeholders(), first.placeholders());
+        let p = placeholder(&again, "API_TOKEN");
+        assert_eq!(
+            again.replace_for_host("api.test", &p),
+            Ok("real-api-value".to_owned())
+        );
+
+        let mut forged = bound;
+        forged[0].1 = "airlock-placeholder-api_token-xyz".to_owned();
+        assert!(matches!(
+            Secrets::with_placeholders(forged),
+            Err(SecretsError::Placeholder { .. })
         ));
         Ok(())
     }

@@ -9,20 +9,29 @@
 //! 2. the policy: a name needs a domain rule for its port, a raw address a
 //!    CIDR rule; the host resolves the name itself and refuses a restricted
 //!    address (loopback, private, link-local, metadata) without a CIDR rule;
+//!    the proxy decides (and dials the upstream) before it answers, so a
+//!    refused `CONNECT` gets the refusal, never `200`;
 //! 3. the first bytes: a TLS ClientHello must name the allowed name, a
 //!    plain HTTP request goes through the HTTP gate (Host and placeholders
 //!    checked on every request); a secret-bound name's TLS is terminated
 //!    with the sandbox's CA so that the secret goes into the request;
 //! 4. the bytes both ways, with an idle timeout.
 //!
-//! Every decision goes into the audit log.
+//! Every decision goes into the audit log. A refusal is answered where the
+//! protocol allows (an HTTP request, to the proxy or directly, gets a
+//! response that says why: [`told`]) and otherwise resets the
+//! connection; either way the agent is told, for the guest's refusal log.
+//!
+//! Here: the gateway, its DNS answers and the path of a direct connection;
+//! `proxied`: requests to the HTTP proxy; `refused`: a refusal on its way
+//! to the audit log, and the answer that tells the program.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
@@ -32,15 +41,23 @@ use super::fake_ip::{FakeIps, GATEWAY_ADDR};
 use super::options::NetworkOptions;
 use super::policy::{is_restricted, normalize_name, NetworkPolicy};
 use super::prefixed::Prefixed;
+use super::proxy::{Target, PROXY_PORT};
 use super::secrets::{
     intercept_tls, serve_http, upstream_client_config, HttpGate, HttpRefusal, SandboxCa, Secrets,
-    Upstream,
+    Untrusted, Upstream,
 };
 use super::sniff::{read_head, Head, SniffError};
 use super::splice::splice;
+use super::told::{self, Tell, Told};
 
-/// The HTTP proxy's port on [`GATEWAY_ADDR`].
-pub const PROXY_PORT: u16 = 3128;
+mod proxied;
+mod refused;
+#[cfg(test)]
+mod test_support;
+
+use proxied::is_proxy;
+use refused::{answer, Admitted, Refused};
+
 /// How long the host waits for a guest's first byte before it treats the
 /// connection as one where the server speaks first.
 const FIRST_BYTE_WAIT: Duration = Duration::from_millis(500);
@@ -74,37 +91,13 @@ pub struct Gateway {
     open: Arc<Semaphore>,
 }
 
-/// Where a guest connection is going.
-#[derive(Debug, Clone)]
-enum Target {
-    /// A name (resolved on the host) and port.
-    Named(String, u16),
-    /// An address the guest gave as such.
-    Raw(IpAddr, u16),
-}
-
-impl Target {
-    fn port(&self) -> u16 {
-        match self {
-            Target::Named(_, port) | Target::Raw(_, port) => *port,
-        }
-    }
-    fn name(&self) -> Option<String> {
-        match self {
-            Target::Named(name, _) => Some(name.clone()),
-            Target::Raw(..) => None,
-        }
-    }
-}
-
-/// A decision against a connection: what to record.
+/// One DNS answer, and what the agent is told when the name was refused.
 #[derive(Debug)]
-struct Refused {
-    protocol: Protocol,
-    name: Option<String>,
-    addr: Option<IpAddr>,
-    port: u16,
-    refusal: Refusal,
+pub struct DnsReply {
+    /// The whole response for the program.
+    pub response: Vec<u8>,
+    /// Set when the name was refused.
+    pub told: Option<Told>,
 }
 
 impl Gateway {
@@ -116,6 +109,16 @@ impl Gateway {
         } else {
             Some(SandboxCa::generate().map_err(GatewayError::Ca)?)
         };
+        Self::with_identity(options, secrets, ca)
+    }
+
+    /// A gateway with the placeholders and CA a sandbox's guest already
+    /// holds (an adopted sandbox's; `options.secrets` is not read).
+    pub(crate) fn with_identity(
+        options: NetworkOptions,
+        secrets: Secrets,
+        ca: Option<SandboxCa>,
+    ) -> Result<Self, GatewayError> {
         let upstream_tls =
             upstream_client_config(&options.upstream_roots).map_err(GatewayError::Roots)?;
         Ok(Self {
@@ -148,6 +151,21 @@ impl Gateway {
         self.audit.records()
     }
 
+    /// The options it was made with.
+    pub(crate) fn options(&self) -> &NetworkOptions {
+        &self.options
+    }
+
+    /// The secrets with their placeholders.
+    pub(crate) fn secrets(&self) -> &Secrets {
+        &self.secrets
+    }
+
+    /// The sandbox's CA, when secrets are bound.
+    pub(crate) fn ca(&self) -> Option<&SandboxCa> {
+        self.ca.as_ref()
+    }
+
     /// The PEM certificate the guest must trust, when secrets are bound.
     pub fn ca_pem(&self) -> Option<String> {
         self.ca.as_ref().map(SandboxCa::cert_pem)
@@ -166,14 +184,7 @@ impl Gateway {
             env.push((key.to_owned(), "localhost,127.0.0.1,::1".to_owned()));
         }
         if let Some(bundle) = ca_bundle.filter(|b| !b.is_empty()) {
-            for key in [
-                "SSL_CERT_FILE",
-                "REQUESTS_CA_BUNDLE",
-                "CURL_CA_BUNDLE",
-                "PIP_CERT",
-                "NODE_EXTRA_CA_CERTS",
-                "GIT_SSL_CAINFO",
-            ] {
+            for key in airlock_proto::contract::trust::BUNDLE_VARIABLES {
                 env.push((key.to_owned(), bundle.to_owned()));
             }
         }
@@ -182,7 +193,7 @@ impl Gateway {
     }
 
     /// Answers one DNS query, or `None` to drop it.
-    pub fn dns(&self, query: &[u8]) -> Option<Vec<u8>> {
+    pub fn dns(&self, query: &[u8]) -> Option<DnsReply> {
         let policy = self.policy();
         let outcome = {
             let mut fake = self.fake.lock().unwrap_or_else(PoisonError::into_inner);
@@ -190,14 +201,22 @@ impl Gateway {
         };
         match outcome {
             Ok(outcome) => {
-                let verdict = if outcome.allowed {
-                    Verdict::Allowed
+                let (verdict, told) = if outcome.allowed {
+                    (Verdict::Allowed, None)
                 } else {
-                    Verdict::Refused(Refusal::NotAllowed)
+                    let name = outcome.name.as_deref().unwrap_or("the name asked for");
+                    let told = Told {
+                        answer: Some("NXDOMAIN".to_owned()),
+                        reason: format!("no rule allows {name}"),
+                    };
+                    (Verdict::Refused(Refusal::NotAllowed), Some(told))
                 };
                 self.audit
                     .record(Protocol::Dns, outcome.name, None, 53, verdict);
-                Some(outcome.response)
+                Some(DnsReply {
+                    response: outcome.response,
+                    told,
+                })
             }
             Err(error) => {
                 self.audit.record(
@@ -214,159 +233,101 @@ impl Gateway {
         }
     }
 
-    /// Takes one guest connection to its end. A refusal is recorded and
-    /// returned (the guest's connection is then reset).
-    pub async fn connection<S>(&self, guest: S, destination: SocketAddrV4) -> Result<(), Refusal>
+    /// Takes one guest connection to its end. A refusal is recorded; one
+    /// the program was answered about (an HTTP response) goes to `tell`,
+    /// and one that resets the program's connection is returned.
+    pub async fn connection<S>(
+        &self,
+        guest: S,
+        destination: SocketAddrV4,
+        tell: &Tell,
+    ) -> Result<(), Told>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let Ok(_permit) = self.open.clone().try_acquire_owned() else {
-            return Err(self.refuse(Refused {
-                protocol: Protocol::Tcp,
-                name: None,
-                addr: Some(IpAddr::V4(*destination.ip())),
-                port: destination.port(),
-                refusal: Refusal::TooManyConnections {
-                    limit: self.options.max_connections,
-                },
-            }));
+        let outcome = match self.open.clone().try_acquire_owned() {
+            Ok(_permit) => self.carry(guest, destination, tell).await,
+            Err(_) => Err(self.over_limit(guest, destination, tell).await),
         };
-        match self.carry(guest, destination).await {
-            Ok(()) => Ok(()),
-            Err(refused) => Err(self.refuse(refused)),
-        }
-    }
-
-    fn refuse(&self, refused: Refused) -> Refusal {
+        let Err(refused) = outcome else {
+            return Ok(());
+        };
+        let reason = told::sentence(&refused.refusal, &refused.destination());
         self.audit.record(
             refused.protocol,
             refused.name,
             refused.addr,
             refused.port,
-            Verdict::Refused(refused.refusal.clone()),
+            Verdict::Refused(refused.refusal),
         );
-        refused.refusal
+        match refused.answered {
+            // Told already, before the answer went out.
+            Some(_) => Ok(()),
+            None => Err(Told::reset(reason)),
+        }
     }
 
-    async fn carry<S>(&self, mut guest: S, destination: SocketAddrV4) -> Result<(), Refused>
+    async fn carry<S>(
+        &self,
+        mut guest: S,
+        destination: SocketAddrV4,
+        tell: &Tell,
+    ) -> Result<(), Refused>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        if is_proxy(destination) {
+            return self.proxied(guest, tell).await;
+        }
         let ip = *destination.ip();
-        let port = destination.port();
-        let raw = Refused {
-            protocol: Protocol::Tcp,
-            name: None,
-            addr: Some(IpAddr::V4(ip)),
-            port,
-            refusal: Refusal::NotAllowed,
+        let raw = Target::Raw(IpAddr::V4(ip), destination.port());
+        let target = if ip == GATEWAY_ADDR {
+            return Err(self
+                .refuse_direct(
+                    guest,
+                    Refused::new(Protocol::Tcp, &raw, None, Refusal::NotAllowed),
+                    tell,
+                )
+                .await);
+        } else if let Some(name) = self.fake_name(ip) {
+            Target::Named(name, destination.port())
+        } else if FakeIps::new().contains(ip) {
+            let refusal = Refusal::Malformed {
+                what: "an address no DNS answer gave".to_owned(),
+            };
+            let refused = Refused::new(Protocol::Tcp, &raw, None, refusal);
+            return Err(self.refuse_direct(guest, refused, tell).await);
+        } else {
+            raw
+        };
+        let admitted = match self.admit(&target, Protocol::Tcp).await {
+            Ok(addr) => Admitted {
+                target,
+                addr,
+                via: Protocol::Tcp,
+            },
+            Err(refused) => return Err(self.refuse_direct(guest, refused, tell).await),
         };
         let mut head = Vec::new();
-        let (target, protocol) = if ip == GATEWAY_ADDR {
-            if port != PROXY_PORT {
-                return Err(raw);
-            }
-            let target = self.proxy_request(&mut guest, &mut head).await?;
-            (target, Protocol::Proxy)
-        } else if let Some(name) = self.fake_name(ip) {
-            (Target::Named(name, port), Protocol::Tcp)
-        } else if FakeIps::new().contains(ip) {
-            return Err(Refused {
-                refusal: Refusal::Malformed {
-                    what: "an address no DNS answer gave".to_owned(),
-                },
-                ..raw
-            });
-        } else {
-            (Target::Raw(IpAddr::V4(ip), port), Protocol::Tcp)
-        };
-        let addr = self.admit(&target, protocol).await?;
-        let refused = |protocol, refusal| Refused {
-            protocol,
-            name: target.name(),
-            addr: Some(addr),
-            port: target.port(),
-            refusal,
-        };
-        if head.is_empty() {
-            head = Vec::new();
-            let sniffed = read_head(
-                &mut guest,
-                &mut head,
-                FIRST_BYTE_WAIT,
-                self.options.head_timeout,
-            )
-            .await;
-            let sniffed = sniffed.map_err(|e| refused(protocol, sniff_refusal(e)))?;
-            if matches!(sniffed, Head::Silent) {
-                return self
-                    .first_speaker(guest, head, &target, addr, protocol, &refused)
-                    .await;
-            }
-            self.forward(guest, head, sniffed, &target, addr, protocol)
-                .await
-        } else {
-            // A proxy's absolute-form request: the head is plain HTTP.
-            let sniffed = Head::Http {
-                method: String::new(),
-                target: String::new(),
-                host: target.name(),
-            };
-            self.forward(guest, head, sniffed, &target, addr, protocol)
-                .await
-        }
-    }
-
-    /// The destination of a request to the HTTP proxy: a `CONNECT`
-    /// (answered here; the tunnel's bytes follow) or an absolute-form
-    /// request (left in `head` to be forwarded).
-    async fn proxy_request<S>(&self, guest: &mut S, head: &mut Vec<u8>) -> Result<Target, Refused>
-    where
-        S: AsyncRead + AsyncWrite + Unpin,
-    {
-        let refused = |refusal| Refused {
-            protocol: Protocol::Proxy,
-            name: None,
-            addr: None,
-            port: PROXY_PORT,
-            refusal,
-        };
         let sniffed = read_head(
-            guest,
-            head,
-            self.options.head_timeout,
+            &mut guest,
+            &mut head,
+            FIRST_BYTE_WAIT,
             self.options.head_timeout,
         )
         .await
-        .map_err(|e| refused(sniff_refusal(e)))?;
-        let Head::Http { method, target, .. } = sniffed else {
-            return Err(refused(Refusal::Malformed {
-                what: "not an HTTP proxy request".to_owned(),
-            }));
-        };
-        let malformed = || {
-            refused(Refusal::Malformed {
-                what: format!("proxy request target {target:?}"),
-            })
-        };
-        if method.eq_ignore_ascii_case("CONNECT") {
-            let (host, port) = split_authority(&target, None).ok_or_else(malformed)?;
-            // The tunnel's bytes are what is sniffed next.
-            head.clear();
-            guest
-                .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                .await
-                .map_err(|e| {
-                    refused(Refusal::Upstream {
-                        message: e.to_string(),
-                    })
-                })?;
-            return Ok(target_of(host, port));
+        .map_err(|e| admitted.refused(Protocol::Tcp, sniff_refusal(e)))?;
+        if matches!(sniffed, Head::Silent) {
+            return self.first_speaker(guest, head, &admitted, None, tell).await;
         }
-        let rest = target.strip_prefix("http://").ok_or_else(malformed)?;
-        let authority = rest.split('/').next().unwrap_or_default();
-        let (host, port) = split_authority(authority, Some(80)).ok_or_else(malformed)?;
-        Ok(target_of(host, port))
+        self.forward(guest, head, sniffed, &admitted, None, tell)
+            .await
+    }
+
+    /// Whether a connection to `name` is served by terminating its TLS
+    /// (a secret is bound to it).
+    fn intercepts(&self, name: &str) -> bool {
+        self.ca.is_some() && self.secrets.bound_hosts_match(name)
     }
 
     /// The name a fake address stands for.
@@ -378,28 +339,16 @@ impl Gateway {
     /// Checks `target` against the policy and returns the address to dial.
     async fn admit(&self, target: &Target, protocol: Protocol) -> Result<IpAddr, Refused> {
         let policy = self.policy();
+        let refused = |addr, refusal| Refused::new(protocol, target, addr, refusal);
         match target {
             Target::Raw(addr, port) => {
                 if policy.allows_addr(*addr, *port) {
                     Ok(*addr)
                 } else {
-                    Err(Refused {
-                        protocol,
-                        name: None,
-                        addr: Some(*addr),
-                        port: *port,
-                        refusal: Refusal::NotAllowed,
-                    })
+                    Err(refused(None, Refusal::NotAllowed))
                 }
             }
             Target::Named(name, port) => {
-                let refused = |addr, refusal| Refused {
-                    protocol,
-                    name: Some(name.clone()),
-                    addr,
-                    port: *port,
-                    refusal,
-                };
                 if !policy.allows_name(name, *port) {
                     return Err(refused(None, Refusal::NotAllowed));
                 }
@@ -433,37 +382,31 @@ impl Gateway {
         }
     }
 
-    /// Checks the first bytes and carries the connection to `addr`.
+    /// Checks the first bytes and carries the connection to its upstream
+    /// (`upstream`, when it was dialed already).
     async fn forward<S>(
         &self,
         guest: S,
         head: Vec<u8>,
         sniffed: Head,
-        target: &Target,
-        addr: IpAddr,
-        via: Protocol,
+        admitted: &Admitted,
+        upstream: Option<TcpStream>,
+        tell: &Tell,
     ) -> Result<(), Refused>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let port = target.port();
-        let name = target.name();
-        let refused = |protocol, refusal| Refused {
-            protocol,
-            name: name.clone(),
-            addr: Some(addr),
-            port,
-            refusal,
-        };
-        let upstream_addr = SocketAddr::new(addr, port);
-        let guest = Prefixed::new(Bytes::from(head.clone()), guest);
-        match (&sniffed, target) {
+        let name = admitted.target.name();
+        let (addr, port) = (admitted.addr, admitted.target.port());
+        let upstream_addr = admitted.upstream_addr();
+        let mut guest = Prefixed::new(Bytes::from(head.clone()), guest);
+        match (&sniffed, &admitted.target) {
             (Head::Tls { server_name }, Target::Named(expected, _)) => {
                 let matches = server_name
                     .as_deref()
                     .is_some_and(|sn| normalize_name(sn) == *expected);
                 if !matches {
-                    return Err(refused(
+                    return Err(admitted.refused(
                         Protocol::Tls,
                         Refusal::ServerNameMismatch {
                             server_name: server_name.clone(),
@@ -471,7 +414,7 @@ impl Gateway {
                     ));
                 }
                 self.allowed(Protocol::Tls, &name, addr, port);
-                if let (true, Some(ca)) = (self.secrets.bound_hosts_match(expected), &self.ca) {
+                if let (true, Some(ca)) = (self.intercepts(expected), &self.ca) {
                     let gate = self.gate(
                         expected,
                         Upstream::Tls {
@@ -479,6 +422,7 @@ impl Gateway {
                             server_name: expected.clone(),
                             config: self.upstream_tls.clone(),
                         },
+                        tell,
                     );
                     // Allowed and recorded: what goes wrong from here (a
                     // guest that breaks off; an unreachable upstream, which
@@ -489,8 +433,7 @@ impl Gateway {
                     }
                     return Ok(());
                 }
-                self.pass(guest, upstream_addr, &refused, Protocol::Tls)
-                    .await
+                self.pass(guest, admitted, Protocol::Tls, upstream).await
             }
             (Head::Http { .. }, Target::Named(expected, _)) => {
                 self.allowed(Protocol::Http, &name, addr, port);
@@ -499,6 +442,7 @@ impl Gateway {
                     Upstream::Plain {
                         addr: upstream_addr,
                     },
+                    tell,
                 );
                 if let Err(error) = serve_http(guest, gate).await {
                     let error = crate::error_chain(&error);
@@ -508,20 +452,27 @@ impl Gateway {
             }
             _ => {
                 if let Some(secret) = self.secrets.find_placeholder(&head) {
-                    return Err(refused(
-                        via,
+                    let refused = admitted.refused(
+                        admitted.via,
                         Refusal::PlaceholderElsewhere {
                             secret: secret.to_owned(),
                         },
-                    ));
+                    );
+                    return Err(match &sniffed {
+                        Head::Http { method, .. } => {
+                            let head_only = method.eq_ignore_ascii_case("HEAD");
+                            answer(&mut guest, refused, head_only, tell).await
+                        }
+                        _ => refused,
+                    });
                 }
                 let protocol = match sniffed {
                     Head::Tls { .. } => Protocol::Tls,
                     Head::Http { .. } => Protocol::Http,
-                    _ => via,
+                    _ => admitted.via,
                 };
                 self.allowed(protocol, &name, addr, port);
-                self.pass(guest, upstream_addr, &refused, protocol).await
+                self.pass(guest, admitted, protocol, upstream).await
             }
         }
     }
@@ -531,10 +482,14 @@ impl Gateway {
             .record(protocol, name.clone(), Some(addr), port, Verdict::Allowed);
     }
 
-    /// The HTTP gate toward `host`, recording its refusals.
-    fn gate(&self, host: &str, upstream: Upstream) -> HttpGate {
-        let audit = self.audit_sink();
+    /// The HTTP gate toward `host`, recording its refusals and telling the
+    /// agent of them.
+    fn gate(&self, host: &str, upstream: Upstream, tell: &Tell) -> HttpGate {
+        let on_untrusted = self.untrusted_sink(host, upstream.addr().port(), tell);
+        let log = Arc::clone(&self.audit);
         let name = host.to_owned();
+        let destination = format!("{host}:{}", upstream.addr().port());
+        let tell = Arc::clone(tell);
         HttpGate {
             expected_host: host.to_owned(),
             secrets: self.secrets.clone(),
@@ -542,61 +497,101 @@ impl Gateway {
             max_header_bytes: self.options.max_header_bytes,
             header_timeout: self.options.head_timeout,
             on_refusal: Arc::new(move |refusal: HttpRefusal| {
-                let refusal = match refusal {
-                    HttpRefusal::HostMismatch { host } => Refusal::HostMismatch { host },
-                    HttpRefusal::PlaceholderElsewhere { secret } => {
-                        Refusal::PlaceholderElsewhere { secret }
-                    }
-                    HttpRefusal::Malformed { what } => Refusal::Malformed { what },
-                };
-                audit(Protocol::Http, Some(name.clone()), refusal);
+                let status = refusal.status();
+                let refusal = Refusal::from(refusal);
+                tell(Told::http(status, told::sentence(&refusal, &destination)));
+                log.record(
+                    Protocol::Http,
+                    Some(name.clone()),
+                    None,
+                    0,
+                    Verdict::Refused(refusal),
+                );
             }),
+            on_untrusted,
         }
     }
 
-    /// A sink for refusals found after the connection was allowed.
-    fn audit_sink(&self) -> impl Fn(Protocol, Option<String>, Refusal) + Send + Sync + 'static {
+    /// A sink for TLS that failed over an untrusted certificate on a
+    /// connection to `host`: recorded so that the host's user sees why,
+    /// and told to the agent for the guest's refusal log.
+    fn untrusted_sink(
+        &self,
+        host: &str,
+        port: u16,
+        tell: &Tell,
+    ) -> Arc<dyn Fn(Untrusted) + Send + Sync> {
         let log = Arc::clone(&self.audit);
-        move |protocol, name, refusal| {
-            log.record(protocol, name, None, 0, Verdict::Refused(refusal));
-        }
+        let name = host.to_owned();
+        let destination = format!("{host}:{port}");
+        let tell = Arc::clone(tell);
+        Arc::new(move |untrusted| {
+            let (refusal, answered) = match untrusted {
+                Untrusted::Upstream { detail } => (Refusal::UpstreamUntrusted { detail }, true),
+                Untrusted::Guest { alert } => (Refusal::GuestUntrusted { alert }, false),
+            };
+            let reason = told::sentence(&refusal, &destination);
+            tell(match answered {
+                true => Told::http(told::status(&refusal), reason),
+                false => Told::reset(reason),
+            });
+            log.record(
+                Protocol::Tls,
+                Some(name.clone()),
+                None,
+                port,
+                Verdict::Refused(refusal),
+            );
+        })
     }
 
-    /// Dials `addr` and carries the bytes both ways.
+    /// Dials the upstream (unless `upstream` is already open) and carries
+    /// the bytes both ways.
     async fn pass<S>(
         &self,
         guest: S,
-        addr: SocketAddr,
-        refused: &(dyn Fn(Protocol, Refusal) -> Refused + Sync),
+        admitted: &Admitted,
         protocol: Protocol,
+        upstream: Option<TcpStream>,
     ) -> Result<(), Refused>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send,
     {
-        let upstream = dial(addr, refused, protocol).await?;
-        self.splice_to(guest, upstream, addr).await
+        let upstream = match upstream {
+            Some(upstream) => upstream,
+            None => dial(admitted.upstream_addr())
+                .await
+                .map_err(|refusal| admitted.refused(protocol, refusal))?,
+        };
+        self.splice_to(guest, upstream, admitted.upstream_addr())
+            .await
     }
 
-    /// A guest that sent nothing at first: the upstream is dialed, and
-    /// whoever speaks first decides. The server first: a protocol whose
-    /// server speaks first (SMTP, a database), carried as it is. The guest
-    /// first, however late: its first bytes are checked as any others (a
-    /// TLS ClientHello must name the allowed name), so waiting does not
-    /// skip a check.
+    /// A guest that sent nothing at first: the upstream is dialed (unless
+    /// `upstream` is already open), and whoever speaks first decides. The
+    /// server first: a protocol whose server speaks first (SMTP, a
+    /// database), carried as it is. The guest first, however late: its
+    /// first bytes are checked as any others (a TLS ClientHello must name
+    /// the allowed name), so waiting does not skip a check.
     async fn first_speaker<S>(
         &self,
         mut guest: S,
         mut head: Vec<u8>,
-        target: &Target,
-        addr: IpAddr,
-        protocol: Protocol,
-        refused: &(dyn Fn(Protocol, Refusal) -> Refused + Sync),
+        admitted: &Admitted,
+        upstream: Option<TcpStream>,
+        tell: &Tell,
     ) -> Result<(), Refused>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let upstream_addr = SocketAddr::new(addr, target.port());
-        let upstream = dial(upstream_addr, refused, protocol).await?;
+        let protocol = admitted.via;
+        let upstream_addr = admitted.upstream_addr();
+        let upstream = match upstream {
+            Some(upstream) => upstream,
+            None => dial(upstream_addr)
+                .await
+                .map_err(|refusal| admitted.refused(protocol, refusal))?,
+        };
         let mut byte = [0u8; 1];
         let guest_first = tokio::select! {
             spoke = upstream.peek(&mut byte) => match spoke {
@@ -612,7 +607,8 @@ impl Gateway {
         };
         match guest_first {
             None => {
-                self.allowed(protocol, &target.name(), addr, target.port());
+                let name = admitted.target.name();
+                self.allowed(protocol, &name, admitted.addr, admitted.target.port());
                 self.splice_to(
                     Prefixed::new(Bytes::from(head), guest),
                     upstream,
@@ -621,13 +617,12 @@ impl Gateway {
                 .await
             }
             Some(sniffed) => {
-                drop(upstream);
                 let sniffed = match sniffed {
                     Ok(Head::Silent) => return Ok(()),
                     Ok(sniffed) => sniffed,
-                    Err(e) => return Err(refused(protocol, sniff_refusal(e))),
+                    Err(e) => return Err(admitted.refused(protocol, sniff_refusal(e))),
                 };
-                self.forward(guest, head, sniffed, target, addr, protocol)
+                self.forward(guest, head, sniffed, admitted, Some(upstream), tell)
                     .await
             }
         }
@@ -657,49 +652,15 @@ impl Gateway {
 }
 
 /// Dials `addr` within [`DIAL_TIMEOUT`].
-async fn dial(
-    addr: SocketAddr,
-    refused: &(dyn Fn(Protocol, Refusal) -> Refused + Sync),
-    protocol: Protocol,
-) -> Result<TcpStream, Refused> {
+async fn dial(addr: SocketAddr) -> Result<TcpStream, Refusal> {
     let upstream = tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(addr))
         .await
-        .map_err(|_| refused(protocol, Refusal::TimedOut))?
-        .map_err(|e| {
-            refused(
-                protocol,
-                Refusal::Upstream {
-                    message: e.to_string(),
-                },
-            )
+        .map_err(|_| Refusal::TimedOut)?
+        .map_err(|e| Refusal::Upstream {
+            message: e.to_string(),
         })?;
     let _ = upstream.set_nodelay(true);
     Ok(upstream)
-}
-
-/// A target from a host that may be an address.
-fn target_of(host: String, port: u16) -> Target {
-    match host.parse::<IpAddr>() {
-        Ok(addr) => Target::Raw(addr, port),
-        Err(_) => Target::Named(normalize_name(&host), port),
-    }
-}
-
-/// `host:port` (or `[v6]:port`), with `default` for a missing port.
-fn split_authority(authority: &str, default: Option<u16>) -> Option<(String, u16)> {
-    if let Some(rest) = authority.strip_prefix('[') {
-        let (host, after) = rest.split_once(']')?;
-        let port = match after.strip_prefix(':') {
-            Some(port) => port.parse().ok()?,
-            None => default?,
-        };
-        return Some((host.to_owned(), port));
-    }
-    match authority.rsplit_once(':') {
-        Some((host, port)) => Some((host.to_owned(), port.parse().ok()?)),
-        None => Some((authority.to_owned(), default?)),
-    }
-    .filter(|(host, port)| !host.is_empty() && *port != 0)
 }
 
 fn sniff_refusal(error: SniffError) -> Refusal {
@@ -714,76 +675,26 @@ fn sniff_refusal(error: SniffError) -> Refusal {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::*;
-    use crate::network::resolver::StaticResolver;
     use hickory_proto::op::{Message, Query};
-    use hickory_proto::rr::{Name, RData, RecordType};
-    use tokio::io::AsyncReadExt;
-    use tokio::net::TcpListener;
+    use hickory_proto::rr::{Name, RecordType};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    /// A keep-alive HTTP server on loopback answering every request.
-    async fn keep_alive_server() -> SocketAddr {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            loop {
-                let (mut conn, _) = listener.accept().await.unwrap();
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 4096];
-                    loop {
-                        match conn.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(_) => {
-                                let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-                                if conn.write_all(reply).await.is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                    }
-                });
-            }
-        });
-        addr
-    }
-
-    fn gateway(limit: usize) -> Gateway {
-        let options = NetworkOptions::new()
-            .policy(
-                NetworkPolicy::new()
-                    .allow("plain.test".parse().unwrap())
-                    .allow("127.0.0.1/32".parse().unwrap()),
-            )
-            .resolver(Arc::new(
-                StaticResolver::new().with("plain.test", IpAddr::V4(Ipv4Addr::LOCALHOST)),
-            ))
-            .max_connections(limit);
-        Gateway::new(options).unwrap()
-    }
-
-    /// The fake address the gateway's DNS gives `name`.
-    fn resolve(gateway: &Gateway, name: &str) -> Ipv4Addr {
-        let mut query = Message::new();
-        query.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
-        let answer = Message::from_vec(&gateway.dns(&query.to_vec().unwrap()).unwrap()).unwrap();
-        match answer.answers()[0].data() {
-            RData::A(a) => a.0,
-            other => panic!("{other:?}"),
-        }
-    }
+    use super::test_support::*;
+    use super::*;
 
     #[tokio::test]
     async fn a_keep_alive_client_that_closes_frees_its_connection() {
         let server = keep_alive_server().await;
         let gateway = Arc::new(gateway(1));
         let fake = resolve(&gateway, "plain.test");
+        let (tell, _) = collector();
         for pause in [Duration::ZERO, FIRST_BYTE_WAIT * 2] {
             let (mut guest, host_side) = tokio::io::duplex(64 << 10);
             let task = tokio::spawn({
-                let gateway = Arc::clone(&gateway);
+                let (gateway, tell) = (Arc::clone(&gateway), Arc::clone(&tell));
                 async move {
                     gateway
-                        .connection(host_side, SocketAddrV4::new(fake, server.port()))
+                        .connection(host_side, SocketAddrV4::new(fake, server.port()), &tell)
                         .await
                 }
             });
@@ -806,22 +717,80 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_direct_refusal_answers_http_and_resets_anything_else() {
+        let gateway = Arc::new(gateway(4));
+        let refused = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 7), 80);
+        let (read, ended, told) = exchange(
+            &gateway,
+            refused,
+            b"GET / HTTP/1.1\r\nHost: 192.0.2.7\r\n\r\n",
+        )
+        .await;
+        assert!(
+            read.starts_with("HTTP/1.1 403 airlock: no rule allows 192.0.2.7:80\r\n"),
+            "{read}"
+        );
+        assert_eq!(ended, Ok(()));
+        assert_eq!(told.len(), 1);
+
+        let ssh = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 7), 22);
+        let (read, ended, told) = exchange(&gateway, ssh, b"SSH-2.0-OpenSSH_9.2\r\n").await;
+        assert_eq!(read, "");
+        assert_eq!(
+            ended,
+            Err(Told::reset("no rule allows 192.0.2.7:22".into()))
+        );
+        assert!(told.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_misdirected_request_on_a_direct_connection_is_answered_with_why() {
+        let server = keep_alive_server().await;
+        let gateway = Arc::new(gateway(4));
+        let fake = resolve(&gateway, "plain.test");
+        let destination = SocketAddrV4::new(fake, server.port());
+        let (read, ended, told) = exchange(
+            &gateway,
+            destination,
+            b"GET / HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        let why = format!(
+            "HTTP host \"evil.example\" is not plain.test:{}, the name this connection was allowed for",
+            server.port()
+        );
+        assert!(
+            read.starts_with("HTTP/1.1 421 airlock: HTTP host \"evil.example\" is not plain.test:"),
+            "{read}"
+        );
+        assert!(read.contains(&why), "{read}");
+        assert_eq!(ended, Ok(()));
+        assert_eq!(told.len(), 1, "{told:?}");
+        assert!(told[0].reason.starts_with(&why), "{told:?}");
+    }
+
     #[test]
-    fn authorities_split_into_host_and_port() {
+    fn a_refused_name_tells_nxdomain() {
+        let gateway = gateway(4);
+        let mut query = Message::new();
+        query.add_query(Query::query(
+            Name::from_ascii("evil.example.").unwrap(),
+            RecordType::A,
+        ));
+        let reply = gateway.dns(&query.to_vec().unwrap()).unwrap();
         assert_eq!(
-            split_authority("api.test:443", None),
-            Some(("api.test".to_owned(), 443))
+            reply.told,
+            Some(Told {
+                answer: Some("NXDOMAIN".into()),
+                reason: "no rule allows evil.example".into()
+            })
         );
-        assert_eq!(
-            split_authority("api.test", Some(80)),
-            Some(("api.test".to_owned(), 80))
-        );
-        assert_eq!(split_authority("api.test", None), None);
-        assert_eq!(
-            split_authority("[::1]:8443", None),
-            Some(("::1".to_owned(), 8443))
-        );
-        assert_eq!(split_authority(":443", None), None);
-        assert_eq!(split_authority("h:0", None), None);
+        let mut query = Message::new();
+        query.add_query(Query::query(
+            Name::from_ascii("plain.test.").unwrap(),
+            RecordType::A,
+        ));
+        assert_eq!(gateway.dns(&query.to_vec().unwrap()).unwrap().told, None);
     }
 }

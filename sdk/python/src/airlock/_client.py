@@ -1,0 +1,162 @@
+"""Connections: one gRPC channel per server (and, for asyncio, per event
+loop), shared by every sandbox object that talks to it, with the
+generated stubs of each service.
+
+:class:`Client` is the blocking one (``grpc``), :class:`AsyncClient` the
+asyncio one (``grpc.aio``). Both carry the key on every call and turn a
+failed call into the SDK's exceptions (:func:`airlock.exceptions.from_rpc_error`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
+
+import grpc
+from grpc import aio
+
+from ._local import ensure_local_server
+from .api.v1 import (
+    code_pb2_grpc,
+    files_pb2_grpc,
+    network_pb2_grpc,
+    processes_pb2_grpc,
+    sandboxes_pb2_grpc,
+)
+from .connection import ConnectionConfig
+from .exceptions import SandboxException
+
+#: The server's bound on one message either way, with room for framing.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024 + 64 * 1024
+#: A data chunk (file, tar, stdin) the server accepts.
+CHUNK_BYTES = 1024 * 1024
+#: Files are sent in chunks of this size.
+WRITE_CHUNK_BYTES = 256 * 1024
+
+
+def _options(config: ConnectionConfig) -> List[Tuple[str, Any]]:
+    options: List[Tuple[str, Any]] = [
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.keepalive_time_ms", 20_000),
+        ("grpc.keepalive_timeout_ms", 20_000),
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
+    if config.remote is None:
+        # gRPC would send the socket's path as :authority, which HTTP/2
+        # servers refuse as malformed.
+        options.append(("grpc.default_authority", "localhost"))
+    if config.remote is None or config.remote.hostname in ("localhost", "127.0.0.1", "::1"):
+        # A loopback or Unix socket server is never behind a proxy.
+        options.append(("grpc.enable_http_proxy", 0))
+    return options
+
+
+def _credentials(config: ConnectionConfig) -> Optional[grpc.ChannelCredentials]:
+    if config.remote is None or not config.remote.tls:
+        return None
+    roots: Optional[bytes] = None
+    if config.ca_cert:
+        try:
+            with open(config.ca_cert, "rb") as pem:
+                roots = pem.read()
+        except OSError as error:
+            raise SandboxException(
+                f"cannot read the CA certificate {config.ca_cert} (AIRLOCK_CA_CERT): {error}"
+            ) from None
+        if b"BEGIN CERTIFICATE" not in roots:
+            raise SandboxException(f"{config.ca_cert} (AIRLOCK_CA_CERT) holds no PEM certificate")
+    return grpc.ssl_channel_credentials(root_certificates=roots)
+
+
+def _key(config: ConnectionConfig) -> Tuple[str, Optional[str], int]:
+    return (config.target, config.ca_cert, os.getpid())
+
+
+def _prepare(config: ConnectionConfig) -> None:
+    if config.remote is None:
+        ensure_local_server(config.socket, config.airlock_bin)
+
+
+class Client:
+    """A blocking connection to a server."""
+
+    _lock = threading.Lock()
+    _channels: Dict[Tuple[str, Optional[str], int], grpc.Channel] = {}
+
+    def __init__(self, config: ConnectionConfig) -> None:
+        self.config = config
+        self.metadata = config.metadata
+        key = _key(config)
+        with Client._lock:
+            channel = Client._channels.get(key)
+            if channel is None:
+                _prepare(config)
+                credentials = _credentials(config)
+                if credentials is None:
+                    channel = grpc.insecure_channel(config.target, _options(config))
+                else:
+                    channel = grpc.secure_channel(config.target, credentials, _options(config))
+                Client._channels[key] = channel
+        self.channel = channel
+        self.sandboxes = sandboxes_pb2_grpc.SandboxesStub(channel)
+        self.processes = processes_pb2_grpc.ProcessesStub(channel)
+        self.files = files_pb2_grpc.FilesStub(channel)
+        self.code = code_pb2_grpc.CodeStub(channel)
+        self.network = network_pb2_grpc.NetworkStub(channel)
+
+    def timeout(self, request_timeout: Optional[float]) -> Optional[float]:
+        return self.config.timeout(request_timeout)
+
+    @property
+    def endpoint(self) -> str:
+        return self.config.endpoint
+
+
+_AsyncKey = Tuple[str, Optional[str], int]
+_async_channels: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[_AsyncKey, aio.Channel]]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+class AsyncClient:
+    """An asyncio connection to a server, for the running event loop."""
+
+    def __init__(self, config: ConnectionConfig, channel: aio.Channel) -> None:
+        self.config = config
+        self.metadata = config.metadata
+        self.channel = channel
+        self.sandboxes = sandboxes_pb2_grpc.SandboxesStub(channel)
+        self.processes = processes_pb2_grpc.ProcessesStub(channel)
+        self.files = files_pb2_grpc.FilesStub(channel)
+        self.code = code_pb2_grpc.CodeStub(channel)
+        self.network = network_pb2_grpc.NetworkStub(channel)
+
+    @classmethod
+    async def connect(cls, config: ConnectionConfig) -> "AsyncClient":
+        loop = asyncio.get_running_loop()
+        channels = _async_channels.setdefault(loop, {})
+        key = _key(config)
+        channel = channels.get(key)
+        if channel is None:
+            if config.remote is None:
+                await loop.run_in_executor(None, _prepare, config)
+            credentials = _credentials(config)
+            channel = channels.get(key)
+            if channel is None:
+                if credentials is None:
+                    channel = aio.insecure_channel(config.target, _options(config))
+                else:
+                    channel = aio.secure_channel(config.target, credentials, _options(config))
+                channels[key] = channel
+        return cls(config, channel)
+
+    def timeout(self, request_timeout: Optional[float]) -> Optional[float]:
+        return self.config.timeout(request_timeout)
+
+    @property
+    def endpoint(self) -> str:
+        return self.config.endpoint

@@ -1,0 +1,35 @@
+"""A sandbox's network as data: its :class:`NetworkPolicy` and the
+:class:`AuditRecord` of every connection and DNS query it made."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Dict, List
+
+
+@dataclass
+class NetworkPolicy:
+    """The allow rules in order, and each bound secret's hosts by its name
+    (never its value)."""
+
+    rules: List[str] = field(default_factory=list)
+    secrets: Dict[str, List[str]] = field(default_factory=dict)
+
+
+@dataclass
+class AuditRecord:
+    """One decision of the host about the guest's traffic."""
+
+    seq: int
+    at: datetime
+    #: "dns", "tcp", "tls", "http" or "proxy".
+    protocol: str
+    #: The name the guest used, if known.
+    name: str
+    #: The address dialed or asked for, if known.
+    addr: str
+    port: int
+    allowed: bool
+    #: "allowed", or "refused: " and why.
+    verdict: str

@@ -1,0 +1,2 @@
+"""The asyncio client: :class:`~airlock.sandbox_async.main.AsyncSandbox` and
+the modules it carries (commands, files, pty, network, code)."""

@@ -1,0 +1,368 @@
+""":class:`AsyncSandbox`: a microVM running untrusted code, asyncio flavour,
+in E2B's vocabulary (every call is awaited; see :mod:`airlock.sandbox_sync.main`).
+
+``Sandbox.create()`` starts one (``async with await AsyncSandbox.create() as sbx:`` kills it
+on the way out), ``Sandbox.connect(id)`` reaches one that runs (resuming a
+paused one), ``Sandbox.list()`` lists yours. The instance has
+``commands``, ``files``, ``pty``, ``network``, ``run_code`` and the code
+contexts, and the lifecycle: ``kill``, ``set_timeout``, ``get_info``,
+``get_metrics``, ``is_running``, ``pause``, ``resume``, ``fork``. The
+lifecycle calls also work on the class with a sandbox id first
+(``Sandbox.kill(sandbox_id)``), as E2B's do.
+"""
+
+from __future__ import annotations
+
+from typing import AsyncIterator, Dict, List, Mapping, Optional, Sequence, Union
+
+from typing_extensions import Self, Unpack
+
+from .. import _convert, _sandbox_args
+from .._client import AsyncClient
+from .._dual import either
+from .._errors import arpc
+from .._sandbox_args import ConnectionOpts
+from ..api.v1 import sandboxes_pb2
+from ..connection import ConnectionConfig
+from ..exceptions import NotFoundException
+from ..models.sandbox import (
+    SandboxInfo,
+    SandboxMetrics,
+    SandboxQuery,
+    SandboxState,
+    Secret,
+)
+from .code import AsyncCodeRunner
+from .commands import AsyncCommands
+from .files import AsyncFilesystem
+from .network import AsyncNetwork
+from .pty import AsyncPty
+
+
+async def _client(opts: ConnectionOpts) -> AsyncClient:
+    return await AsyncClient.connect(_sandbox_args.config(opts))
+
+
+async def _get(client: AsyncClient, sandbox_id: str, request_timeout: Optional[float] = None) -> SandboxInfo:
+    async with arpc(client.endpoint):
+        info = await client.sandboxes.Get(
+            sandboxes_pb2.GetSandboxRequest(sandbox_id=sandbox_id),
+            metadata=client.metadata,
+            timeout=client.timeout(request_timeout),
+        )
+    return _convert.sandbox_info(info)
+
+
+async def _kill(client: AsyncClient, sandbox_id: str, request_timeout: Optional[float] = None) -> bool:
+    try:
+        async with arpc(client.endpoint):
+            await client.sandboxes.Kill(
+                sandboxes_pb2.KillSandboxRequest(sandbox_id=sandbox_id),
+                metadata=client.metadata,
+                timeout=client.timeout(request_timeout),
+            )
+    except NotFoundException:
+        return False
+    return True
+
+
+async def _set_timeout(client: AsyncClient, sandbox_id: str, timeout: int, request_timeout: Optional[float] = None) -> None:
+    async with arpc(client.endpoint):
+        await client.sandboxes.SetTimeout(
+            sandboxes_pb2.SetTimeoutRequest(sandbox_id=sandbox_id, timeout_secs=int(timeout)),
+            metadata=client.metadata,
+            timeout=client.timeout(request_timeout),
+        )
+
+
+async def _metrics(client: AsyncClient, sandbox_id: str, vcpus: int, request_timeout: Optional[float] = None) -> List[SandboxMetrics]:
+    async with arpc(client.endpoint):
+        figures = await client.sandboxes.GetMetrics(
+            sandboxes_pb2.GetMetricsRequest(sandbox_id=sandbox_id),
+            metadata=client.metadata,
+            timeout=client.timeout(request_timeout),
+        )
+    return [_convert.metrics(figures, vcpus)]
+
+
+async def _pause(client: AsyncClient, sandbox_id: str, to_disk: bool, request_timeout: Optional[float] = None) -> bool:
+    if not _sandbox_args.should_pause((await _get(client, sandbox_id, request_timeout)).state, to_disk):
+        return False
+    async with arpc(client.endpoint):
+        await client.sandboxes.Pause(
+            sandboxes_pb2.PauseSandboxRequest(sandbox_id=sandbox_id, to_disk=to_disk),
+            metadata=client.metadata,
+            timeout=client.timeout(request_timeout),
+        )
+    return True
+
+
+async def _resume(client: AsyncClient, sandbox_id: str, request_timeout: Optional[float] = None) -> SandboxInfo:
+    async with arpc(client.endpoint):
+        info = await client.sandboxes.Resume(
+            sandboxes_pb2.ResumeSandboxRequest(sandbox_id=sandbox_id),
+            metadata=client.metadata,
+            timeout=client.timeout(request_timeout),
+        )
+    return _convert.sandbox_info(info)
+
+
+class AsyncSandboxPaginator:
+    """Pages of ``AsyncSandbox.list``: ``await next_items()`` fetches the
+    next page while ``has_next``; ``async for`` goes through every page."""
+
+    def __init__(self, opts: ConnectionOpts, request: sandboxes_pb2.ListSandboxesRequest) -> None:
+        self._opts = opts
+        self._client: Optional[AsyncClient] = None
+        self._request = request
+        self.has_next = True
+        self.next_token: Optional[str] = request.page_token or None
+
+    async def next_items(self) -> List[SandboxInfo]:
+        if not self.has_next:
+            return []
+        if self._client is None:
+            self._client = await _client(self._opts)
+        client = self._client
+        self._request.page_token = self.next_token or ""
+        async with arpc(client.endpoint):
+            page = await client.sandboxes.List(self._request, metadata=client.metadata)
+        self.next_token = page.next_page_token or None
+        self.has_next = self.next_token is not None
+        return [_convert.sandbox_info(info) for info in page.sandboxes]
+
+    async def __aiter__(self) -> AsyncIterator[SandboxInfo]:
+        while self.has_next:
+            for info in await self.next_items():
+                yield info
+
+
+class AsyncSandbox:
+    """A running sandbox (asyncio)."""
+
+    def __init__(self, *, _connected: "tuple[AsyncClient, SandboxInfo]") -> None:
+        """Use :meth:`create` or :meth:`connect`."""
+        client, info = _connected
+        self._client = client
+        self._info = info
+        self._sandbox_id = info.sandbox_id
+        self._commands = AsyncCommands(client, self._sandbox_id)
+        self._files = AsyncFilesystem(client, self._sandbox_id)
+        self._pty = AsyncPty(client, self._sandbox_id, self._commands)
+        self._network = AsyncNetwork(client, self._sandbox_id)
+        self._code = AsyncCodeRunner(client, self._sandbox_id)
+        self.run_code = self._code.run_code
+        self.create_code_context = self._code.create_code_context
+        self.list_code_contexts = self._code.list_code_contexts
+        self.restart_code_context = self._code.restart_code_context
+        self.remove_code_context = self._code.remove_code_context
+        self.interrupt_code_context = self._code.interrupt_code_context
+
+    @property
+    def sandbox_id(self) -> str:
+        return self._sandbox_id
+
+    @property
+    def commands(self) -> AsyncCommands:
+        """Shell commands and programs."""
+        return self._commands
+
+    @property
+    def files(self) -> AsyncFilesystem:
+        """The guest's filesystem."""
+        return self._files
+
+    @property
+    def pty(self) -> AsyncPty:
+        """Interactive terminals."""
+        return self._pty
+
+    @property
+    def network(self) -> AsyncNetwork:
+        """Airlock: the egress rules and their audit."""
+        return self._network
+
+    @property
+    def connection_config(self) -> ConnectionConfig:
+        return self._client.config
+
+    def __repr__(self) -> str:
+        return f"AsyncSandbox(sandbox_id={self._sandbox_id!r}, endpoint={self._client.endpoint!r})"
+
+    @classmethod
+    async def create(
+        cls,
+        template: Optional[str] = None,
+        timeout: Optional[int] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        envs: Optional[Mapping[str, str]] = None,
+        *,
+        image: Optional[str] = None,
+        no_image: bool = False,
+        memory_mb: Optional[int] = None,
+        vcpus: Optional[int] = None,
+        allow_net: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[Secret]] = None,
+        cold: bool = False,
+        workspace: Optional[str] = None,
+        ca_certs: Optional[Sequence[str]] = None,
+        allow_internet_access: Optional[bool] = None,
+        **opts: Unpack[ConnectionOpts],
+    ) -> Self:
+        """Starts a sandbox and returns once it runs.
+
+        ``template``: a template by name (default: the image's own, made on
+        first use); ``image``: a root image from the server's store (default
+        ``default``, Debian with Python), or ``no_image=True`` for busybox
+        alone (fast, tiny); ``timeout``: seconds until it is killed (default
+        the server's, one hour); ``metadata``: labels to list by; ``envs``:
+        every program's and code context's environment; ``memory_mb``,
+        ``vcpus``; ``allow_net``: egress rules (without them or ``secrets``
+        it has no network at all); ``secrets``: credentials bound to hosts,
+        never inside the guest; ``cold``: boot from the kernel;
+        ``workspace``: a persistent disk by name. Connection options
+        (``host``, ``api_key``, ``ca_cert``, ...) default to the
+        environment.
+        """
+        request = _convert.create_request(
+            template=template,
+            timeout=timeout,
+            metadata=metadata,
+            envs=envs,
+            image=image,
+            no_image=no_image,
+            memory_mb=memory_mb,
+            vcpus=vcpus,
+            allow_net=allow_net,
+            secrets=secrets,
+            cold=cold,
+            workspace=workspace,
+            ca_certs=ca_certs,
+            allow_internet_access=allow_internet_access,
+        )
+        client = await _client(opts)
+        return cls(_connected=(client, await _create(client, request)))
+
+    @classmethod
+    async def connect(cls, sandbox_id: str, timeout: Optional[int] = None, **opts: Unpack[ConnectionOpts]) -> Self:
+        """The sandbox ``sandbox_id``, resumed if it was paused or saved to
+        disk; ``timeout`` also sets its timeout from now."""
+        client = await _client(opts)
+        info = await _get(client, sandbox_id)
+        if info.state in (SandboxState.PAUSED, SandboxState.ON_DISK):
+            info = await _resume(client, sandbox_id)
+        if timeout is not None:
+            await _set_timeout(client, sandbox_id, timeout)
+        return cls(_connected=(client, info))
+
+    @classmethod
+    def list(
+        cls,
+        metadata: Optional[Dict[str, str]] = None,
+        state: Optional[Union[SandboxState, str, Sequence[Union[SandboxState, str]]]] = None,
+        *,
+        query: Optional[SandboxQuery] = None,
+        limit: Optional[int] = None,
+        next_token: Optional[str] = None,
+        **opts: Unpack[ConnectionOpts],
+    ) -> AsyncSandboxPaginator:
+        """Your sandboxes carrying every label of ``metadata``, in any of
+        ``state`` (default all), in pages of ``limit`` (default 100)."""
+        request = _sandbox_args.list_request(metadata, state, query, limit, next_token)
+        return AsyncSandboxPaginator(opts, request)
+
+    async def _kill(self, request_timeout: Optional[float] = None) -> bool:
+        """Kills the sandbox; ``False`` when it was not there."""
+        return await _kill(self._client, self._sandbox_id, request_timeout)
+
+    @staticmethod
+    async def _cls_kill(sandbox_id: str, **opts: Unpack[ConnectionOpts]) -> bool:
+        return await _kill(await _client(opts), sandbox_id)
+
+    kill = either(_kill, _cls_kill)
+
+    async def _set_timeout(self, timeout: int, request_timeout: Optional[float] = None) -> None:
+        """Kills the sandbox ``timeout`` seconds from now (0: never; only the
+        server machine's owner may)."""
+        await _set_timeout(self._client, self._sandbox_id, timeout, request_timeout)
+
+    @staticmethod
+    async def _cls_set_timeout(sandbox_id: str, timeout: int, **opts: Unpack[ConnectionOpts]) -> None:
+        await _set_timeout(await _client(opts), sandbox_id, timeout)
+
+    set_timeout = either(_set_timeout, _cls_set_timeout)
+
+    async def _get_info(self, request_timeout: Optional[float] = None) -> SandboxInfo:
+        """The sandbox's state, labels, size, times and usage."""
+        self._info = await _get(self._client, self._sandbox_id, request_timeout)
+        return self._info
+
+    @staticmethod
+    async def _cls_get_info(sandbox_id: str, **opts: Unpack[ConnectionOpts]) -> SandboxInfo:
+        return await _get(await _client(opts), sandbox_id)
+
+    get_info = either(_get_info, _cls_get_info)
+
+    async def _get_metrics(self, request_timeout: Optional[float] = None) -> List[SandboxMetrics]:
+        """Its figures now, as a list of one (E2B gives a series)."""
+        return await _metrics(self._client, self._sandbox_id, self._info.cpu_count, request_timeout)
+
+    @staticmethod
+    async def _cls_get_metrics(sandbox_id: str, **opts: Unpack[ConnectionOpts]) -> List[SandboxMetrics]:
+        client = await _client(opts)
+        return await _metrics(client, sandbox_id, (await _get(client, sandbox_id)).cpu_count)
+
+    get_metrics = either(_get_metrics, _cls_get_metrics)
+
+    async def _pause(self, to_disk: bool = False, request_timeout: Optional[float] = None) -> bool:
+        """Stops its CPUs (memory kept), or with ``to_disk`` saves it to disk
+        and ends its VM process; the next call resumes it. ``False`` when it
+        was paused already."""
+        return await _pause(self._client, self._sandbox_id, to_disk, request_timeout)
+
+    @staticmethod
+    async def _cls_pause(sandbox_id: str, to_disk: bool = False, **opts: Unpack[ConnectionOpts]) -> bool:
+        return await _pause(await _client(opts), sandbox_id, to_disk)
+
+    pause = either(_pause, _cls_pause)
+
+    async def _resume(self, request_timeout: Optional[float] = None) -> None:
+        """Starts a paused or saved sandbox again (any call does too)."""
+        self._info = await _resume(self._client, self._sandbox_id, request_timeout)
+
+    @classmethod
+    async def _cls_resume(cls, sandbox_id: str, **opts: Unpack[ConnectionOpts]) -> "AsyncSandbox":
+        client = await _client(opts)
+        return cls(_connected=(client, await _resume(client, sandbox_id)))
+
+    resume = either(_resume, _cls_resume)
+
+    async def is_running(self, request_timeout: Optional[float] = None) -> bool:
+        """Whether it runs (not paused, on disk or ended)."""
+        try:
+            return (await self._get_info(request_timeout)).state == SandboxState.RUNNING
+        except NotFoundException:
+            return False
+
+    async def fork(self, count: int = 1, request_timeout: Optional[float] = None) -> List[Self]:
+        """Airlock: ``count`` new sandboxes with this one's memory, programs
+        and files, each with its own id, hostname and entropy."""
+        async with arpc(self._client.endpoint):
+            forked = await self._client.sandboxes.Fork(
+                sandboxes_pb2.ForkSandboxRequest(sandbox_id=self._sandbox_id, count=count),
+                metadata=self._client.metadata,
+                timeout=self._client.timeout(request_timeout),
+            )
+        return [type(self)(_connected=(self._client, _convert.sandbox_info(i))) for i in forked.sandboxes]
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._kill()
+
+
+async def _create(client: AsyncClient, request: sandboxes_pb2.CreateSandboxRequest) -> SandboxInfo:
+    async with arpc(client.endpoint):
+        info = await client.sandboxes.Create(request, metadata=client.metadata, timeout=client.config.request_timeout)
+    return _convert.sandbox_info(info)

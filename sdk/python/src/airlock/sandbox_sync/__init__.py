@@ -1,0 +1,2 @@
+"""The blocking client: :class:`~airlock.sandbox_sync.main.Sandbox` and the
+modules it carries (commands, files, pty, network, code)."""

@@ -1,0 +1,378 @@
+""":class:`Sandbox`: a microVM running untrusted code, blocking flavour, in
+E2B's vocabulary.
+
+``Sandbox.create()`` starts one (``with Sandbox.create() as sbx:`` kills it
+on the way out), ``Sandbox.connect(id)`` reaches one that runs (resuming a
+paused one), ``Sandbox.list()`` lists yours. The instance has
+``commands``, ``files``, ``pty``, ``network``, ``run_code`` and the code
+contexts, and the lifecycle: ``kill``, ``set_timeout``, ``get_info``,
+``get_metrics``, ``is_running``, ``pause``, ``resume``, ``fork``. The
+lifecycle calls also work on the class with a sandbox id first
+(``Sandbox.kill(sandbox_id)``), as E2B's do.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Union
+
+from typing_extensions import Self, Unpack
+
+from .. import _convert, _sandbox_args
+from .._client import Client
+from .._dual import either
+from .._errors import rpc
+from .._sandbox_args import ConnectionOpts
+from ..api.v1 import sandboxes_pb2
+from ..connection import ConnectionConfig
+from ..exceptions import NotFoundException
+from ..models.sandbox import (
+    SandboxInfo,
+    SandboxMetrics,
+    SandboxQuery,
+    SandboxState,
+    Secret,
+)
+from .code import CodeRunner
+from .commands import Commands
+from .files import Filesystem
+from .network import Network
+from .pty import Pty
+
+
+def _client(opts: ConnectionOpts) -> Client:
+    return Client(_sandbox_args.config(opts))
+
+
+def _get(client: Client, sandbox_id: str, request_timeout: Optional[float] = None) -> SandboxInfo:
+    with rpc(client.endpoint):
+        info = client.sandboxes.Get(
+            sandboxes_pb2.GetSandboxRequest(sandbox_id=sandbox_id),
+            metadata=client.metadata,
+            timeout=client.timeout(request_timeout),
+        )
+    return _convert.sandbox_info(info)
+
+
+def _kill(client: Client, sandbox_id: str, request_timeout: Optional[float] = None) -> bool:
+    try:
+        with rpc(client.endpoint):
+            client.sandboxes.Kill(
+                sandboxes_pb2.KillSandboxRequest(sandbox_id=sandbox_id),
+                metadata=client.metadata,
+                timeout=client.timeout(request_timeout),
+            )
+    except NotFoundException:
+        return False
+    return True
+
+
+def _set_timeout(client: Client, sandbox_id: str, timeout: int, request_timeout: Optional[float] = None) -> None:
+    with rpc(client.endpoint):
+        client.sandboxes.SetTimeout(
+            sandboxes_pb2.SetTimeoutRequest(sandbox_id=sandbox_id, timeout_secs=int(timeout)),
+            metadata=client.metadata,
+            timeout=client.timeout(request_timeout),
+        )
+
+
+def _metrics(client: Client, sandbox_id: str, vcpus: int, request_timeout: Optional[float] = None) -> List[SandboxMetrics]:
+    with rpc(client.endpoint):
+        figures = client.sandboxes.GetMetrics(
+            sandboxes_pb2.GetMetricsRequest(sandbox_id=sandbox_id),
+            metadata=client.metadata,
+            timeout=client.timeout(request_timeout),
+        )
+    return [_convert.metrics(figures, vcpus)]
+
+
+def _pause(client: Client, sandbox_id: str, to_disk: bool, request_timeout: Optional[float] = None) -> bool:
+    if not _sandbox_args.should_pause(_get(client, sandbox_id, request_timeout).state, to_disk):
+        return False
+    with rpc(client.endpoint):
+        client.sandboxes.Pause(
+            sandboxes_pb2.PauseSandboxRequest(sandbox_id=sandbox_id, to_disk=to_disk),
+            metadata=client.metadata,
+            timeout=client.timeout(request_timeout),
+        )
+    return True
+
+
+def _resume(client: Client, sandbox_id: str, request_timeout: Optional[float] = None) -> SandboxInfo:
+    with rpc(client.endpoint):
+        info = client.sandboxes.Resume(
+            sandboxes_pb2.ResumeSandboxRequest(sandbox_id=sandbox_id),
+            metadata=client.metadata,
+            timeout=client.timeout(request_timeout),
+        )
+    return _convert.sandbox_info(info)
+
+
+class SandboxPaginator:
+    """Pages of ``Sandbox.list``: ``next_items()`` fetches the next page
+    while ``has_next``; iterating it goes through every page."""
+
+    def __init__(self, client: Client, request: sandboxes_pb2.ListSandboxesRequest) -> None:
+        self._client = client
+        self._request = request
+        self.has_next = True
+        self.next_token: Optional[str] = request.page_token or None
+
+    def next_items(self) -> List[SandboxInfo]:
+        if not self.has_next:
+            return []
+        self._request.page_token = self.next_token or ""
+        with rpc(self._client.endpoint):
+            page = self._client.sandboxes.List(self._request, metadata=self._client.metadata)
+        self.next_token = page.next_page_token or None
+        self.has_next = self.next_token is not None
+        return [_convert.sandbox_info(info) for info in page.sandboxes]
+
+    def __iter__(self) -> Iterator[SandboxInfo]:
+        while self.has_next:
+            yield from self.next_items()
+
+
+class Sandbox:
+    """A running sandbox."""
+
+    def __init__(
+        self,
+        template: Optional[str] = None,
+        timeout: Optional[int] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        envs: Optional[Mapping[str, str]] = None,
+        *,
+        _connected: Optional["tuple[Client, SandboxInfo]"] = None,
+        **opts: Unpack[ConnectionOpts],
+    ) -> None:
+        """Prefer :meth:`create`; ``Sandbox(...)`` creates one too, as E2B's
+        older constructor did."""
+        if _connected is None:
+            client = _client(opts)
+            request = _convert.create_request(template=template, timeout=timeout, metadata=metadata, envs=envs)
+            info = _create(client, request)
+        else:
+            client, info = _connected
+        self._client = client
+        self._info = info
+        self._sandbox_id = info.sandbox_id
+        self._commands = Commands(client, self._sandbox_id)
+        self._files = Filesystem(client, self._sandbox_id)
+        self._pty = Pty(client, self._sandbox_id, self._commands)
+        self._network = Network(client, self._sandbox_id)
+        self._code = CodeRunner(client, self._sandbox_id)
+        self.run_code = self._code.run_code
+        self.create_code_context = self._code.create_code_context
+        self.list_code_contexts = self._code.list_code_contexts
+        self.restart_code_context = self._code.restart_code_context
+        self.remove_code_context = self._code.remove_code_context
+        self.interrupt_code_context = self._code.interrupt_code_context
+
+    @property
+    def sandbox_id(self) -> str:
+        return self._sandbox_id
+
+    @property
+    def commands(self) -> Commands:
+        """Shell commands and programs."""
+        return self._commands
+
+    @property
+    def files(self) -> Filesystem:
+        """The guest's filesystem."""
+        return self._files
+
+    @property
+    def pty(self) -> Pty:
+        """Interactive terminals."""
+        return self._pty
+
+    @property
+    def network(self) -> Network:
+        """Airlock: the egress rules and their audit."""
+        return self._network
+
+    @property
+    def connection_config(self) -> ConnectionConfig:
+        return self._client.config
+
+    def __repr__(self) -> str:
+        return f"Sandbox(sandbox_id={self._sandbox_id!r}, endpoint={self._client.endpoint!r})"
+
+    @classmethod
+    def create(
+        cls,
+        template: Optional[str] = None,
+        timeout: Optional[int] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        envs: Optional[Mapping[str, str]] = None,
+        *,
+        image: Optional[str] = None,
+        no_image: bool = False,
+        memory_mb: Optional[int] = None,
+        vcpus: Optional[int] = None,
+        allow_net: Optional[Sequence[str]] = None,
+        secrets: Optional[Sequence[Secret]] = None,
+        cold: bool = False,
+        workspace: Optional[str] = None,
+        ca_certs: Optional[Sequence[str]] = None,
+        allow_internet_access: Optional[bool] = None,
+        **opts: Unpack[ConnectionOpts],
+    ) -> Self:
+        """Starts a sandbox and returns once it runs.
+
+        ``template``: a template by name (default: the image's own, made on
+        first use); ``image``: a root image from the server's store (default
+        ``default``, Debian with Python), or ``no_image=True`` for busybox
+        alone (fast, tiny); ``timeout``: seconds until it is killed (default
+        the server's, one hour); ``metadata``: labels to list by; ``envs``:
+        every program's and code context's environment; ``memory_mb``,
+        ``vcpus``; ``allow_net``: egress rules (without them or ``secrets``
+        it has no network at all); ``secrets``: credentials bound to hosts,
+        never inside the guest; ``cold``: boot from the kernel;
+        ``workspace``: a persistent disk by name. Connection options
+        (``host``, ``api_key``, ``ca_cert``, ...) default to the
+        environment.
+        """
+        request = _convert.create_request(
+            template=template,
+            timeout=timeout,
+            metadata=metadata,
+            envs=envs,
+            image=image,
+            no_image=no_image,
+            memory_mb=memory_mb,
+            vcpus=vcpus,
+            allow_net=allow_net,
+            secrets=secrets,
+            cold=cold,
+            workspace=workspace,
+            ca_certs=ca_certs,
+            allow_internet_access=allow_internet_access,
+        )
+        client = _client(opts)
+        return cls(_connected=(client, _create(client, request)))
+
+    @classmethod
+    def connect(cls, sandbox_id: str, timeout: Optional[int] = None, **opts: Unpack[ConnectionOpts]) -> Self:
+        """The sandbox ``sandbox_id``, resumed if it was paused or saved to
+        disk; ``timeout`` also sets its timeout from now."""
+        client = _client(opts)
+        info = _get(client, sandbox_id)
+        if info.state in (SandboxState.PAUSED, SandboxState.ON_DISK):
+            info = _resume(client, sandbox_id)
+        if timeout is not None:
+            _set_timeout(client, sandbox_id, timeout)
+        return cls(_connected=(client, info))
+
+    @classmethod
+    def list(
+        cls,
+        metadata: Optional[Dict[str, str]] = None,
+        state: Optional[Union[SandboxState, str, Sequence[Union[SandboxState, str]]]] = None,
+        *,
+        query: Optional[SandboxQuery] = None,
+        limit: Optional[int] = None,
+        next_token: Optional[str] = None,
+        **opts: Unpack[ConnectionOpts],
+    ) -> SandboxPaginator:
+        """Your sandboxes carrying every label of ``metadata``, in any of
+        ``state`` (default all), in pages of ``limit`` (default 100)."""
+        request = _sandbox_args.list_request(metadata, state, query, limit, next_token)
+        return SandboxPaginator(_client(opts), request)
+
+    def _kill(self, request_timeout: Optional[float] = None) -> bool:
+        """Kills the sandbox; ``False`` when it was not there."""
+        return _kill(self._client, self._sandbox_id, request_timeout)
+
+    @staticmethod
+    def _cls_kill(sandbox_id: str, **opts: Unpack[ConnectionOpts]) -> bool:
+        return _kill(_client(opts), sandbox_id)
+
+    kill = either(_kill, _cls_kill)
+
+    def _set_timeout(self, timeout: int, request_timeout: Optional[float] = None) -> None:
+        """Kills the sandbox ``timeout`` seconds from now (0: never; only the
+        server machine's owner may)."""
+        _set_timeout(self._client, self._sandbox_id, timeout, request_timeout)
+
+    @staticmethod
+    def _cls_set_timeout(sandbox_id: str, timeout: int, **opts: Unpack[ConnectionOpts]) -> None:
+        _set_timeout(_client(opts), sandbox_id, timeout)
+
+    set_timeout = either(_set_timeout, _cls_set_timeout)
+
+    def _get_info(self, request_timeout: Optional[float] = None) -> SandboxInfo:
+        """The sandbox's state, labels, size, times and usage."""
+        self._info = _get(self._client, self._sandbox_id, request_timeout)
+        return self._info
+
+    @staticmethod
+    def _cls_get_info(sandbox_id: str, **opts: Unpack[ConnectionOpts]) -> SandboxInfo:
+        return _get(_client(opts), sandbox_id)
+
+    get_info = either(_get_info, _cls_get_info)
+
+    def _get_metrics(self, request_timeout: Optional[float] = None) -> List[SandboxMetrics]:
+        """Its figures now, as a list of one (E2B gives a series)."""
+        return _metrics(self._client, self._sandbox_id, self._info.cpu_count, request_timeout)
+
+    @staticmethod
+    def _cls_get_metrics(sandbox_id: str, **opts: Unpack[ConnectionOpts]) -> List[SandboxMetrics]:
+        client = _client(opts)
+        return _metrics(client, sandbox_id, _get(client, sandbox_id).cpu_count)
+
+    get_metrics = either(_get_metrics, _cls_get_metrics)
+
+    def _pause(self, to_disk: bool = False, request_timeout: Optional[float] = None) -> bool:
+        """Stops its CPUs (memory kept), or with ``to_disk`` saves it to disk
+        and ends its VM process; the next call resumes it. ``False`` when it
+        was paused already."""
+        return _pause(self._client, self._sandbox_id, to_disk, request_timeout)
+
+    @staticmethod
+    def _cls_pause(sandbox_id: str, to_disk: bool = False, **opts: Unpack[ConnectionOpts]) -> bool:
+        return _pause(_client(opts), sandbox_id, to_disk)
+
+    pause = either(_pause, _cls_pause)
+
+    def _resume(self, request_timeout: Optional[float] = None) -> None:
+        """Starts a paused or saved sandbox again (any call does too)."""
+        self._info = _resume(self._client, self._sandbox_id, request_timeout)
+
+    @classmethod
+    def _cls_resume(cls, sandbox_id: str, **opts: Unpack[ConnectionOpts]) -> "Sandbox":
+        client = _client(opts)
+        return cls(_connected=(client, _resume(client, sandbox_id)))
+
+    resume = either(_resume, _cls_resume)
+
+    def is_running(self, request_timeout: Optional[float] = None) -> bool:
+        """Whether it runs (not paused, on disk or ended)."""
+        try:
+            return self._get_info(request_timeout).state == SandboxState.RUNNING
+        except NotFoundException:
+            return False
+
+    def fork(self, count: int = 1, request_timeout: Optional[float] = None) -> List[Self]:
+        """Airlock: ``count`` new sandboxes with this one's memory, programs
+        and files, each with its own id, hostname and entropy."""
+        with rpc(self._client.endpoint):
+            forked = self._client.sandboxes.Fork(
+                sandboxes_pb2.ForkSandboxRequest(sandbox_id=self._sandbox_id, count=count),
+                metadata=self._client.metadata,
+                timeout=self._client.timeout(request_timeout),
+            )
+        return [type(self)(_connected=(self._client, _convert.sandbox_info(i))) for i in forked.sandboxes]
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._kill()
+
+
+def _create(client: Client, request: sandboxes_pb2.CreateSandboxRequest) -> SandboxInfo:
+    with rpc(client.endpoint):
+        info = client.sandboxes.Create(request, metadata=client.metadata, timeout=client.config.request_timeout)
+    return _convert.sandbox_info(info)

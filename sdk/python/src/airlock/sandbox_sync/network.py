@@ -1,0 +1,77 @@
+"""``sandbox.network`` (Airlock): the sandbox's egress rules and the audit
+of what its guest tried. Every connection and DNS query of the guest is
+decided on the host; a sandbox created without ``allow_net`` or
+``secrets`` has no network at all (its calls here fail with reason
+``NO_NETWORK``)."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+from .. import _convert
+from .._client import Client
+from .._errors import rpc
+from ..api.v1 import network_pb2
+from ..models.network import AuditRecord, NetworkPolicy
+
+
+class Network:
+    """The network policy of one sandbox."""
+
+    def __init__(self, client: Client, sandbox_id: str) -> None:
+        self._client = client
+        self._sandbox_id = sandbox_id
+
+    def policy(self, request_timeout: Optional[float] = None) -> NetworkPolicy:
+        """The rules and the bound secrets' hosts."""
+        with rpc(self._client.endpoint):
+            found = self._client.network.GetPolicy(
+                network_pb2.GetPolicyRequest(sandbox_id=self._sandbox_id),
+                metadata=self._client.metadata,
+                timeout=self._client.timeout(request_timeout),
+            )
+        return _convert.policy(found)
+
+    def rules(self, request_timeout: Optional[float] = None) -> List[str]:
+        """The allow rules, in order."""
+        return self.policy(request_timeout).rules
+
+    def _change(self, allow: List[str], deny: List[str], request_timeout: Optional[float]) -> List[str]:
+        with rpc(self._client.endpoint):
+            changed = self._client.network.ChangePolicy(
+                network_pb2.ChangePolicyRequest(sandbox_id=self._sandbox_id, allow=allow, deny=deny),
+                metadata=self._client.metadata,
+                timeout=self._client.timeout(request_timeout),
+            )
+        return list(changed.rules)
+
+    def allow(self, *rules: str, request_timeout: Optional[float] = None) -> List[str]:
+        """Adds rules ("example.com", "*.example.com:443", "10.0.0.0/8") for
+        new connections; returns the rules now."""
+        return self._change(list(rules), [], request_timeout)
+
+    def deny(self, *rules: str, request_timeout: Optional[float] = None) -> List[str]:
+        """Removes rules (each must be one of the policy's); open
+        connections stay open. Returns the rules now."""
+        return self._change([], list(rules), request_timeout)
+
+    def replace(self, rules: List[str], request_timeout: Optional[float] = None) -> List[str]:
+        """Sets every rule at once."""
+        with rpc(self._client.endpoint):
+            replaced = self._client.network.ReplacePolicy(
+                network_pb2.ReplacePolicyRequest(sandbox_id=self._sandbox_id, rules=list(rules)),
+                metadata=self._client.metadata,
+                timeout=self._client.timeout(request_timeout),
+            )
+        return list(replaced.rules)
+
+    def audit(self, after_seq: int = 0, request_timeout: Optional[float] = None) -> List[AuditRecord]:
+        """The host's decisions on the guest's connections and DNS queries,
+        oldest first (the newest 4096 are kept), after ``after_seq``."""
+        with rpc(self._client.endpoint):
+            found = self._client.network.Audit(
+                network_pb2.AuditRequest(sandbox_id=self._sandbox_id, after_seq=after_seq),
+                metadata=self._client.metadata,
+                timeout=self._client.timeout(request_timeout),
+            )
+        return [_convert.audit_record(r) for r in found.records]

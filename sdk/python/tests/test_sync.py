@@ -1,0 +1,485 @@
+"""The blocking client against a real server with real sandboxes (QEMU):
+every call, with the errors a user meets. Checks that need no sandbox of
+their own share one busybox sandbox (``sbx``) or one of the default image
+(``py``, which has python3 for ``run_code``)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Iterator, List, Tuple
+
+import pytest
+
+from airlock import (
+    AuthenticationException,
+    CommandExitException,
+    Context,
+    FilesystemEventType,
+    FileType,
+    InvalidArgumentException,
+    NotFoundException,
+    PtySize,
+    RateLimitException,
+    Result,
+    Sandbox,
+    SandboxException,
+    SandboxState,
+    Secret,
+    TimeoutException,
+    WriteEntry,
+)
+from airlock.exceptions import AlreadyExistsException
+
+from .conftest import Pattern, Server
+
+MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def sbx(server: Server) -> Iterator[Sandbox]:
+    with Sandbox.create(no_image=True, metadata={"suite": "sync"}, envs={"SUITE": "sync"}) as sandbox:
+        yield sandbox
+
+
+@pytest.fixture(scope="module")
+def py(server: Server) -> Iterator[Sandbox]:
+    with Sandbox.create(metadata={"suite": "sync-py"}) as sandbox:
+        yield sandbox
+
+
+# -- lifecycle ---------------------------------------------------------
+
+
+def test_create_sets_what_was_asked_and_list_finds_it(server: Server) -> None:
+    sandbox = Sandbox.create(
+        no_image=True, timeout=600, metadata={"owner": "sync-create"}, envs={"GREETING": "hi"},
+        memory_mb=320, vcpus=2,
+    )
+    try:
+        info = sandbox.get_info()
+        assert (info.sandbox_id, info.memory_mb, info.cpu_count) == (sandbox.sandbox_id, 320, 2)
+        assert info.metadata == {"owner": "sync-create"} and info.state == SandboxState.RUNNING
+        assert info.end_at is not None and 590 <= (info.end_at - info.started_at).total_seconds() <= 610
+        assert info.env_names == ["GREETING"]
+        assert sandbox.commands.run("echo $GREETING; nproc").stdout == "hi\n2\n"
+        listed = list(Sandbox.list(metadata={"owner": "sync-create"}))
+        assert [i.sandbox_id for i in listed] == [sandbox.sandbox_id]
+        assert list(Sandbox.list(metadata={"owner": "sync-create"}, state=[SandboxState.PAUSED])) == []
+        assert Sandbox.get_info(sandbox.sandbox_id).sandbox_id == sandbox.sandbox_id
+        assert sandbox.is_running()
+    finally:
+        assert sandbox.kill() is True
+    assert sandbox.is_running() is False
+    assert Sandbox.kill(sandbox.sandbox_id) is False
+    with pytest.raises(NotFoundException):
+        Sandbox.connect(sandbox.sandbox_id)
+
+
+def test_with_kills_the_sandbox_on_exit(server: Server) -> None:
+    with Sandbox.create(no_image=True) as sandbox:
+        sandbox_id = sandbox.sandbox_id
+        assert sandbox.commands.run("echo in").stdout == "in\n"
+    with pytest.raises(NotFoundException):
+        Sandbox.get_info(sandbox_id)
+    with pytest.raises(ValueError):
+        with Sandbox.create(no_image=True) as sandbox:
+            sandbox_id = sandbox.sandbox_id
+            raise ValueError("the body failed")
+    assert not any(i.sandbox_id == sandbox_id for i in Sandbox.list())
+
+
+def test_set_timeout_ends_it_then(server: Server) -> None:
+    sandbox = Sandbox.create(no_image=True)
+    sandbox.set_timeout(1)
+    deadline = time.monotonic() + 30
+    while sandbox.is_running():
+        assert time.monotonic() < deadline, "still running 30 s after a 1 s timeout"
+        time.sleep(0.2)
+    info = Sandbox.get_info(sandbox.sandbox_id)
+    assert info.state == SandboxState.ENDED and "lifetime" in info.end_reason
+    with pytest.raises(NotFoundException):
+        sandbox.commands.run("true")
+
+
+def test_pause_resume_to_disk_and_connect(sbx: Sandbox) -> None:
+    sbx.files.write("/root/kept", "before the pause")
+    assert sbx.pause() is True
+    assert sbx.get_info().state == SandboxState.PAUSED and not sbx.is_running()
+    assert sbx.pause() is False
+    sbx.resume()
+    assert sbx.is_running()
+    assert Sandbox.pause(sbx.sandbox_id, to_disk=True) is True
+    assert sbx.get_info().state == SandboxState.ON_DISK
+    again = Sandbox.connect(sbx.sandbox_id)
+    assert again.is_running() and again.files.read("/root/kept") == "before the pause"
+
+
+def test_fork_copies_memory_and_files(sbx: Sandbox) -> None:
+    sbx.files.write("/tmp/parent", "from the parent")
+    children = sbx.fork(2)
+    try:
+        assert len({c.sandbox_id for c in children} | {sbx.sandbox_id}) == 3
+        for child in children:
+            assert child.files.read("/tmp/parent") == "from the parent"
+            assert child.commands.run("hostname").stdout.strip() == child.sandbox_id
+    finally:
+        for child in children:
+            child.kill()
+
+
+def test_metrics_measure_the_guest(sbx: Sandbox) -> None:
+    [metrics] = sbx.get_metrics()
+    assert metrics.mem_total > 100 * MIB and 0 < metrics.mem_used < metrics.mem_total
+    assert metrics.cpu_count == 1 and metrics.running_ms > 0
+    assert Sandbox.get_metrics(sbx.sandbox_id)[0].mem_total == metrics.mem_total
+
+
+# -- commands ----------------------------------------------------------
+
+
+def test_run_returns_output_and_raises_on_failure(sbx: Sandbox) -> None:
+    result = sbx.commands.run("echo out; echo err >&2")
+    assert (result.stdout, result.stderr, result.exit_code, result.error) == ("out\n", "err\n", 0, None)
+    with pytest.raises(CommandExitException) as failed:
+        sbx.commands.run("echo partial; exit 3")
+    assert (failed.value.exit_code, failed.value.stdout) == (3, "partial\n")
+    assert isinstance(failed.value, SandboxException)
+    ran = sbx.commands.run(
+        "echo $A $SUITE; pwd; id -u", envs={"A": "1"}, cwd="/tmp", user="65534"
+    )
+    assert ran.stdout == "1 sync\n/tmp\n65534\n"
+    assert sbx.commands.run("cat", stdin="given stdin").stdout == "given stdin"
+    assert sbx.commands.run("cat").stdout == ""
+
+
+def test_on_stdout_is_called_as_output_arrives(sbx: Sandbox) -> None:
+    seen: List[Tuple[float, str]] = []
+    result = sbx.commands.run(
+        "echo first; sleep 3; echo second; echo late >&2",
+        on_stdout=lambda text: seen.append((time.monotonic(), text)),
+        on_stderr=lambda text: seen.append((time.monotonic(), "E:" + text)),
+    )
+    ended = time.monotonic()
+    assert [text for _, text in seen if not text.startswith("E:")] == ["first\n", "second\n"]
+    assert [text for _, text in seen if text.startswith("E:")] == ["E:late\n"]
+    assert ended - seen[0][0] > 2, "the first line arrived only at the end"
+    assert result.stdout == "first\nsecond\n"
+
+
+def test_a_command_past_its_timeout_is_killed(sbx: Sandbox) -> None:
+    began = time.monotonic()
+    with pytest.raises(TimeoutException):
+        sbx.commands.run("sleep 30", timeout=1)
+    assert time.monotonic() - began < 20
+
+
+def test_background_handle_stdin_list_kill(sbx: Sandbox) -> None:
+    handle = sbx.commands.run("while read line; do echo got $line; done", background=True)
+    pieces = iter(handle)
+    received = ""
+    # Through the handle's own stream, then by pid (another call: not
+    # ordered with the stream, so the second waits for the first's answer).
+    for word in ("one", "two"):
+        if word == "one":
+            handle.send_stdin("one\n")
+        else:
+            sbx.commands.send_stdin(handle.pid, "two\n")
+        while f"got {word}" not in received:
+            stdout, _, _ = next(pieces)
+            received += stdout or ""
+    assert received == "got one\ngot two\n"
+    listed = {p.pid: p for p in sbx.commands.list()}
+    assert listed[handle.pid].running and listed[handle.pid].args[-1].startswith("while read")
+    handle.close_stdin()
+    assert handle.wait().exit_code == 0
+    sleeper = sbx.commands.run("sleep 600", background=True)
+    assert sbx.commands.kill(sleeper.pid) is True
+    with pytest.raises(CommandExitException) as killed:
+        sleeper.wait()
+    assert killed.value.signal == 9 and killed.value.error == "signal: 9"
+    other = sbx.commands.run("sleep 600", background=True)
+    assert other.kill() is True
+    assert sbx.commands.kill(999_999) is False
+
+
+def test_background_command_reattached_with_replay(sbx: Sandbox) -> None:
+    handle = sbx.commands.run(
+        "for i in 1 2 3; do echo line $i; sleep 0.5; done; read x; echo then $x",
+        background=True,
+    )
+    while handle.stdout.count("line") < 3:
+        time.sleep(0.1)
+    handle.disconnect()
+    again = sbx.commands.connect(handle.pid)
+    first = next(iter(again))
+    assert first[0] is not None and first[0].startswith("line 1")
+    again.send_stdin("back\n")
+    result = again.wait()
+    assert result.stdout == "line 1\nline 2\nline 3\nthen back\n"
+
+
+# -- files -------------------------------------------------------------
+
+
+def test_files_read_write_list_and_more(sbx: Sandbox, tmp_path: Path) -> None:
+    fs = sbx.files
+    info = fs.write("/tmp/f/a.txt", "alpha")
+    assert (info.name, info.path, info.type) == ("a.txt", "/tmp/f/a.txt", FileType.FILE)
+    assert fs.read("/tmp/f/a.txt") == "alpha"
+    fs.write("/tmp/f/b.bin", b"\x00\xffbin")
+    assert fs.read("/tmp/f/b.bin", format="bytes") == bytearray(b"\x00\xffbin")
+    assert b"".join(fs.read("/tmp/f/b.bin", format="stream")) == b"\x00\xffbin"
+    with open(tmp_path / "local", "wb") as f:
+        f.write(b"from a file object")
+    with open(tmp_path / "local", "rb") as f:
+        fs.write("/tmp/f/c", f)
+    assert fs.read("/tmp/f/c") == "from a file object"
+    written = fs.write_files([WriteEntry("/tmp/f/d/1", "one"), {"path": "/tmp/f/d/2", "data": b"two"}])
+    assert [w.path for w in written] == ["/tmp/f/d/1", "/tmp/f/d/2"]
+    names = sorted(e.name for e in fs.list("/tmp/f"))
+    assert names == ["a.txt", "b.bin", "c", "d"]
+    deep = sorted(e.path for e in fs.list("/tmp/f", depth=2))
+    assert "/tmp/f/d/2" in deep and "/tmp/f/d/2" not in [e.path for e in fs.list("/tmp/f")]
+    assert fs.exists("/tmp/f/a.txt") and not fs.exists("/tmp/f/none")
+    stat = fs.get_info("/tmp/f/a.txt")
+    assert (stat.size, stat.type, stat.permissions) == (5, FileType.FILE, "-rw-r--r--")
+    assert fs.get_info("/tmp/f/d").type == FileType.DIR
+    assert fs.make_dir("/tmp/f/new/deep") is True and fs.make_dir("/tmp/f/new/deep") is False
+    moved = fs.rename("/tmp/f/a.txt", "/tmp/f/new/a.txt")
+    assert moved.path == "/tmp/f/new/a.txt" and not fs.exists("/tmp/f/a.txt")
+    fs.remove("/tmp/f/new")
+    assert not fs.exists("/tmp/f/new/a.txt")
+    with pytest.raises(NotFoundException) as missing:
+        fs.read("/tmp/f/none")
+    assert missing.value.reason == "GUEST_NOT_FOUND"
+
+
+def test_watch_dir_sees_changes(sbx: Sandbox) -> None:
+    sbx.files.make_dir("/tmp/watched")
+    called = threading.Event()
+    handle = sbx.files.watch_dir("/tmp/watched", on_event=lambda e: called.set(), recursive=True)
+    try:
+        sbx.commands.run("echo x > /tmp/watched/new.txt")
+        deadline = time.monotonic() + 15
+        events = []
+        while not any(e.type == FilesystemEventType.CREATE and e.name == "new.txt" for e in events):
+            assert time.monotonic() < deadline, f"no CREATE event: {events}"
+            time.sleep(0.1)
+            events += handle.get_new_events()
+        assert called.is_set()
+    finally:
+        handle.stop()
+
+
+def test_directories_travel_as_tar(sbx: Sandbox, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    os.chmod(src / "sub" / "run.sh", 0o755)
+    os.symlink("sub/run.sh", src / "link")
+    assert sbx.files.upload_dir(str(src), "/tmp/tree") > 0
+    assert sbx.commands.run("/tmp/tree/link").stdout == "ran\n"
+    out = tmp_path / "out"
+    assert sbx.files.download_dir("/tmp/tree", str(out)) >= 3
+    assert (out / "sub" / "run.sh").read_text() == "#!/bin/sh\necho ran\n"
+    assert os.readlink(out / "link") == "sub/run.sh"
+    assert os.stat(out / "sub" / "run.sh").st_mode & 0o777 == 0o755
+
+
+def test_track_changes_lists_and_downloads(sbx: Sandbox, tmp_path: Path) -> None:
+    sbx.commands.run("mkdir -p /root/w && echo old > /root/w/mod && echo gone > /root/w/del")
+    tracker = sbx.files.track_changes(["/root/w"])
+    sbx.commands.run("echo new > /root/w/made; echo changed >> /root/w/mod; rm /root/w/del")
+    changes = {(c.kind.value, c.path) for c in tracker.changes()}
+    assert changes == {
+        ("created", "/root/w/made"),
+        ("modified", "/root/w/mod"),
+        ("deleted", "/root/w/del"),
+    }
+    tracker.download(str(tmp_path))
+    assert (tmp_path / "root" / "w" / "made").read_text() == "new\n"
+    tracker.stop()
+    with pytest.raises(NotFoundException):
+        tracker.changes()
+
+
+def test_a_200_mib_file_streams_both_ways(server: Server) -> None:
+    with Sandbox.create(no_image=True, memory_mb=1024) as big:
+        source = Pattern(200 * MIB)
+        written = big.files.write("/tmp/big", source)
+        assert written.size == 200 * MIB
+        expected = source.digest.hexdigest()
+        assert big.commands.run("sha256sum /tmp/big").stdout.split()[0] == expected
+        digest, size = hashlib.sha256(), 0
+        for chunk in big.files.read("/tmp/big", format="stream"):
+            digest.update(chunk)
+            size += len(chunk)
+        assert (size, digest.hexdigest()) == (200 * MIB, expected)
+
+
+# -- terminals -----------------------------------------------------------
+
+
+def test_pty_types_resizes_and_kills(sbx: Sandbox) -> None:
+    screen = bytearray()
+    changed = threading.Condition()
+
+    def on_data(data: bytes) -> None:
+        with changed:
+            screen.extend(data)
+            changed.notify_all()
+
+    def wait_for(text: bytes) -> None:
+        with changed:
+            assert changed.wait_for(lambda: text in screen, timeout=15), bytes(screen)
+
+    terminal = sbx.pty.create(PtySize(rows=24, cols=80), on_data=on_data, envs={"PS1": "$ "})
+    sbx.pty.send_stdin(terminal.pid, b"echo $((6 * 7))\n")
+    wait_for(b"42")
+    sbx.pty.resize(terminal.pid, PtySize(rows=50, cols=132))
+    sbx.pty.send_stdin(terminal.pid, b"stty size\n")
+    wait_for(b"50 132")
+    assert sbx.pty.kill(terminal.pid) is True
+    with pytest.raises(CommandExitException):
+        terminal.wait()
+
+
+# -- code --------------------------------------------------------------
+
+TINY_PNG = (
+    "class Chart:\n"
+    "    def _repr_png_(self):\n"
+    "        import base64\n"
+    "        return base64.b64decode("
+    "'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==')\n"
+    "Chart()\n"
+)
+
+
+def test_run_code_values_outputs_errors(py: Sandbox) -> None:
+    assert py.run_code("x = 41").results == []
+    execution = py.run_code("x + 1")
+    assert execution.text == "42" and execution.error is None and execution.execution_count
+    assert py.run_code("{'answer': x + 1}").results[0].json == {"answer": 42}
+    printed: List[str] = []
+    results: List[Result] = []
+    errors = []
+    out = py.run_code(
+        "import time\nprint('a', flush=True)\ntime.sleep(1)\nprint('b')\n" + TINY_PNG,
+        on_stdout=lambda m: printed.append(m.line),
+        on_result=results.append,
+        on_error=errors.append,
+    )
+    assert "".join(printed) == "a\nb\n" and out.logs.stdout == printed
+    png = base64.b64decode(out.results[-1].png or "")
+    assert png.startswith(b"\x89PNG") and results == out.results and errors == []
+    failed = py.run_code("1 / 0", on_error=errors.append)
+    assert failed.error is not None and failed.error.name == "ZeroDivisionError"
+    assert "1 / 0" in failed.error.traceback and errors == [failed.error]
+    bash = py.run_code("cd /tmp; echo $PWD", language="bash")
+    assert bash.logs.stdout == ["/tmp\n"]
+    with pytest.raises(InvalidArgumentException):
+        py.run_code("1", envs={"A": "1"})
+
+
+def test_code_contexts_and_timeouts(py: Sandbox) -> None:
+    ctx = py.create_code_context(cwd="/tmp", language="python")
+    assert isinstance(ctx, Context) and ctx.cwd == "/tmp"
+    assert py.run_code("import os; y = os.getcwd()", context=ctx).error is None
+    assert py.run_code("y", context=ctx).text == "'/tmp'"
+    assert py.run_code("'y' in dir()").text == "False"
+    assert ctx.id in [c.id for c in py.list_code_contexts()]
+    with pytest.raises(TimeoutException):
+        py.run_code("while True: pass", context=ctx, timeout=2)
+    assert py.run_code("y", context=ctx).text == "'/tmp'"
+    py.restart_code_context(ctx)
+    assert py.run_code("y", context=ctx).error is not None
+    with pytest.raises(AlreadyExistsException):
+        py.create_code_context(context_id=ctx.id)
+    py.interrupt_code_context(ctx)
+    py.remove_code_context(ctx)
+    assert ctx.id not in [c.id for c in py.list_code_contexts()]
+    with pytest.raises(NotFoundException):
+        py.restart_code_context(ctx)
+
+
+# -- network -----------------------------------------------------------
+
+
+def test_network_rules_and_audit(server: Server) -> None:
+    with Sandbox.create(
+        no_image=True,
+        allow_net=["a.example"],
+        secrets=[Secret("TOKEN", "s3cret", ["a.example"])],
+    ) as net:
+        assert net.network.rules() == ["a.example"]
+        assert net.network.policy().secrets == {"TOKEN": ["a.example"]}
+        assert net.network.allow("b.example:443") == ["a.example", "b.example:443"]
+        assert net.network.deny("a.example") == ["b.example:443"]
+        assert net.commands.run("echo $TOKEN").stdout.strip() != "s3cret"
+        net.commands.run("nslookup refused.example 2>&1 || true")
+        records = net.network.audit()
+        refused = [r for r in records if r.name.startswith("refused.example")]
+        assert refused and not refused[0].allowed and refused[0].verdict.startswith("refused")
+        with pytest.raises(InvalidArgumentException) as bad:
+            net.network.allow("*.*.bad")
+        assert bad.value.field is not None
+
+
+def test_no_network_and_bad_arguments_are_named(sbx: Sandbox) -> None:
+    with pytest.raises(SandboxException) as none:
+        sbx.network.rules()
+    assert none.value.reason == "NO_NETWORK"
+    with pytest.raises(InvalidArgumentException) as bad:
+        Sandbox.create(no_image=True, memory_mb=10)
+    assert bad.value.field == "memory_mib"  # the API's field
+    with pytest.raises(InvalidArgumentException):
+        Sandbox.create(no_image=True, allow_internet_access=True)
+    with pytest.raises(NotFoundException) as gone:
+        Sandbox.connect("sandbox-nobody")
+    assert gone.value.reason == "SANDBOX_NOT_FOUND"
+
+
+# -- servers -----------------------------------------------------------
+
+
+def test_the_local_server_is_started_on_demand(tmp_path: Path) -> None:
+    socket = str(tmp_path / "daemon.sock")
+    env_before = dict(os.environ)
+    try:
+        os.environ["AIRLOCK_STATE_DIR"] = str(tmp_path)
+        os.environ["AIRLOCK_SAVED_DIR"] = str(tmp_path / "saved")
+        os.environ["AIRLOCK_SERVER_DIR"] = str(tmp_path / "server")
+        from .conftest import airlock_bin
+
+        assert Sandbox.list(socket=socket, airlock_bin=airlock_bin()).next_items() == []
+        assert "serving on the Unix socket" in (tmp_path / "daemon.log").read_text()
+    finally:
+        os.environ.clear()
+        os.environ.update(env_before)
+        from .conftest import _processes_mentioning
+
+        for pid in _processes_mentioning(socket):
+            os.kill(pid, 15)
+
+
+def test_a_remote_server_over_tls_with_a_key(tls_server: Server) -> None:
+    key = tls_server.key("sync-remote", "--max-sandboxes", "1")
+    conn = {"host": tls_server.host, "api_key": key, "ca_cert": tls_server.ca}
+    with Sandbox.create(no_image=True, **conn) as remote:
+        assert remote.commands.run("hostname").stdout.strip() == remote.sandbox_id
+        remote.files.write("/tmp/r", "over tls")
+        assert remote.files.read("/tmp/r") == "over tls"
+        assert [i.sandbox_id for i in Sandbox.list(**conn)] == [remote.sandbox_id]
+        with pytest.raises(RateLimitException) as quota:
+            Sandbox.create(no_image=True, **conn)
+        assert quota.value.reason == "QUOTA_EXCEEDED"
+    with pytest.raises(AuthenticationException):
+        Sandbox.list(host=tls_server.host, api_key="ak_wrong", ca_cert=tls_server.ca).next_items()
+    with pytest.raises(SandboxException):
+        Sandbox.list(host=tls_server.host, api_key=key).next_items()  # no CA: untrusted

@@ -79,7 +79,7 @@ const TS_CONNS: [TsConn; 3] = [
         conn: "unix",
         key: "ts_unix",
         get_key: "get_ts_unix",
-        how: "the server's Unix socket, gRPC",
+        how: "socket, gRPC",
         start_pair: "unix",
         exec_pair: "api",
         get_pair: "get_api",
@@ -88,7 +88,7 @@ const TS_CONNS: [TsConn; 3] = [
         conn: "tls",
         key: "ts_tls",
         get_key: "get_ts_tls",
-        how: "TCP + TLS + key, gRPC",
+        how: "TLS + key, gRPC",
         start_pair: "tls",
         exec_pair: "api_tls",
         get_pair: "get_api_tls",
@@ -97,7 +97,7 @@ const TS_CONNS: [TsConn; 3] = [
         conn: "web",
         key: "ts_web",
         get_key: "get_ts_web",
-        how: "TCP + TLS + key, gRPC-Web",
+        how: "TLS + key, gRPC-Web",
         start_pair: "tls",
         exec_pair: "api_tls",
         get_pair: "get_api_tls",
@@ -305,8 +305,7 @@ async fn main() {
     let ts_rows = |what: &str| -> Vec<(String, &'static str)> {
         TS_CONNS
             .iter()
-            .map(|conn| (format!("TypeScript SDK, {}", conn.how), conn.key))
-            .chain(std::iter::once((format!("  ({what})"), "")))
+            .map(|conn| (format!("TypeScript SDK, {what}, {}", conn.how), conn.key))
             .collect()
     };
     for (name, key) in [
@@ -322,18 +321,13 @@ async fn main() {
         ),
     ]
     .into_iter()
-    .chain(ts_rows(
-        "Sandbox.create, commands.run: `echo` through /bin/sh",
-    ))
+    .chain(ts_rows("sh -c echo"))
     .chain([(
         "CLI: sandbox create + sandbox exec (to exit)".to_owned(),
         "cli",
     )]) {
         let times = starts.sorted(key);
         if times.is_empty() {
-            if key.is_empty() && !starts.sorted("ts_unix").is_empty() {
-                text.push_str(&row(&name, "", "", ""));
-            }
             continue;
         }
         text.push_str(&row(
@@ -350,6 +344,12 @@ async fn main() {
         "",
         if met { "met" } else { "missed" },
     ));
+    if !starts.sorted("ts_unix").is_empty() {
+        text.push_str(
+            "(the TypeScript SDK's start is `commands.run(\"echo ready\")`: E2B's vocabulary has \
+             command lines only, so its `echo` runs through /bin/sh)\n",
+        );
+    }
     let library_exec = execs.sorted("library");
     let exec_floor = percentile(&library_exec, 50);
     text.push_str(&format!(
@@ -368,14 +368,11 @@ async fn main() {
         ("Python SDK, commands.run (asyncio)".to_owned(), "sdk_async"),
     ]
     .into_iter()
-    .chain(ts_rows("commands.run"))
+    .chain(ts_rows("run"))
     .chain([("CLI: airlock sandbox exec (a process)".to_owned(), "cli")])
     {
         let times = execs.sorted(key);
         if times.is_empty() {
-            if key.is_empty() && !execs.sorted("ts_unix").is_empty() {
-                text.push_str(&row(&name, "", "", ""));
-            }
             continue;
         }
         text.push_str(&row(

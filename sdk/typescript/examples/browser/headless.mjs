@@ -66,7 +66,9 @@ export async function runHeadless({
   }
   const query = new URLSearchParams({ host, key: apiKey, run: "1", report: "1" });
   args.push(`http://localhost:${port}/?${query}`);
-  const browser = spawn(chromium, args, { stdio: ["ignore", "ignore", "pipe"] });
+  // A process group of its own: Chromium's helpers (renderer, utility,
+  // crash handler) end with it, not after the profile is removed.
+  const browser = spawn(chromium, args, { stdio: ["ignore", "ignore", "pipe"], detached: true });
   let stderr = "";
   browser.stderr.on("data", (chunk) => {
     stderr += chunk;
@@ -85,10 +87,15 @@ export async function runHeadless({
     ]);
   } finally {
     clearTimeout(timer);
-    browser.kill("SIGKILL");
+    try {
+      process.kill(-browser.pid, "SIGKILL");
+    } catch {
+      // The group has ended already.
+    }
     await exited;
     server.close();
-    rmSync(profile, { recursive: true, force: true });
+    // A helper outside the group may still be writing its last file.
+    rmSync(profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
   }
 }
 

@@ -53,7 +53,10 @@ pub mod v1 {
 
 /// The API revision this crate describes: 1, and one more whenever v1
 /// grows (fields, messages, values and RPCs are only ever added).
-pub const REVISION: u32 = 1;
+///
+/// - 2: a write's explicit end (`WriteHeader.require_end`,
+///   `WriteFileRequest.end`).
+pub const REVISION: u32 = 2;
 
 /// Names of optional parts a server may serve, as `Ping` lists them.
 pub mod features {

@@ -24,18 +24,34 @@
 //! median of its take minus the Rust client's in the same round. Target:
 //! at most 2 ms a call.
 //!
+//! The TypeScript SDK takes its turns in the same rounds, driven as a peer
+//! (`sdk/typescript/bench/peer.mjs`, `common::sdk`) on three connections:
+//! the server's socket (gRPC over HTTP/2), TLS with the key (gRPC), and TLS
+//! with the key over gRPC-Web (`fetch`, HTTP/1.1: the browsers' path). Its
+//! start is `Sandbox.create()` to the first stdout chunk of
+//! `commands.run("echo ready")` (E2B's vocabulary has only command lines,
+//! so its start includes the guest's `/bin/sh`); its exec is
+//! `commands.run("true")`, the very command of the other exec rows; and
+//! `getInfo()`. The exec sandbox is the key's, so that every client may
+//! use it (the owner sees every key's sandboxes), and the Rust client
+//! takes its exec and `Get` turns on TLS too, the TypeScript SDK's TLS
+//! rows' pair.
+//!
 //! Run with `scripts/bench`, or `cargo bench -p airlock-tests --bench api
 //! [-- --json]`. `AIRLOCK_BENCH_STARTS` sets the takes per row divided by
-//! four (default 5: 20 takes). The SDK's rows need `AIRLOCK_BENCH_PYTHON`,
-//! the interpreter of a virtualenv with the SDK (`scripts/bench` sets it
-//! from `scripts/sdk-python venv`); without it they are left out, and the
-//! output says so.
+//! four (default 5: 20 takes). The Python SDK's rows need
+//! `AIRLOCK_BENCH_PYTHON`, the interpreter of a virtualenv with the SDK
+//! (`scripts/bench` sets it from `scripts/sdk-python venv`); the
+//! TypeScript SDK's need Node and the SDK built (`scripts/sdk-typescript
+//! build`, which `scripts/bench` runs); without them they are left out,
+//! and the output says so.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 #[allow(dead_code)]
 mod common;
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use airlock::Sandbox;
@@ -45,6 +61,7 @@ use serde_json::json;
 
 use common::clients;
 use common::pool::pooled_starts;
+use common::sdk::{PeerServer, SdkPeer};
 use common::{ms, percentile};
 
 /// The most the API may add to a start from the pool.
@@ -55,6 +72,65 @@ const SDK_TARGET_MS: f64 = 2.0;
 const EXECS: usize = 50;
 /// Rounds first taken and thrown away.
 const WARM: usize = 3;
+/// The TypeScript SDK's connections: its name for each, the rows' key and
+/// label, and the Rust client's row each is paired with (start, exec, Get).
+const TS_CONNS: [TsConn; 3] = [
+    TsConn {
+        conn: "unix",
+        key: "ts_unix",
+        get_key: "get_ts_unix",
+        how: "socket, gRPC",
+        start_pair: "unix",
+        exec_pair: "api",
+        get_pair: "get_api",
+    },
+    TsConn {
+        conn: "tls",
+        key: "ts_tls",
+        get_key: "get_ts_tls",
+        how: "TLS + key, gRPC",
+        start_pair: "tls",
+        exec_pair: "api_tls",
+        get_pair: "get_api_tls",
+    },
+    TsConn {
+        conn: "web",
+        key: "ts_web",
+        get_key: "get_ts_web",
+        how: "TLS + key, gRPC-Web",
+        start_pair: "tls",
+        exec_pair: "api_tls",
+        get_pair: "get_api_tls",
+    },
+];
+
+/// One of the TypeScript SDK's connections, as [`TS_CONNS`] names it.
+struct TsConn {
+    conn: &'static str,
+    key: &'static str,
+    get_key: &'static str,
+    how: &'static str,
+    start_pair: &'static str,
+    exec_pair: &'static str,
+    get_pair: &'static str,
+}
+
+/// One take of an exec round.
+#[derive(Clone, Copy)]
+enum Take {
+    /// `Sandbox::exec` in the library's own sandbox (the floor).
+    Library,
+    /// The Rust client's exec, on TLS or the socket, under a row's key.
+    Exec(bool, &'static str),
+    /// The Rust client's `Sandboxes.Get`, likewise.
+    Get(bool, &'static str),
+    /// `airlock sandbox exec` (every fifth round).
+    Cli,
+    /// A call of the Python SDK's helper (`exec sync`, ...), under a key.
+    Python(&'static str, &'static str),
+    /// An exec (or with `true`, a `getInfo()`) of the TypeScript SDK.
+    Ts(&'static TsConn, bool),
+}
 
 #[tokio::main]
 async fn main() {
@@ -95,17 +171,21 @@ async fn main() {
     .connect()
     .await
     .expect("the local socket");
-    let remote = Endpoint::remote(
-        &format!("https://localhost:{}", server.port),
-        Some(key),
-        Some(server.ca.clone()),
-    )
-    .unwrap()
-    .connect()
-    .await
-    .expect("the TLS listener");
+    let host = format!("https://localhost:{}", server.port);
+    let remote = Endpoint::remote(&host, Some(key.clone()), Some(server.ca.clone()))
+        .unwrap()
+        .connect()
+        .await
+        .expect("the TLS listener");
     let mut sdk = std::env::var_os(clients::PYTHON_ENV)
         .map(|python| clients::SdkHelper::start(std::path::Path::new(&python), &home.socket()));
+    let socket = home.socket();
+    let (mut ts, ts_missing) = typescript_peer(&PeerServer {
+        socket: &socket,
+        host: &host,
+        key: &key,
+        ca: &server.ca,
+    });
 
     // Starts: a round takes once per client in turn, each once the pool has
     // refilled (the CLI every other round), so that drift in the machine's
@@ -122,15 +202,22 @@ async fn main() {
             wait_for_frozen_member(&home).await;
             starts.push("sdk_async", sdk.call("create async"));
         }
+        if let Some(ts) = ts.as_mut() {
+            for conn in &TS_CONNS {
+                wait_for_frozen_member(&home).await;
+                starts.push(conn.key, ts.create_echo(conn.conn).await);
+            }
+        }
         if round % 2 == 0 {
             wait_for_frozen_member(&home).await;
             starts.push("cli", clients::cli_create_to_echo(&home, &local).await);
         }
     }
 
-    // Exec round trips in one running sandbox of the server's, and the
-    // library's own in a sandbox of the same machine, in turn likewise.
-    let exec_id = local
+    // Exec round trips in one running sandbox of the server's (the key's),
+    // and the library's own in a sandbox of the same machine, in turn
+    // likewise.
+    let exec_id = remote
         .sandboxes()
         .create(api::CreateSandboxRequest::default())
         .await
@@ -145,37 +232,60 @@ async fn main() {
         .expect("a library sandbox for the exec floor");
     wait_for_frozen_member(&home).await;
     let mut execs = Rows::default();
+    let mut steps = vec![
+        Take::Library,
+        Take::Exec(false, "api"),
+        Take::Exec(true, "api_tls"),
+        Take::Get(false, "get_api"),
+        Take::Get(true, "get_api_tls"),
+        Take::Cli,
+    ];
+    if sdk.is_some() {
+        steps.extend([
+            Take::Python("exec sync", "sdk_sync"),
+            Take::Python("exec async", "sdk_async"),
+            Take::Python("get sync", "get_sdk_sync"),
+            Take::Python("get async", "get_sdk_async"),
+        ]);
+    }
+    if ts.is_some() {
+        for conn in &TS_CONNS {
+            steps.extend([Take::Ts(conn, false), Take::Ts(conn, true)]);
+        }
+    }
     // The steps of a round, started at a different one each round: an exec
     // that follows another in the same sandbox would otherwise always meet
     // the agent's work after that one.
-    const STEPS: usize = 8;
     for round in 0..EXECS + WARM {
-        let mut take = |name: &'static str, took: Duration| {
+        for step in 0..steps.len() {
+            let client = |tls: bool| if tls { &remote } else { &local };
+            let (name, took) = match steps[(round + step) % steps.len()] {
+                Take::Library => ("library", clients::library_exec(&library).await),
+                Take::Exec(tls, name) => (name, clients::api_exec(client(tls), &exec_id).await),
+                Take::Get(tls, name) => (name, clients::api_get(client(tls), &exec_id).await),
+                Take::Cli if round % 5 != 0 => continue,
+                Take::Cli => ("cli", clients::cli_exec(&home, &exec_id)),
+                Take::Python(verb, name) => {
+                    let Some(sdk) = sdk.as_mut() else { continue };
+                    (name, sdk.call(&format!("{verb} {exec_id}")))
+                }
+                Take::Ts(conn, false) => {
+                    let Some(ts) = ts.as_mut() else { continue };
+                    (conn.key, ts.exec(conn.conn, &exec_id).await)
+                }
+                Take::Ts(conn, true) => {
+                    let Some(ts) = ts.as_mut() else { continue };
+                    (conn.get_key, ts.get(conn.conn, &exec_id).await)
+                }
+            };
             if round >= WARM {
                 execs.push(name, took);
-            }
-        };
-        for step in 0..STEPS {
-            match (round + step) % STEPS {
-                0 => take("library", clients::library_exec(&library).await),
-                1 => take("api", clients::api_exec(&local, &exec_id).await),
-                2 => take("get_api", clients::api_get(&local, &exec_id).await),
-                3 if round % 5 == 0 => take("cli", clients::cli_exec(&home, &exec_id)),
-                n => {
-                    let Some(sdk) = sdk.as_mut() else { continue };
-                    match n {
-                        4 => take("sdk_sync", sdk.call(&format!("exec sync {exec_id}"))),
-                        5 => take("sdk_async", sdk.call(&format!("exec async {exec_id}"))),
-                        6 => take("get_sdk_sync", sdk.call(&format!("get sync {exec_id}"))),
-                        7 => take("get_sdk_async", sdk.call(&format!("get async {exec_id}"))),
-                        _ => {}
-                    }
-                }
             }
         }
     }
     drop(library);
     drop(sdk);
+    drop(ts);
     drop(server);
 
     let floor_median = percentile(&floor.echoed, 50);
@@ -192,19 +302,36 @@ async fn main() {
         "1.00x",
     ));
     let (unix, tls) = (starts.sorted("unix"), starts.sorted("tls"));
+    let ts_rows = |what: &str| -> Vec<(String, &'static str)> {
+        TS_CONNS
+            .iter()
+            .map(|conn| (format!("TypeScript SDK, {what}, {}", conn.how), conn.key))
+            .collect()
+    };
     for (name, key) in [
-        ("API, the server's Unix socket", "unix"),
-        ("API, TCP + TLS + key on loopback", "tls"),
-        ("Python SDK, Sandbox.create (blocking)", "sdk_sync"),
-        ("Python SDK, AsyncSandbox.create (asyncio)", "sdk_async"),
-        ("CLI: sandbox create + sandbox exec (to exit)", "cli"),
-    ] {
+        ("API, the server's Unix socket".to_owned(), "unix"),
+        ("API, TCP + TLS + key on loopback".to_owned(), "tls"),
+        (
+            "Python SDK, Sandbox.create (blocking)".to_owned(),
+            "sdk_sync",
+        ),
+        (
+            "Python SDK, AsyncSandbox.create (asyncio)".to_owned(),
+            "sdk_async",
+        ),
+    ]
+    .into_iter()
+    .chain(ts_rows("sh -c echo"))
+    .chain([(
+        "CLI: sandbox create + sandbox exec (to exit)".to_owned(),
+        "cli",
+    )]) {
         let times = starts.sorted(key);
         if times.is_empty() {
             continue;
         }
         text.push_str(&row(
-            name,
+            &name,
             &fmt_ms(percentile(&times, 50)),
             &fmt_ms(percentile(&times, 95)),
             &format!("{:.2}x", ratio(&times)),
@@ -217,6 +344,12 @@ async fn main() {
         "",
         if met { "met" } else { "missed" },
     ));
+    if !starts.sorted("ts_unix").is_empty() {
+        text.push_str(
+            "(the TypeScript SDK's start is `commands.run(\"echo ready\")`: E2B's vocabulary has \
+             command lines only, so its `echo` runs through /bin/sh)\n",
+        );
+    }
     let library_exec = execs.sorted("library");
     let exec_floor = percentile(&library_exec, 50);
     text.push_str(&format!(
@@ -225,18 +358,25 @@ async fn main() {
     ));
     text.push_str(&row("measure", "median", "p95", "/ floor"));
     for (name, key) in [
-        ("library: Sandbox::exec (the floor)", "library"),
-        ("API, Rust client, the server's Unix socket", "api"),
-        ("Python SDK, commands.run (blocking)", "sdk_sync"),
-        ("Python SDK, commands.run (asyncio)", "sdk_async"),
-        ("CLI: airlock sandbox exec (a process)", "cli"),
-    ] {
+        ("library: Sandbox::exec (the floor)".to_owned(), "library"),
+        (
+            "API, Rust client, the server's Unix socket".to_owned(),
+            "api",
+        ),
+        ("API, Rust client, TCP + TLS + key".to_owned(), "api_tls"),
+        ("Python SDK, commands.run (blocking)".to_owned(), "sdk_sync"),
+        ("Python SDK, commands.run (asyncio)".to_owned(), "sdk_async"),
+    ]
+    .into_iter()
+    .chain(ts_rows("run"))
+    .chain([("CLI: airlock sandbox exec (a process)".to_owned(), "cli")])
+    {
         let times = execs.sorted(key);
         if times.is_empty() {
             continue;
         }
         text.push_str(&row(
-            name,
+            &name,
             &fmt_ms(percentile(&times, 50)),
             &fmt_ms(percentile(&times, 95)),
             &format!("{:.2}x", ms(percentile(&times, 50)) / ms(exec_floor)),
@@ -247,14 +387,28 @@ async fn main() {
     ));
     text.push_str(&row("measure", "median", "p95", ""));
     for (name, key) in [
-        ("API, Rust client", "get_api"),
-        ("Python SDK, get_info (blocking)", "get_sdk_sync"),
-        ("Python SDK, get_info (asyncio)", "get_sdk_async"),
-    ] {
+        (
+            "API, Rust client, the server's Unix socket".to_owned(),
+            "get_api",
+        ),
+        (
+            "API, Rust client, TCP + TLS + key".to_owned(),
+            "get_api_tls",
+        ),
+        ("Python SDK, get_info (blocking)".to_owned(), "get_sdk_sync"),
+        ("Python SDK, get_info (asyncio)".to_owned(), "get_sdk_async"),
+    ]
+    .into_iter()
+    .chain(TS_CONNS.iter().map(|conn| {
+        (
+            format!("TypeScript SDK, getInfo, {}", conn.how),
+            conn.get_key,
+        )
+    })) {
         let times = execs.sorted(key);
         if !times.is_empty() {
             text.push_str(&row(
-                name,
+                &name,
                 &fmt_ms(percentile(&times, 50)),
                 &fmt_ms(percentile(&times, 95)),
                 "",
@@ -294,6 +448,42 @@ async fn main() {
             ));
         }
     }
+    let ts_added: Vec<(String, (f64, f64, f64))> = TS_CONNS
+        .iter()
+        .flat_map(|conn| {
+            [
+                (
+                    format!("start, {}", conn.conn),
+                    starts.paired(conn.key, conn.start_pair),
+                ),
+                (
+                    format!("exec, {}", conn.conn),
+                    execs.paired(conn.key, conn.exec_pair),
+                ),
+                (
+                    format!("Get, {}", conn.conn),
+                    execs.paired(conn.get_key, conn.get_pair),
+                ),
+            ]
+        })
+        .collect();
+    if let Some(note) = &ts_missing {
+        text.push_str(&format!("TypeScript SDK rows left out: {note}\n"));
+    } else {
+        text.push_str(
+            "\nwhat the TypeScript SDK adds to a call over the Rust client on the same transport \
+             (each round's difference; gRPC-Web against gRPC on TLS; its start includes /bin/sh)\n",
+        );
+        text.push_str(&row("call", "median", "quartiles", ""));
+        for (name, (median, q1, q3)) in &ts_added {
+            text.push_str(&row(
+                name,
+                &format!("{median:+.2} ms"),
+                &format!("{q1:+.1}..{q3:+.1}"),
+                "",
+            ));
+        }
+    }
     eprint!("{text}");
     if json_out {
         let medians = |rows: &Rows| -> serde_json::Value {
@@ -323,6 +513,10 @@ async fn main() {
             "sdk_added_ms": added
                 .iter()
                 .map(|(name, (median, _, _))| ((*name).to_owned(), json!(median)))
+                .collect::<serde_json::Map<_, _>>(),
+            "ts_added_ms": ts_added
+                .iter()
+                .map(|(name, (median, _, _))| (name.clone(), json!(median)))
                 .collect::<serde_json::Map<_, _>>(),
         });
         println!("{report}");
@@ -362,6 +556,33 @@ impl Rows {
         };
         (at(50), at(25), at(75))
     }
+}
+
+/// The TypeScript SDK's peer, or why there is none.
+fn typescript_peer(server: &PeerServer) -> (Option<SdkPeer>, Option<String>) {
+    let typescript = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sdk/typescript");
+    let built = typescript.join("dist/esm/index.js").exists();
+    let node = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !(built && node) {
+        return (
+            None,
+            Some(
+                "it needs Node and the SDK built (scripts/sdk-typescript build; scripts/bench runs it)"
+                    .to_owned(),
+            ),
+        );
+    }
+    let script = typescript.join("bench/peer.mjs");
+    let peer = SdkPeer::start(
+        "TypeScript SDK",
+        "node",
+        &[script.to_str().expect("a UTF-8 path")],
+        server,
+    );
+    (Some(peer), None)
 }
 
 /// From `Create` to the first stdout chunk of `echo` in the new sandbox,

@@ -126,7 +126,7 @@ fn tls_files(home: &DaemonHome) -> (PathBuf, PathBuf, PathBuf) {
     let mut ca_params =
         CertificateParams::new(Vec::<String>::new()).unwrap_or_else(|e| fail("CA", e));
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    // Names of their own: OpenSSL (Python's ssl, curl) takes a certificate
+    // Names of their own: OpenSSL (Python's ssl, curl, Node) takes a certificate
     // whose issuer is its own subject for a self-signed one.
     ca_params
         .distinguished_name

@@ -1,7 +1,8 @@
 //! What the server refuses and what it does: bad input of every kind is
 //! INVALID_ARGUMENT naming the field, and the server answers the next call;
-//! the library's errors reach clients with their kind; programs, files and
-//! code through the API. On a real server (process backend, no VMs).
+//! the library's errors reach clients with their kind; programs, files
+//! (and a write cut before its `end`) and code through the API. On a real
+//! server (process backend, no VMs).
 
 #![allow(clippy::unwrap_used)]
 
@@ -779,6 +780,106 @@ async fn files_stream_both_ways_and_trees_travel_as_tar() {
         .await
         .unwrap();
     assert!(!exists(format!("{root}/copy")).await);
+    server.stop().await;
+}
+
+/// A write's messages: the header (asking for `end` or not), `data` in two
+/// chunks, and `end` when `end` says.
+fn write_messages(
+    id: &str,
+    path: &str,
+    data: &[u8],
+    require_end: bool,
+    end: bool,
+) -> Vec<api::WriteFileRequest> {
+    use api::write_file_request::Part;
+    let header = api::WriteHeader {
+        sandbox_id: id.to_owned(),
+        path: path.to_owned(),
+        require_end,
+        ..Default::default()
+    };
+    let (first, second) = data.split_at(data.len() / 2);
+    let mut messages = vec![
+        Part::Header(header),
+        Part::Data(first.to_vec().into()),
+        Part::Data(second.to_vec().into()),
+    ];
+    if end {
+        messages.push(Part::End(api::WriteEnd {}));
+    }
+    messages
+        .into_iter()
+        .map(|part| api::WriteFileRequest { part: Some(part) })
+        .collect()
+}
+
+/// The names in a directory, sorted.
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_write_that_asks_for_its_end_keeps_nothing_without_it() {
+    let server = TestServer::start(Options::default()).await;
+    let owner = server.owner().await;
+    let id = create_sandbox(&owner, create()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("file.txt");
+    let guest_path = path.to_string_lossy().into_owned();
+    let write = |messages: Vec<api::WriteFileRequest>| {
+        let mut files = owner.files();
+        async move { files.write(futures::stream::iter(messages)).await }
+    };
+
+    // Cut (the stream ends after the data, without `end`): the call fails
+    // and no file, not even a temporary, is left.
+    let cut = write(write_messages(&id, &guest_path, b"cut short", true, false))
+        .await
+        .unwrap_err();
+    assert!(cut.message().contains("without `end`"), "{cut:?}");
+    assert_eq!(names_in(dir.path()), Vec::<String>::new());
+
+    // Cut over a file that exists: the old contents stay, alone.
+    std::fs::write(&path, "the old contents").unwrap();
+    write(write_messages(&id, &guest_path, b"cut short", true, false))
+        .await
+        .unwrap_err();
+    assert_eq!(std::fs::read(&path).unwrap(), b"the old contents");
+    assert_eq!(names_in(dir.path()), ["file.txt"]);
+
+    // With `end`: the file is the data; anything sent after `end` is not
+    // read.
+    let mut messages = write_messages(&id, &guest_path, b"the new contents", true, true);
+    messages.push(api::WriteFileRequest {
+        part: Some(api::write_file_request::Part::Data(
+            b" and more".to_vec().into(),
+        )),
+    });
+    let written = write(messages).await.unwrap().into_inner();
+    assert_eq!(written.bytes_written, 16);
+    assert_eq!(std::fs::read(&path).unwrap(), b"the new contents");
+
+    // A client of revision 1 (no `require_end`, no `end`): the end of the
+    // stream is the end of the file, as before.
+    let written = write(write_messages(
+        &id,
+        &guest_path,
+        b"an old client's",
+        false,
+        false,
+    ))
+    .await
+    .unwrap()
+    .into_inner();
+    assert_eq!(written.bytes_written, 15);
+    assert_eq!(std::fs::read(&path).unwrap(), b"an old client's");
+    assert_eq!(names_in(dir.path()), ["file.txt"]);
     server.stop().await;
 }
 

@@ -4,10 +4,13 @@
 //! on it, and round trips and throughput measured through QEMU's socket
 //! for the port: the same path as the agent's channel, minus the agent.
 //! Also the pseudo-random file contents and the percentile and millisecond
-//! helpers the benchmarks use.
+//! helpers the benchmarks use; starts from a warm pool (`pool`); the API
+//! benchmark's other clients (`clients`) and SDKs driven as its peers over
+//! a line protocol (`sdk`).
 
 pub mod clients;
 pub mod pool;
+pub mod sdk;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

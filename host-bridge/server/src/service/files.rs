@@ -127,6 +127,53 @@ where
     tokio_util::io::StreamReader::new(Box::pin(bytes))
 }
 
+/// A write's data messages (after its header) as a reader. It ends at
+/// `end`, reading nothing after it, or at the end of the stream, which
+/// with `require_end` is a cut upload: a read error, so the library sends
+/// the agent no `end` and the guest keeps nothing (with `append`, what was
+/// added stays). Another header, an empty message, or a chunk too large
+/// fails the read.
+fn write_data(
+    stream: Streaming<api::WriteFileRequest>,
+    require_end: bool,
+) -> impl AsyncRead + Send + Unpin + 'static {
+    use api::write_file_request::Part;
+    let invalid_data = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+    let chunks = futures::stream::unfold(Some(stream), move |stream| async move {
+        let mut stream = stream?;
+        let chunk = match stream.message().await {
+            Ok(Some(api::WriteFileRequest {
+                part: Some(Part::Data(data)),
+            })) if data.len() <= limits::MAX_CHUNK_BYTES => Ok(data),
+            Ok(Some(api::WriteFileRequest {
+                part: Some(Part::Data(_)),
+            })) => Err(invalid_data(format!(
+                "a chunk of more than {} bytes",
+                limits::MAX_CHUNK_BYTES
+            ))),
+            Ok(Some(api::WriteFileRequest {
+                part: Some(Part::End(_)),
+            })) => return None,
+            Ok(Some(api::WriteFileRequest {
+                part: Some(Part::Header(_)),
+            })) => Err(invalid_data("a second header".to_owned())),
+            Ok(Some(api::WriteFileRequest { part: None })) => {
+                Err(invalid_data("a message with no part".to_owned()))
+            }
+            Ok(None) if require_end => Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the write ended without `end` (a cut upload); nothing is kept",
+            )),
+            Ok(None) => return None,
+            Err(status) => Err(std::io::Error::other(status.message().to_owned())),
+        };
+        // After a failure the stream is not read again.
+        let rest = chunk.is_ok().then_some(stream);
+        Some((chunk, rest))
+    });
+    tokio_util::io::StreamReader::new(Box::pin(chunks))
+}
+
 #[tonic::async_trait]
 impl files_server::Files for Services {
     type ReadStream = Chunks;
@@ -185,12 +232,7 @@ impl files_server::Files for Services {
         if header.append {
             options = options.append();
         }
-        let data = reader(stream, |message: api::WriteFileRequest| {
-            match message.part {
-                Some(Part::Data(data)) => Some(data),
-                _ => None,
-            }
-        });
+        let data = write_data(stream, header.require_end);
         let files = handle.fs();
         let written = files
             .write_with(&header.path, data, options)

@@ -1,0 +1,19 @@
+/**
+ * airlock-sdk for Node (18+): gRPC over HTTP/2 to a remote server
+ * (`AIRLOCK_HOST`, `AIRLOCK_API_KEY`, `AIRLOCK_CA_CERT`) or to the local
+ * server on its Unix socket, started on demand. Browsers and edge runtimes
+ * load `browser` instead (the package's conditions choose).
+ */
+
+import type { Platform } from "./connection.js";
+import { Sandbox as SandboxBase } from "./sandbox.js";
+import { nodePlatform } from "./node/platform.js";
+
+export * from "./api.js";
+
+/** A sandbox on an Airlock server (see {@link SandboxBase}), reached with this entry's transports. */
+export class Sandbox extends SandboxBase {
+  static override platform: Platform = nodePlatform;
+}
+
+export default Sandbox;

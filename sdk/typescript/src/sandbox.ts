@@ -1,0 +1,413 @@
+/**
+ * {@link Sandbox}: one sandbox on an Airlock server, with E2B's JS
+ * vocabulary: `Sandbox.create/connect/list`, `kill`, `setTimeout`,
+ * `getInfo`, `getMetrics`, `pause`, `resume`, `fork`; its `commands`,
+ * `files`, `pty` and `network`; and the code interpreter's `runCode` and
+ * contexts.
+ */
+
+import type { MessageInitShape } from "@bufbuild/protobuf";
+
+import { CodeInterpreter, type Context, type CreateCodeContextOpts, type Execution, type RunCodeOpts } from "./code.js";
+import { Commands } from "./commands.js";
+import { Connection, type ConnectionOpts, type Platform, type RequestOpts } from "./connection.js";
+import { NotFoundError, SandboxError } from "./errors.js";
+import { Filesystem } from "./files.js";
+import { IdlePolicy, type CreateSandboxRequestSchema } from "./gen/airlock/api/v1/sandboxes_pb.js";
+import { apiState, sandboxInfo, sandboxMetrics, type SandboxInfo, type SandboxMetrics, type SandboxState } from "./info.js";
+import { Network } from "./network.js";
+import { Pty } from "./pty.js";
+
+/** A credential the guest may use but never see, for `secrets`. */
+export interface SecretSpec {
+  /** The value the host puts into HTTP(S) requests to `hosts` (the guest holds a placeholder). */
+  value: string;
+  /** Host names, or `*.suffix` (1 to 16). */
+  hosts: string[];
+}
+
+/** What an idle sandbox does. */
+export interface IdleSpec {
+  /** Milliseconds without a call (1 s to 7 days). */
+  timeoutMs: number;
+  /** "pause" (default): stop its CPUs; "pauseToDisk": save it and free its memory; "stop": kill it. */
+  action?: "pause" | "pauseToDisk" | "stop";
+}
+
+/** Options of `Sandbox.create`: the sandbox, and where the server is. */
+export interface SandboxOpts extends ConnectionOpts, RequestOpts {
+  /** A template by name; the sandbox starts from its snapshot (default: the image's own). */
+  template?: string;
+  /** A root image by name from the server's store (default: "default", Debian with Python). */
+  image?: string;
+  /** No root image: the initramfs's busybox environment (fast, tiny). */
+  noImage?: boolean;
+  /** Kill it this long after it starts (default: the server's, one hour; 0: never, the owner only). */
+  timeoutMs?: number;
+  /** Labels (`Sandbox.list` filters on them). */
+  metadata?: Record<string, string>;
+  /** Environment variables every command and code context gets. */
+  envs?: Record<string, string>;
+  /** Guest memory in MiB (default: the server's, 512 for the default image). */
+  memoryMb?: number;
+  /** Virtual CPUs (default 1). */
+  vcpus?: number;
+  /**
+   * Network allow rules ("example.com", "*.example.com:443",
+   * "10.0.0.0/8:5432"). With no rule and no secret the sandbox has no
+   * network at all.
+   */
+  allowNet?: string[];
+  /** Secrets by the name of the guest's variable that holds their placeholder. */
+  secrets?: Record<string, SecretSpec>;
+  /** What it does when idle (default: nothing). */
+  idle?: IdleSpec;
+  /** Boot from the kernel instead of a template's snapshot. */
+  cold?: boolean;
+  /** A workspace: a persistent disk by name, kept by the server per key. */
+  workspace?: string;
+  /** CA certificates (PEM) the guest trusts besides its image's roots. */
+  caCerts?: string[];
+}
+
+/** Options of `Sandbox.list`. */
+export interface SandboxListOpts extends ConnectionOpts, RequestOpts {
+  /** Only sandboxes with every one of these labels. */
+  metadata?: Record<string, string>;
+  /** Only sandboxes in these states (default: all). */
+  state?: SandboxState | SandboxState[];
+  /** E2B's spelling of the filters. */
+  query?: { metadata?: Record<string, string>; state?: SandboxState | SandboxState[] };
+  /** Sandboxes per page (default 100, at most 1000). */
+  limit?: number;
+  /** Start at this page (a previous page's `nextToken`). */
+  nextToken?: string;
+}
+
+function secondsOf(ms: number): bigint {
+  return ms <= 0 ? 0n : BigInt(Math.max(1, Math.ceil(ms / 1000)));
+}
+
+const IDLE: Record<NonNullable<IdleSpec["action"]>, IdlePolicy> = {
+  pause: IdlePolicy.PAUSE,
+  pauseToDisk: IdlePolicy.PAUSE_TO_DISK,
+  stop: IdlePolicy.STOP,
+};
+
+function createRequest(opts: SandboxOpts): MessageInitShape<typeof CreateSandboxRequestSchema> {
+  return {
+    image: opts.image ?? "",
+    noImage: opts.noImage === true,
+    template: opts.template ?? "",
+    memoryMib: opts.memoryMb ?? 0,
+    vcpus: opts.vcpus ?? 0,
+    timeoutSecs: opts.timeoutMs === undefined ? undefined : secondsOf(opts.timeoutMs),
+    idle:
+      opts.idle === undefined
+        ? undefined
+        : { timeoutSecs: secondsOf(opts.idle.timeoutMs), policy: IDLE[opts.idle.action ?? "pause"] },
+    cold: opts.cold === true,
+    metadata: opts.metadata ?? {},
+    envs: opts.envs ?? {},
+    allowNet: opts.allowNet ?? [],
+    secrets: Object.entries(opts.secrets ?? {}).map(([name, secret]) => ({
+      name,
+      value: secret.value,
+      hosts: secret.hosts,
+    })),
+    workspace: opts.workspace ?? "",
+    caCerts: opts.caCerts ?? [],
+  };
+}
+
+/**
+ * Pages of `Sandbox.list`. `await Sandbox.list()` gives every sandbox (as
+ * E2B's v1 did); `nextItems()` gives one page at a time (as E2B's v2 does).
+ */
+export class SandboxPaginator implements PromiseLike<SandboxInfo[]> {
+  /** Whether another page may follow. */
+  hasNext = true;
+  /** The next page's token ("" or undefined at the end). */
+  nextToken?: string;
+
+  /** @internal */
+  constructor(
+    private readonly platform: Platform,
+    private readonly opts: SandboxListOpts,
+  ) {
+    this.nextToken = opts.nextToken;
+  }
+
+  /** The next page. */
+  async nextItems(): Promise<SandboxInfo[]> {
+    if (!this.hasNext) {
+      throw new SandboxError("no more sandboxes to list: check hasNext before nextItems()");
+    }
+    const opts = this.opts;
+    const connection = await Connection.get(this.platform, opts, opts.signal);
+    const state = opts.query?.state ?? opts.state;
+    const states = state === undefined ? [] : (Array.isArray(state) ? state : [state]).map(apiState);
+    const answer = await connection.call(opts, (o) =>
+      connection.sandboxes.list(
+        {
+          metadata: opts.query?.metadata ?? opts.metadata ?? {},
+          states,
+          pageSize: opts.limit ?? 0,
+          pageToken: this.nextToken ?? "",
+        },
+        o,
+      ),
+    );
+    this.nextToken = answer.nextPageToken === "" ? undefined : answer.nextPageToken;
+    this.hasNext = this.nextToken !== undefined;
+    return answer.sandboxes.map(sandboxInfo);
+  }
+
+  private async all(): Promise<SandboxInfo[]> {
+    const out: SandboxInfo[] = [];
+    while (this.hasNext) {
+      out.push(...(await this.nextItems()));
+    }
+    return out;
+  }
+
+  private everything?: Promise<SandboxInfo[]>;
+
+  /** Every remaining page, once, however often it is awaited. */
+  private collected(): Promise<SandboxInfo[]> {
+    this.everything ??= this.all();
+    return this.everything;
+  }
+
+  then<A = SandboxInfo[], B = never>(
+    onfulfilled?: ((value: SandboxInfo[]) => A | PromiseLike<A>) | null,
+    onrejected?: ((reason: unknown) => B | PromiseLike<B>) | null,
+  ): Promise<A | B> {
+    return this.collected().then(onfulfilled, onrejected);
+  }
+
+  catch<B = never>(onrejected?: ((reason: unknown) => B | PromiseLike<B>) | null): Promise<SandboxInfo[] | B> {
+    return this.collected().catch(onrejected);
+  }
+
+  finally(onfinally?: (() => void) | null): Promise<SandboxInfo[]> {
+    return this.collected().finally(onfinally);
+  }
+}
+
+/** The platform of a `Sandbox` class: its entry point's. */
+function platformOf(cls: { platform?: Platform }): Platform {
+  if (cls.platform === undefined) {
+    throw new SandboxError("this Sandbox has no transport: import Sandbox from 'airlock-sdk' (or 'airlock-sdk/web')");
+  }
+  return cls.platform;
+}
+
+/**
+ * A sandbox: a microVM on an Airlock server. Each entry point exports a
+ * subclass that knows its transports (Node's gRPC, or the web's gRPC-Web).
+ */
+export class Sandbox {
+  /** @internal How this entry point reaches servers. */
+  static platform?: Platform;
+
+  /** Its id (also its hostname in the guest). */
+  readonly sandboxId: string;
+  /** Shell commands. */
+  readonly commands: Commands;
+  /** The guest's files. */
+  readonly files: Filesystem;
+  /** Interactive terminals. */
+  readonly pty: Pty;
+  /** Its network policy and audit log. */
+  readonly network: Network;
+
+  private readonly connection: Connection;
+  private readonly interpreter: CodeInterpreter;
+
+  /** @internal Use `Sandbox.create` or `Sandbox.connect`. */
+  protected constructor(connection: Connection, sandboxId: string) {
+    this.connection = connection;
+    this.sandboxId = sandboxId;
+    this.commands = new Commands(connection, sandboxId);
+    this.files = new Filesystem(connection, sandboxId);
+    this.pty = new Pty(connection, sandboxId);
+    this.network = new Network(connection, sandboxId);
+    this.interpreter = new CodeInterpreter(connection, sandboxId);
+  }
+
+  /** The server this sandbox lives on, with the options that reach it. */
+  get connectionOpts(): ConnectionOpts {
+    return this.connection.opts;
+  }
+
+  /** Starts a sandbox and returns once it runs. */
+  static async create(opts?: SandboxOpts): Promise<Sandbox>;
+  /** Starts a sandbox from a template (E2B's form) and returns once it runs. */
+  static async create(template: string, opts?: SandboxOpts): Promise<Sandbox>;
+  static async create(templateOrOpts?: string | SandboxOpts, maybeOpts?: SandboxOpts): Promise<Sandbox> {
+    const opts =
+      typeof templateOrOpts === "string" ? { ...maybeOpts, template: templateOrOpts } : (templateOrOpts ?? {});
+    const connection = await Connection.get(platformOf(this), opts, opts.signal);
+    const info = await connection.call(opts, (o) => connection.sandboxes.create(createRequest(opts), o));
+    return new this(connection, info.sandboxId);
+  }
+
+  /**
+   * A sandbox that exists, by id; a paused one (or one saved to disk) is
+   * resumed. `NotFoundError` when there is none (or it is not yours).
+   */
+  static async connect(sandboxId: string, opts: ConnectionOpts & RequestOpts = {}): Promise<Sandbox> {
+    const connection = await Connection.get(platformOf(this), opts, opts.signal);
+    const info = await connection.call(opts, (o) => connection.sandboxes.get({ sandboxId }, o));
+    const sandbox = new this(connection, sandboxId);
+    const state = sandboxInfo(info).state;
+    if (state === "paused" || state === "on-disk") {
+      await sandbox.resume(opts);
+    }
+    return sandbox;
+  }
+
+  /** Your sandboxes, filtered by labels and states: await it for all, or page with `nextItems()`. */
+  static list(opts: SandboxListOpts = {}): SandboxPaginator {
+    return new SandboxPaginator(platformOf(this), opts);
+  }
+
+  /** Kills a sandbox by id; false when there was none. */
+  static async kill(sandboxId: string, opts: ConnectionOpts & RequestOpts = {}): Promise<boolean> {
+    const connection = await Connection.get(platformOf(this), opts, opts.signal);
+    try {
+      await connection.call(opts, (o) => connection.sandboxes.kill({ sandboxId }, o));
+      return true;
+    } catch (error) {
+      if (error instanceof NotFoundError) {
+        return false;
+      }
+      throw error;
+    }
+  }
+
+  /** A sandbox's information, by id. */
+  static async getInfo(sandboxId: string, opts: ConnectionOpts & RequestOpts = {}): Promise<SandboxInfo> {
+    const connection = await Connection.get(platformOf(this), opts, opts.signal);
+    return sandboxInfo(await connection.call(opts, (o) => connection.sandboxes.get({ sandboxId }, o)));
+  }
+
+  /** Sets when a sandbox is killed: `timeoutMs` from now (0: never, the owner only). */
+  static async setTimeout(sandboxId: string, timeoutMs: number, opts: ConnectionOpts & RequestOpts = {}): Promise<void> {
+    const connection = await Connection.get(platformOf(this), opts, opts.signal);
+    await connection.call(opts, (o) =>
+      connection.sandboxes.setTimeout({ sandboxId, timeoutSecs: secondsOf(timeoutMs) }, o),
+    );
+  }
+
+  /** Resumes a paused sandbox (or one saved to disk) by id. */
+  static async resume(sandboxId: string, opts: ConnectionOpts & RequestOpts = {}): Promise<Sandbox> {
+    const connection = await Connection.get(platformOf(this), opts, opts.signal);
+    await connection.call(opts, (o) => connection.sandboxes.resume({ sandboxId }, o));
+    return new this(connection, sandboxId);
+  }
+
+  /** Kills the sandbox (one saved to disk loses its files). */
+  async kill(opts?: RequestOpts): Promise<void> {
+    await this.connection.call(opts, (o) => this.connection.sandboxes.kill({ sandboxId: this.sandboxId }, o));
+  }
+
+  /** Kills the sandbox `timeoutMs` from now (0: never, the owner only). */
+  async setTimeout(timeoutMs: number, opts?: RequestOpts): Promise<void> {
+    await this.connection.call(opts, (o) =>
+      this.connection.sandboxes.setTimeout({ sandboxId: this.sandboxId, timeoutSecs: secondsOf(timeoutMs) }, o),
+    );
+  }
+
+  /** Its state, labels, image, size, times and usage. */
+  async getInfo(opts?: RequestOpts): Promise<SandboxInfo> {
+    return sandboxInfo(
+      await this.connection.call(opts, (o) => this.connection.sandboxes.get({ sandboxId: this.sandboxId }, o)),
+    );
+  }
+
+  /** Whether it runs (not paused, saved to disk or ended). */
+  async isRunning(opts?: RequestOpts): Promise<boolean> {
+    try {
+      return (await this.getInfo(opts)).state === "running";
+    } catch (error) {
+      if (error instanceof NotFoundError) {
+        return false;
+      }
+      throw error;
+    }
+  }
+
+  /**
+   * Its figures now: memory, its programs' CPU and memory, its usage. A
+   * list of one reading (E2B answers a series).
+   */
+  async getMetrics(opts?: RequestOpts): Promise<SandboxMetrics[]> {
+    const metrics = await this.connection.call(opts, (o) =>
+      this.connection.sandboxes.getMetrics({ sandboxId: this.sandboxId }, o),
+    );
+    return [sandboxMetrics(metrics)];
+  }
+
+  /**
+   * Pauses it: stops its CPUs, or with `toDisk` saves its memory, programs
+   * and files and ends its VM process. The next call on it resumes it.
+   */
+  async pause(opts: RequestOpts & { toDisk?: boolean } = {}): Promise<SandboxInfo> {
+    return sandboxInfo(
+      await this.connection.call(opts, (o) =>
+        this.connection.sandboxes.pause({ sandboxId: this.sandboxId, toDisk: opts.toDisk === true }, o),
+      ),
+    );
+  }
+
+  /** Starts it again after `pause`. */
+  async resume(opts?: RequestOpts): Promise<SandboxInfo> {
+    return sandboxInfo(
+      await this.connection.call(opts, (o) => this.connection.sandboxes.resume({ sandboxId: this.sandboxId }, o)),
+    );
+  }
+
+  /**
+   * `count` new sandboxes (1 to 16) with its memory, programs and files,
+   * each with its own id, hostname and entropy.
+   */
+  async fork(count = 1, opts?: RequestOpts): Promise<Sandbox[]> {
+    const answer = await this.connection.call(opts, (o) =>
+      this.connection.sandboxes.fork({ sandboxId: this.sandboxId, count }, o),
+    );
+    const ctor = this.constructor as new (connection: Connection, sandboxId: string) => Sandbox;
+    return answer.sandboxes.map((info) => new ctor(this.connection, info.sandboxId));
+  }
+
+  /** Runs a cell of code (Python by default) in a persistent context. */
+  async runCode(code: string, opts?: RunCodeOpts): Promise<Execution> {
+    return await this.interpreter.runCode(code, opts);
+  }
+
+  /** Makes an interpreter context. */
+  async createCodeContext(opts?: CreateCodeContextOpts): Promise<Context> {
+    return await this.interpreter.createCodeContext(opts);
+  }
+
+  /** The interpreter contexts. */
+  async listCodeContexts(opts?: RequestOpts): Promise<Context[]> {
+    return await this.interpreter.listCodeContexts(opts);
+  }
+
+  /** A fresh interpreter for a context: its variables are gone. */
+  async restartCodeContext(context: Context | string, opts?: RequestOpts): Promise<Context> {
+    return await this.interpreter.restartCodeContext(context, opts);
+  }
+
+  /** Interrupts the cell running in a context (SIGINT to its interpreter). */
+  async interruptCodeContext(context: Context | string, opts?: RequestOpts): Promise<Context> {
+    return await this.interpreter.interruptCodeContext(context, opts);
+  }
+
+  /** Removes a context and ends its interpreter. */
+  async removeCodeContext(context: Context | string, opts?: RequestOpts): Promise<void> {
+    await this.interpreter.removeCodeContext(context, opts);
+  }
+}

@@ -1,0 +1,67 @@
+// What the test files share: the SDK as the pass loads it (Node's entry,
+// gRPC over HTTP/2, reading AIRLOCK_HOST/AIRLOCK_API_KEY/AIRLOCK_CA_CERT;
+// or the web entry, gRPC-Web over fetch, given the server in its options),
+// the options a sandbox needs, and small tools. test/run.mjs starts the
+// server and sets the environment these read.
+
+import { createHash } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
+
+/** "node" or "web". */
+export const entry = process.env.AIRLOCK_SDK_ENTRY ?? "node";
+
+export const sdk = await import(entry === "web" ? "airlock-sdk/web" : "airlock-sdk");
+
+/** The server and key, given explicitly on the web pass (it reads no environment). */
+export function opts(extra = {}) {
+  if (entry === "web") {
+    return { host: need("AIRLOCK_TEST_HOST"), apiKey: need("AIRLOCK_TEST_KEY"), ...extra };
+  }
+  return { ...extra };
+}
+
+export function need(name) {
+  const value = process.env[name];
+  if (value === undefined || value === "") {
+    throw new Error(`${name} is not set: run the suite with test/run.mjs (npm test)`);
+  }
+  return value;
+}
+
+/** Labels that mark this run's sandboxes. */
+export const RUN = `${entry}-${process.pid}`;
+
+/** How long a test may take before it fails instead of hanging (boots under TCG are slow). */
+export const LIMIT_MS = 600_000;
+
+/** A busybox sandbox (no image) for the tests that need no Debian. */
+export async function smallSandbox(extra = {}) {
+  return await sdk.Sandbox.create(opts({ noImage: true, timeoutMs: 1_800_000, metadata: { run: RUN }, ...extra }));
+}
+
+export function sha256(bytes) {
+  return createHash("sha256").update(bytes).digest("hex");
+}
+
+/** Waits until `check()` is true, polling, for `ms` at most; whether it became true. */
+export async function eventually(check, ms = 30_000) {
+  const end = Date.now() + ms;
+  for (;;) {
+    if (await check()) {
+      return true;
+    }
+    if (Date.now() > end) {
+      return false;
+    }
+    await sleep(100);
+  }
+}
+
+/** A promise and the function that settles it. */
+export function signal() {
+  let resolve;
+  const promise = new Promise((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}

@@ -58,11 +58,16 @@ impl SandboxInfo {
 ///
 /// # The warm pool
 ///
-/// With [`set_pool`](Sandboxes::set_pool), the manager keeps `size`
-/// sandboxes of one configuration started and frozen (paused: no guest
-/// CPU), and [`start_pooled`](Sandboxes::start_pooled) hands one out: it
-/// thaws it, pushes the host's clock to the guest, and tracks it like any
-/// started sandbox. After each take the pool refills in the background.
+/// With [`set_pool`](Sandboxes::set_pool) (or
+/// [`configure_pool`](Sandboxes::configure_pool)), the manager keeps `size`
+/// sandboxes of one configuration started, warmed up (see [`WarmUp`]: the
+/// programs users run first have run once in each, so their code is
+/// translated already under TCG, and nothing of them is left to see) and
+/// frozen (paused: no guest CPU), and
+/// [`start_pooled`](Sandboxes::start_pooled) hands one out: it thaws it,
+/// pushes the host's clock to the guest, gives it fresh entropy, and tracks
+/// it like any started sandbox. After each take the pool refills in the
+/// background.
 /// With [`SandboxBuilder::from_template`] each fill is a clone of the
 /// configuration's template, so refills are cheap; any configuration can
 /// be pooled (one with a workspace only once, since a workspace admits one
@@ -83,7 +88,8 @@ impl SandboxInfo {
 /// so the time it
 /// waited in the pool is neither billed nor taken from its life. Its guest
 /// CPU time counts from its start (a clone's restore: tens of
-/// milliseconds), and [`Sandbox::boot_timings`] describe that start. While
+/// milliseconds; its warm-up: about a second of TCG for the standard one),
+/// and [`Sandbox::boot_timings`] describe that start. While
 /// it waits, its ceiling counts from its start: a member that reaches it
 /// ends in the pool, is never handed out, and is replaced, as is one that
 /// ends any other way while frozen. A pool of an

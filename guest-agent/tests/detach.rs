@@ -359,3 +359,34 @@ async fn tags_are_unique_while_running_and_lookups_fail_clearly() {
         .unwrap();
     assert_eq!(out.stdout_text(), "again\n");
 }
+
+#[tokio::test]
+async fn a_transient_process_delivers_its_output_then_is_forgotten() {
+    let agent = Agent::start().await;
+    let kept = agent.run_argv(&["sh", "-c", "echo kept"]).await.unwrap();
+    let mut req = request(&["sh", "-c", "echo gone; exit 3"]);
+    req.transient = true;
+    req.tag = "warm".into();
+    let outcome = agent.run(req).await.unwrap();
+    assert_eq!(outcome.stdout_text(), "gone\n");
+    assert_eq!(outcome.exit, ExitStatus::Code(3));
+
+    // Its end was recorded before the stream ended; it is forgotten then.
+    let listed: Vec<u32> = list(&agent).await.iter().map(|p| p.pid).collect();
+    assert_eq!(
+        listed,
+        vec![kept.pid],
+        "only the ordinary program is listed"
+    );
+    for selector in [by_pid(outcome.pid), by_tag("warm")] {
+        let status = agent
+            .process()
+            .connect(ConnectRequest {
+                process: selector,
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    }
+}

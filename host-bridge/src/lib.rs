@@ -98,7 +98,10 @@ pub use exec::{
 };
 pub use fs::Files;
 pub use lifecycle::{EndReason, IdlePolicy, PausedCalls, SandboxState, SandboxUsage};
-pub use manager::{PoolError, PoolStatus, SandboxInfo, Sandboxes};
+pub use manager::{
+    PoolConfig, PoolError, PoolStatus, SandboxInfo, Sandboxes, WarmUp, WarmUpError,
+    WARM_UP_CHECKED_ROOTS,
+};
 pub use network::audit::{AuditRecord, Protocol as NetProtocol, Refusal, Verdict};
 pub use network::policy::{NetRule, NetworkPolicy};
 pub use network::resolver::{Resolve, StaticResolver, SystemResolver};

@@ -14,7 +14,7 @@ use std::fmt;
 
 /// The revision of `airlock.agent.v1` that this crate describes: the
 /// revision of the newest [`Feature`].
-pub const PROTOCOL_REVISION: u32 = 10;
+pub const PROTOCOL_REVISION: u32 = 11;
 
 /// The vsock port the agent listens on unless the kernel command line says
 /// otherwise ([`cmdline::PORT`]).
@@ -232,11 +232,14 @@ pub enum Feature {
     Network,
     /// `System.TrustRoots`: CA certificates the guest's programs trust.
     TrustRoots,
+    /// `StartRequest.transient`: a program that leaves nothing in the
+    /// agent (its tree killed at its exit, then forgotten).
+    Transient,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Feature; 13] = [
+    pub const ALL: [Feature; 14] = [
         Feature::ExtendedStart,
         Feature::Attach,
         Feature::List,
@@ -250,6 +253,7 @@ impl Feature {
         Feature::ExecStamps,
         Feature::Network,
         Feature::TrustRoots,
+        Feature::Transient,
     ];
 
     /// The protocol revision that added this feature.
@@ -264,6 +268,7 @@ impl Feature {
             Feature::ExecStamps => 8,
             Feature::Network => 9,
             Feature::TrustRoots => 10,
+            Feature::Transient => 11,
         }
     }
 
@@ -289,6 +294,7 @@ impl fmt::Display for Feature {
             Feature::ExecStamps => "the agent's timestamps of a program",
             Feature::Network => "network for the guest's programs",
             Feature::TrustRoots => "CA certificates the guest trusts",
+            Feature::Transient => "programs that leave nothing in the agent",
         })
     }
 }

@@ -52,7 +52,7 @@
 mod common;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use airlock::Sandbox;
 use airlock_client::{api, Client, Endpoint};
@@ -60,7 +60,7 @@ use airlock_tests::{DaemonHome, TlsServer};
 use serde_json::json;
 
 use common::clients;
-use common::pool::pooled_starts;
+use common::pool::{create_to_first_output, pooled_starts, wait_for_frozen_member};
 use common::sdk::{PeerServer, SdkPeer};
 use common::{ms, percentile};
 
@@ -585,73 +585,12 @@ fn typescript_peer(server: &PeerServer) -> (Option<SdkPeer>, Option<String>) {
     (Some(peer), None)
 }
 
-/// From `Create` to the first stdout chunk of `echo` in the new sandbox,
-/// which is then killed.
+/// From `Create` to the first stdout chunk of `echo ready` in the new
+/// sandbox, which must come from the pool.
 async fn create_to_echo(client: &Client) -> Duration {
-    let began = Instant::now();
-    let info = client
-        .sandboxes()
-        .create(api::CreateSandboxRequest::default())
+    create_to_first_output(client, &["echo", "ready"])
         .await
-        .expect("create")
-        .into_inner();
-    assert_eq!(info.origin, "pool", "not from the pool: {info:?}");
-    let mut stream = client
-        .start(api::StartProcess {
-            sandbox_id: info.sandbox_id.clone(),
-            argv: vec!["echo".into(), "ready".into()],
-            ..Default::default()
-        })
-        .await
-        .expect("start echo");
-    let mut first = None;
-    while let Some(event) = stream.next_event().await.expect("echo events") {
-        match event {
-            api::process_event::Event::Stdout(_) => {
-                first.get_or_insert_with(Instant::now);
-            }
-            api::process_event::Event::Exited(_) => break,
-            _ => {}
-        }
-    }
-    let took = first.expect("echo printed") - began;
-    client
-        .sandboxes()
-        .kill(api::KillSandboxRequest {
-            sandbox_id: info.sandbox_id,
-        })
-        .await
-        .expect("kill");
-    took
-}
-
-/// Waits until the server's pool holds a frozen member (a QEMU of the
-/// server's, stopped).
-async fn wait_for_frozen_member(home: &DaemonHome) {
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        let frozen = airlock_tests::processes_mentioning(home.path())
-            .into_iter()
-            .any(|pid| {
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-                comm.starts_with("qemu-system")
-                    && stat
-                        .rsplit_once(')')
-                        .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
-            });
-        if frozen {
-            // Settled: the member's thaw check finds it answering.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the pool did not refill; log:\n{}",
-            home.daemon_log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        .first_output
 }
 
 fn row(a: &str, b: &str, c: &str, d: &str) -> String {

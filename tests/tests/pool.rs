@@ -3,7 +3,8 @@
 //! machines; a member that died frozen is never handed out; a pooled
 //! sandbox's lifetime counts from its handout; the pool stays within the
 //! manager's maximum and gives way to starts; dropping the manager kills
-//! the pool.
+//! the pool; a member's warm-up leaves nothing a user could see, and one
+//! that fails or leaves a file is reported and never handed out.
 //!
 //! Each test keeps its sandboxes' state directories under a directory of
 //! its own, so it can count their QEMU processes. Templates live in the
@@ -17,7 +18,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use airlock::{EndReason, Error, Origin, PoolStatus, SandboxBuilder, SandboxState, Sandboxes};
+use airlock::{
+    EndReason, Error, Origin, PoolConfig, PoolStatus, Sandbox, SandboxBuilder, SandboxState,
+    Sandboxes, WarmUp,
+};
 use airlock_tests::stdout_of;
 
 /// How long a pool may take to fill: the first fill of a configuration
@@ -238,4 +242,128 @@ async fn dropping_the_manager_kills_the_pool() {
     assert_eq!(vms_under(base.path()), 0);
     let left = std::fs::read_dir(base.path()).unwrap().count();
     assert_eq!(left, 0, "state directories left behind");
+}
+
+/// Waits until the pool reports a failed fill; returns its status.
+async fn failed(manager: &Sandboxes) -> PoolStatus {
+    let deadline = Instant::now() + FILL_TIMEOUT;
+    loop {
+        let status = manager.pool_status();
+        if status.last_error.is_some() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no fill failed within {FILL_TIMEOUT:?}: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What a user looking around a fresh sandbox sees: the files in the
+/// places people look, the variables a program gets, whether anything of
+/// the warm-up runs, and the programs the agent lists.
+async fn first_look(sandbox: &Sandbox) -> (String, String, String, usize) {
+    // Before anything else runs in it: the agent lists nothing yet.
+    let listed = sandbox.list().await.expect("list").len();
+    let files = stdout_of(
+        sandbox,
+        "ls -A /root /tmp /home /var/tmp; cat /root/.bash_history 2>&1 || true",
+    )
+    .await;
+    let env = stdout_of(sandbox, "env | sort").await;
+    // A process whose whole command line is the warm-up's background one.
+    let leftovers = stdout_of(
+        sandbox,
+        "for p in /proc/[0-9]*; do \
+           [ \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" = 'sleep 6767 ' ] && echo $p; \
+         done; true",
+    )
+    .await;
+    (files, env, leftovers, listed)
+}
+
+#[tokio::test]
+async fn a_warmed_pool_member_shows_nothing_of_its_warm_up() {
+    let base = tempfile::tempdir().unwrap();
+    let builder = pooled(base.path()).image(airlock_tests::default_image());
+    // Everything a careless warm-up leaves: files in its HOME and TMPDIR,
+    // shell history, a variable, a program still running.
+    let warm_up = WarmUp::standard().shell(
+        "echo history > \"$HOME/.bash_history\"; echo x > \"$TMPDIR/left\"; \
+         mkdir -p \"$HOME/.cache/warm\"; export WARM_LEAK=1; \
+         sleep 6767 >/dev/null 2>&1 & python3 -c 'import json, os'",
+    );
+    let manager = Sandboxes::new(4);
+    manager
+        .configure_pool(PoolConfig::new(builder.clone(), 2).warm_up(warm_up))
+        .unwrap();
+    let plain = builder
+        .start()
+        .await
+        .expect("a sandbox started without the pool");
+    filled(&manager, 2).await;
+    let one = manager.start_pooled().await.expect("first from the pool");
+    let two = manager.start_pooled().await.expect("second from the pool");
+
+    let (files, env, leftovers, listed) = first_look(&plain).await;
+    assert_eq!((leftovers.as_str(), listed), ("", 0), "a plain sandbox");
+    for pooled in [&one, &two] {
+        let (pooled_files, pooled_env, pooled_leftovers, pooled_listed) = first_look(pooled).await;
+        assert_eq!(pooled_listed, 0, "the agent lists the warm-up's programs");
+        assert_eq!(pooled_leftovers, "", "the warm-up's program still runs");
+        assert_eq!(pooled_files, files, "files differ from a plain sandbox's");
+        assert!(!pooled_files.contains("left"), "{pooled_files}");
+        assert_eq!(
+            pooled_env, env,
+            "the environment differs from a plain sandbox's"
+        );
+        assert!(!pooled_env.contains("WARM_LEAK"), "{pooled_env}");
+    }
+
+    // Each its own machine: its hostname is its id, its entropy its own.
+    assert_eq!(stdout_of(&one, "hostname").await.trim(), one.id());
+    assert_eq!(stdout_of(&two, "hostname").await.trim(), two.id());
+    let random = "head -c 32 /dev/urandom | od -An -tx1; cat /proc/sys/kernel/random/uuid";
+    let (random_one, random_two) = (stdout_of(&one, random).await, stdout_of(&two, random).await);
+    assert_ne!(
+        random_one, random_two,
+        "two pooled sandboxes drew the same bytes"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_warm_up_is_reported_and_its_member_never_handed_out() {
+    let base = tempfile::tempdir().unwrap();
+    let warm_up = WarmUp::none().shell("echo not-ready >&2; exit 3");
+    let manager = Sandboxes::new(2);
+    manager
+        .configure_pool(PoolConfig::new(pooled(base.path()), 1).warm_up(warm_up))
+        .unwrap();
+    let status = failed(&manager).await;
+    let error = status.last_error.clone().unwrap();
+    assert!(
+        error.contains("exit code 3") && error.contains("not-ready"),
+        "{status:?}"
+    );
+    assert!(status.ready.is_empty(), "{status:?}");
+    // The failed member was killed.
+    assert!(airlock_tests::wait_until(
+        Duration::from_secs(10),
+        || vms_under(base.path()) == 0
+    ));
+}
+
+#[tokio::test]
+async fn a_warm_up_that_leaves_a_file_is_refused() {
+    let base = tempfile::tempdir().unwrap();
+    let warm_up = WarmUp::none().shell("echo x > /tmp/left-behind");
+    let manager = Sandboxes::new(2);
+    manager
+        .configure_pool(PoolConfig::new(pooled(base.path()), 1).warm_up(warm_up))
+        .unwrap();
+    let status = failed(&manager).await;
+    let error = status.last_error.clone().unwrap();
+    assert!(error.contains("/tmp/left-behind"), "{status:?}");
+    assert!(status.ready.is_empty(), "{status:?}");
 }

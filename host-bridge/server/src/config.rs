@@ -66,6 +66,8 @@ pub struct ServerConfig {
     /// Keep this many sandboxes of the default configuration (a create
     /// without machine options) started and frozen.
     pub pool: usize,
+    /// What each pool member runs before it is frozen.
+    pub pool_warm_up: airlock::WarmUp,
     pub on_exit: OnExit,
     /// Calls a key may have in flight at once unless its quota says.
     pub max_calls_per_key: u32,
@@ -81,6 +83,7 @@ impl fmt::Debug for ServerConfig {
             .field("max_sandboxes", &self.max_sandboxes)
             .field("data_dir", &self.data_dir)
             .field("pool", &self.pool)
+            .field("pool_warm_up", &self.pool_warm_up)
             .field("on_exit", &self.on_exit)
             .field("max_calls_per_key", &self.max_calls_per_key)
             .field("default_timeout", &self.default_timeout)
@@ -96,6 +99,7 @@ impl Default for ServerConfig {
             data_dir: default_data_dir(),
             builder: Arc::new(Sandbox::builder),
             pool: 0,
+            pool_warm_up: airlock::WarmUp::standard(),
             on_exit: OnExit::default(),
             max_calls_per_key: 64,
             default_timeout: airlock::DEFAULT_MAX_LIFETIME,

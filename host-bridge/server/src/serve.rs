@@ -126,8 +126,9 @@ pub async fn serve(
             )
             .map_err(|status| ServerError::Pool(status.message().to_owned()))?;
             let builder = default.machine.builder((config.builder)(), None);
+            let pool = airlock::PoolConfig::new(builder, size).warm_up(config.pool_warm_up.clone());
             sandboxes
-                .set_pool(builder, size)
+                .configure_pool(pool)
                 .map_err(|error| ServerError::Pool(airlock::error_chain(&error)))?;
             tracing::info!(size, "keeping a warm pool");
             Some(default.machine)

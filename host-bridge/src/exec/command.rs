@@ -49,6 +49,9 @@ pub struct Command {
     limits: Limits,
     privileged: bool,
     pty: Option<TerminalSize>,
+    /// The host's own program: it leaves nothing in the agent (see
+    /// `StartRequest.transient`).
+    transient: bool,
 }
 
 impl Command {
@@ -66,7 +69,17 @@ impl Command {
             limits: Limits::default(),
             privileged: false,
             pty: None,
+            transient: false,
         }
+    }
+
+    /// Makes it the host's own program, which leaves nothing in the agent:
+    /// what is left of its tree is killed at its exit, and it is forgotten
+    /// (no [`Sandbox::list`](crate::Sandbox::list) shows it, no attach
+    /// finds it). For warm-ups the sandbox's user must not see.
+    pub(crate) fn transient(mut self) -> Self {
+        self.transient = true;
+        self
     }
 
     /// Appends one argument.
@@ -204,6 +217,9 @@ impl Command {
     /// The newest protocol feature the agent needs to honour every option
     /// set, if any.
     pub(crate) fn required_feature(&self) -> Option<Feature> {
+        if self.transient {
+            return Some(Feature::Transient);
+        }
         if self.pty.is_some() {
             return Some(Feature::Pty);
         }
@@ -240,6 +256,7 @@ impl Command {
                 cols: size.cols.into(),
                 term: String::new(),
             }),
+            transient: self.transient,
         }
     }
 }

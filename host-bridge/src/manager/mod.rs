@@ -11,6 +11,8 @@
 //! - `pool`: the warm pool's state: its frozen members, the fills in
 //!   flight, and when to top it up.
 //! - `refill`: the background tasks that keep the pool full.
+//! - `warm_up`: what each member runs before it is frozen, and the checks
+//!   that it left no trace.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -24,9 +26,11 @@ use crate::sandbox::{Sandbox, SandboxBuilder};
 
 mod pool;
 mod refill;
+mod warm_up;
 
 use pool::{Evicted, Pool};
-pub use pool::{PoolError, PoolStatus};
+pub use pool::{PoolConfig, PoolError, PoolStatus};
+pub use warm_up::{WarmUp, WarmUpError, CHECKED_ROOTS as WARM_UP_CHECKED_ROOTS};
 
 /// How long a thawed pool member's agent may take to answer before the
 /// member is discarded.
@@ -54,11 +58,16 @@ impl SandboxInfo {
 ///
 /// # The warm pool
 ///
-/// With [`set_pool`](Sandboxes::set_pool), the manager keeps `size`
-/// sandboxes of one configuration started and frozen (paused: no guest
-/// CPU), and [`start_pooled`](Sandboxes::start_pooled) hands one out: it
-/// thaws it, pushes the host's clock to the guest, and tracks it like any
-/// started sandbox. After each take the pool refills in the background.
+/// With [`set_pool`](Sandboxes::set_pool) (or
+/// [`configure_pool`](Sandboxes::configure_pool)), the manager keeps `size`
+/// sandboxes of one configuration started, warmed up (see [`WarmUp`]: the
+/// programs users run first have run once in each, so their code is
+/// translated already under TCG, and nothing of them is left to see) and
+/// frozen (paused: no guest CPU), and
+/// [`start_pooled`](Sandboxes::start_pooled) hands one out: it thaws it,
+/// pushes the host's clock to the guest, gives it fresh entropy, and tracks
+/// it like any started sandbox. After each take the pool refills in the
+/// background.
 /// With [`SandboxBuilder::from_template`] each fill is a clone of the
 /// configuration's template, so refills are cheap; any configuration can
 /// be pooled (one with a workspace only once, since a workspace admits one
@@ -79,7 +88,8 @@ impl SandboxInfo {
 /// so the time it
 /// waited in the pool is neither billed nor taken from its life. Its guest
 /// CPU time counts from its start (a clone's restore: tens of
-/// milliseconds), and [`Sandbox::boot_timings`] describe that start. While
+/// milliseconds; its warm-up: about a second of TCG for the standard one),
+/// and [`Sandbox::boot_timings`] describe that start. While
 /// it waits, its ceiling counts from its start: a member that reaches it
 /// ends in the pool, is never handed out, and is replaced, as is one that
 /// ends any other way while frozen. A pool of an
@@ -145,13 +155,22 @@ impl Sandboxes {
         lock(&self.inner.running)
     }
 
-    /// Keeps `size` sandboxes of `builder`'s configuration started and
-    /// frozen for [`start_pooled`](Sandboxes::start_pooled), filling in
-    /// the background from now on (see [the pool](Sandboxes#the-warm-pool)).
-    /// Replaces any previous pool, whose members are killed. Fails with
-    /// [`PoolError::TooLarge`] when `size` exceeds the maximum, and with
-    /// [`PoolError::NoRuntime`] outside a tokio runtime.
+    /// Keeps `size` sandboxes of `builder`'s configuration started, warmed
+    /// up with [`WarmUp::standard`] and frozen for
+    /// [`start_pooled`](Sandboxes::start_pooled): see
+    /// [`configure_pool`](Sandboxes::configure_pool).
     pub fn set_pool(&self, builder: SandboxBuilder, size: usize) -> Result<()> {
+        self.configure_pool(PoolConfig::new(builder, size))
+    }
+
+    /// Keeps `config.size()` sandboxes of its configuration started, warmed
+    /// up and frozen for [`start_pooled`](Sandboxes::start_pooled), filling
+    /// in the background from now on (see [the pool](Sandboxes#the-warm-pool)).
+    /// Replaces any previous pool, whose members are killed. Fails with
+    /// [`PoolError::TooLarge`] when the size exceeds the maximum, and with
+    /// [`PoolError::NoRuntime`] outside a tokio runtime.
+    pub fn configure_pool(&self, config: PoolConfig) -> Result<()> {
+        let size = config.size();
         if size > self.inner.max {
             return Err(PoolError::TooLarge {
                 size,
@@ -164,7 +183,7 @@ impl Sandboxes {
         }
         let drained = {
             let mut pool = self.inner.pool();
-            let drained = pool.configure(builder, size);
+            let drained = pool.configure(config);
             if !pool.has_keeper() {
                 pool.set_keeper(refill::spawn_keeper(&self.inner));
             }
@@ -231,13 +250,13 @@ impl Sandboxes {
         self.start(builder).await
     }
 
-    /// Thaws a pool member, checks that its agent answers (a VM that died
-    /// frozen may not be noticed yet), and tracks it, its clock started
-    /// afresh.
+    /// Thaws a pool member, personalises it again (fresh entropy, the
+    /// clock; its answer proves the agent answers, as a VM that died frozen
+    /// may not be noticed yet), and tracks it, its clock started afresh.
     async fn hand_out(&self, member: Sandbox) -> Result<Arc<Sandbox>> {
         member.resume().await?;
-        match tokio::time::timeout(HANDOUT_CHECK_TIMEOUT, member.health()).await {
-            Ok(answer) => answer.map(drop)?,
+        match tokio::time::timeout(HANDOUT_CHECK_TIMEOUT, member.personalize_again()).await {
+            Ok(answer) => answer?,
             Err(_) => {
                 return Err(Error::Protocol(format!(
                     "the agent did not answer within {HANDOUT_CHECK_TIMEOUT:?} of the thaw"

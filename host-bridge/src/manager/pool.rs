@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
+use super::warm_up::{WarmUp, WarmUpError};
 use super::SandboxInfo;
 use crate::lifecycle::SandboxState;
 use crate::sandbox::{Sandbox, SandboxBuilder};
@@ -38,6 +39,52 @@ pub enum PoolError {
     /// The pool refills from tokio tasks.
     #[error("a pool refills in the background; set it from within a tokio runtime")]
     NoRuntime,
+    /// A member's warm-up failed; the member was discarded.
+    #[error(transparent)]
+    WarmUp(#[from] WarmUpError),
+}
+
+impl From<WarmUpError> for crate::Error {
+    fn from(error: WarmUpError) -> Self {
+        crate::Error::Pool(PoolError::WarmUp(error))
+    }
+}
+
+/// A pool's configuration, for
+/// [`Sandboxes::configure_pool`](crate::Sandboxes::configure_pool): what
+/// its members start from, how many it keeps, and what each runs before
+/// it is frozen.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    builder: SandboxBuilder,
+    size: usize,
+    warm_up: WarmUp,
+}
+
+impl PoolConfig {
+    /// `size` members of `builder`'s configuration, each warmed up with
+    /// [`WarmUp::standard`] before it is frozen.
+    pub fn new(builder: SandboxBuilder, size: usize) -> Self {
+        PoolConfig {
+            builder,
+            size,
+            warm_up: WarmUp::standard(),
+        }
+    }
+
+    /// What each member runs after its start and before it is frozen (see
+    /// [`WarmUp`]); a member whose warm-up fails, or leaves a trace, is
+    /// discarded and the failure reported in
+    /// [`PoolStatus::last_error`].
+    pub fn warm_up(mut self, warm_up: WarmUp) -> Self {
+        self.warm_up = warm_up;
+        self
+    }
+
+    /// How many frozen members the pool keeps.
+    pub fn size(&self) -> usize {
+        self.size
+    }
 }
 
 /// What a pool holds, from [`Sandboxes::pool_status`](crate::Sandboxes::pool_status).
@@ -87,25 +134,20 @@ pub(super) enum Evicted {
     Filling(JoinHandle<()>),
 }
 
-/// A fill to start: its number, the pool generation it belongs to, and
-/// the configuration.
+/// A fill to start: its number, the pool generation it belongs to, the
+/// configuration and the warm-up.
 #[derive(Debug)]
 pub(super) struct FillOrder {
     pub id: u64,
     pub generation: u64,
     pub builder: SandboxBuilder,
-}
-
-#[derive(Debug)]
-struct Config {
-    builder: SandboxBuilder,
-    size: usize,
+    pub warm_up: WarmUp,
 }
 
 /// The pool, under the manager's lock.
 #[derive(Debug, Default)]
 pub(super) struct Pool {
-    config: Option<Config>,
+    config: Option<PoolConfig>,
     /// Bumped on every change of configuration, so a fill of an old one
     /// is discarded when it finishes.
     generation: u64,
@@ -122,13 +164,13 @@ pub(super) struct Pool {
 impl Pool {
     /// Sets the configuration; the members and fills of the previous one
     /// are drained.
-    pub fn configure(&mut self, builder: SandboxBuilder, size: usize) -> Drained {
+    pub fn configure(&mut self, config: PoolConfig) -> Drained {
         let keeper = self.keeper.take();
         let mut drained = self.clear();
         // The keeper serves every configuration.
         self.keeper = keeper;
         drained.keeper = None;
-        self.config = Some(Config { builder, size });
+        self.config = Some(config);
         drained
     }
 
@@ -202,12 +244,14 @@ impl Pool {
 
     /// Numbers a new fill of the current configuration.
     pub fn order_fill(&mut self) -> Option<FillOrder> {
-        let builder = self.builder()?;
+        let config = self.config.as_ref()?;
+        let (builder, warm_up) = (config.builder.clone(), config.warm_up.clone());
         self.next_fill += 1;
         Some(FillOrder {
             id: self.next_fill,
             generation: self.generation,
             builder,
+            warm_up,
         })
     }
 
@@ -328,7 +372,7 @@ mod tests {
     #[tokio::test]
     async fn a_failed_fill_backs_off_and_is_reported() {
         let mut pool = Pool::default();
-        let _ = pool.configure(SandboxBuilder::default(), 2);
+        let _ = pool.configure(PoolConfig::new(SandboxBuilder::default(), 2));
         let now = Instant::now();
         assert_eq!(pool.fills_wanted(8, now), 2);
         let order = pool.order_fill().unwrap();
@@ -350,15 +394,18 @@ mod tests {
     #[tokio::test]
     async fn a_new_configuration_discards_the_old_ones_fills() {
         let mut pool = Pool::default();
-        let _ = pool.configure(SandboxBuilder::default(), 1);
+        let _ = pool.configure(PoolConfig::new(SandboxBuilder::default(), 1));
         let old = pool.order_fill().unwrap();
         pool.fill_started(old.id, tokio::spawn(async {}));
-        let drained = pool.configure(SandboxBuilder::default(), 1);
+        let drained =
+            pool.configure(PoolConfig::new(SandboxBuilder::default(), 1).warm_up(WarmUp::none()));
         assert_eq!(drained.fills.len(), 1);
         assert!(drained.members.is_empty() && drained.keeper.is_none());
         let failed = Err(crate::Error::Config("stale".into()));
         let _ = pool.fill_finished(old.id, old.generation, failed, Instant::now());
         assert_eq!(pool.status().last_error, None, "an old fill is not ours");
         assert_eq!(pool.status().size, 1);
+        let order = pool.order_fill().unwrap();
+        assert!(order.warm_up.is_empty(), "the new configuration's warm-up");
     }
 }

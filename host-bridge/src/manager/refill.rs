@@ -1,8 +1,8 @@
 //! The tasks that keep a pool full: one keeper per pooled manager, which
 //! tops the pool up whenever it is woken (a member was taken, a fill
 //! ended) and on a short tick (a slot came free, a frozen member ended),
-//! and one task per fill, which starts a sandbox, freezes it and hands it
-//! to the pool.
+//! and one task per fill, which starts a sandbox, warms it up (`warm_up`),
+//! freezes it and hands it to the pool.
 //!
 //! Both hold the manager weakly: a dropped manager is never kept alive by
 //! its refills, and a fill that finishes after it is gone drops (kills)
@@ -15,6 +15,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 
 use super::pool::FillOrder;
+use super::warm_up::WarmUp;
 use super::Inner;
 use crate::error::Result;
 use crate::sandbox::Sandbox;
@@ -70,8 +71,9 @@ async fn fill(inner: Weak<Inner>, order: FillOrder, slot: OwnedSemaphorePermit) 
         id,
         generation,
         builder,
+        warm_up,
     } = order;
-    let result = start_frozen(builder, slot).await;
+    let result = start_frozen(builder, &warm_up, slot).await;
     // A manager that is gone drops the sandbox, and so kills it.
     let Some(inner) = inner.upgrade() else { return };
     let discarded = inner
@@ -81,13 +83,17 @@ async fn fill(inner: Weak<Inner>, order: FillOrder, slot: OwnedSemaphorePermit) 
     inner.wake.notify_one();
 }
 
+/// Starts a member, warms it up and freezes it. A member whose warm-up
+/// failed is dropped (killed) here: it is never handed out.
 async fn start_frozen(
     mut builder: crate::SandboxBuilder,
+    warm_up: &WarmUp,
     slot: OwnedSemaphorePermit,
 ) -> Result<Sandbox> {
     // An adoptable member's record is written at its handout.
     builder.pooled = true;
     let sandbox = builder.start_in_slot(Some(slot)).await?;
+    warm_up.run(&sandbox).await?;
     sandbox.pause().await?;
     Ok(sandbox)
 }

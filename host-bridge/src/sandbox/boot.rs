@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::state_dir::StateDir;
 use airlock_proto::v1::system_client::SystemClient;
-use airlock_proto::v1::{CheckResponse, PersonalizeRequest};
+use airlock_proto::v1::{CheckResponse, PersonalizeRequest, PersonalizeResponse};
 use airlock_proto::Feature;
 use tokio::sync::OwnedSemaphorePermit;
 use tonic::transport::Channel;
@@ -493,19 +493,7 @@ pub(super) fn default_env(
 
 /// Gives the guest fresh entropy, the host's clock, its hostname and id.
 async fn personalize(channel: &Channel, id: &str) -> Result<()> {
-    let mut entropy = vec![0u8; ENTROPY_BYTES];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut random| std::io::Read::read_exact(&mut random, &mut entropy))
-        .map_err(|e| Error::Protocol(format!("no entropy from the host's /dev/urandom: {e}")))?;
-    let unix_nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-    let request = PersonalizeRequest {
-        entropy: entropy.into(),
-        unix_nanos,
-        hostname: id.to_owned(),
-        sandbox_id: id.to_owned(),
-    };
+    let request = personalize_request(id)?;
     let mut client = SystemClient::new(channel.clone()).capped();
     let call = client.personalize(request);
     let answer = tokio::time::timeout(PERSONALIZE_TIMEOUT, call)
@@ -517,12 +505,35 @@ async fn personalize(channel: &Channel, id: &str) -> Result<()> {
         })?
         .map_err(|status| Error::agent("System.Personalize", status))?
         .into_inner();
+    check_personalized(&answer);
+    Ok(())
+}
+
+/// `System.Personalize` for the sandbox `id`: 64 bytes from the host's
+/// `/dev/urandom`, the host's clock, `id` as hostname and id.
+pub(super) fn personalize_request(id: &str) -> Result<PersonalizeRequest> {
+    let mut entropy = vec![0u8; ENTROPY_BYTES];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut random| std::io::Read::read_exact(&mut random, &mut entropy))
+        .map_err(|e| Error::Protocol(format!("no entropy from the host's /dev/urandom: {e}")))?;
+    let unix_nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    Ok(PersonalizeRequest {
+        entropy: entropy.into(),
+        unix_nanos,
+        hostname: id.to_owned(),
+        sandbox_id: id.to_owned(),
+    })
+}
+
+/// Warns when the guest only mixed the entropy in.
+pub(super) fn check_personalized(answer: &PersonalizeResponse) {
     if !answer.reseeded {
         tracing::warn!(
             "the guest kernel did not reseed its random generator; entropy was mixed in"
         );
     }
-    Ok(())
 }
 
 /// Where a sandbox's start-up time went.

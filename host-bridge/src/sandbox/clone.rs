@@ -39,7 +39,8 @@ const DISCONNECT_SETTLE: Duration = Duration::from_millis(100);
 
 /// The program run in a template before it is saved (see [`warm_up`]):
 /// a shell, and Python where the image has it (most of what agents run).
-const WARM_UP: &[&str] = &[
+/// A pool runs it again in each member (`manager::warm_up`).
+pub(crate) const WARM_UP: &[&str] = &[
     "sh",
     "-c",
     "echo warm >/dev/null; if command -v python3 >/dev/null; then python3 -c pass; fi",
@@ -220,6 +221,8 @@ async fn warm_up(channel: &Channel) {
             .capped()
             .start(StartRequest {
                 argv: WARM_UP.iter().map(|&arg| arg.to_owned()).collect(),
+                // Not listed in the clones (an older agent ignores it).
+                transient: true,
                 ..Default::default()
             })
             .await?

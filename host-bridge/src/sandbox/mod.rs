@@ -63,6 +63,7 @@ pub use builder::{
     GuestChannel, SandboxBuilder, DEFAULT_CONSOLE_LOG_BUDGET, DEFAULT_MAX_LIFETIME,
     DEFAULT_UNRESPONSIVE_AFTER,
 };
+pub(crate) use clone::WARM_UP as TEMPLATE_WARM_UP;
 
 /// A running microVM with the Airlock agent as PID 1.
 ///
@@ -220,6 +221,33 @@ impl Sandbox {
             .await
             .map_err(|status| Error::agent("Health.Check", status))?
             .into_inner())
+    }
+
+    /// What the agent can do.
+    pub(crate) fn features(&self) -> AgentFeatures {
+        self.features
+    }
+
+    /// Makes the guest its own machine again, as at its start (fresh
+    /// entropy, the host's clock, its hostname and id): a pool's handout,
+    /// which also proves the agent answers. An agent without
+    /// `System.Personalize`, or on the process backend, is asked for its
+    /// `Health` instead.
+    pub(crate) async fn personalize_again(&self) -> Result<()> {
+        let personalizes = matches!(self.builder.backend, crate::vmm::BackendKind::Qemu)
+            && self.features.has(Feature::Personalize);
+        if !personalizes {
+            return self.health().await.map(drop);
+        }
+        let request = boot::personalize_request(&self.id)?;
+        let answer = SystemClient::new(self.channel.clone())
+            .capped()
+            .personalize(request)
+            .await
+            .map_err(|status| Error::agent("System.Personalize", status))?
+            .into_inner();
+        boot::check_personalized(&answer);
+        Ok(())
     }
 
     /// Where the start-up time went.

@@ -62,6 +62,7 @@ pub struct Spec {
     limits: Limits,
     privileged: bool,
     pty: Option<PtySpec>,
+    transient: bool,
 }
 
 /// A spawned child: its pid, the agent's ends of its pipes, its exit, and
@@ -124,6 +125,7 @@ impl Spec {
             limits,
             privileged: req.privileged,
             pty,
+            transient: req.transient,
         })
     }
 
@@ -175,6 +177,12 @@ impl Spec {
     /// Whether the program runs on a terminal.
     pub fn has_pty(&self) -> bool {
         self.pty.is_some()
+    }
+
+    /// Whether the program leaves nothing behind: its tree is killed at
+    /// its exit and its entry forgotten once its end is recorded.
+    pub fn transient(&self) -> bool {
+        self.transient
     }
 
     /// Spawns the program through the reaper, in `cgroup` if given. Blocks

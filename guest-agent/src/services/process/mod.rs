@@ -187,7 +187,10 @@ impl ProcessService {
             entry,
             io.outputs,
             exit_rx,
-            spec.timeout(),
+            output::Policy {
+                timeout: spec.timeout(),
+                transient: spec.transient(),
+            },
             self.cgroups.clone(),
         ));
         Ok(events)

@@ -22,6 +22,10 @@
 //!    terminal hands out what its slave side wrote before `EIO`, so phase 2
 //!    loses nothing either, unless a descendant keeps the terminal open.)
 //!
+//! A transient program (`StartRequest.transient`) has what is left of its
+//! tree killed when its exit report comes, and is taken out of the table
+//! just before its end is recorded.
+//!
 //! Then the end is recorded on the entry. Delivery waits while an attached
 //! client is behind (see `entry`), which stops the reads and, through the
 //! full pipe, the program. With no client attached it never waits.
@@ -83,18 +87,33 @@ struct Pipe {
     buf: Vec<u8>,
 }
 
+/// What the request asked of the program's end.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Policy {
+    /// The agent-enforced deadline, if any.
+    pub timeout: Option<Duration>,
+    /// Kill what is left of the tree at the exit, and forget the program
+    /// once its end is recorded (`StartRequest.transient`).
+    pub transient: bool,
+}
+
 /// Follows `entry`'s program to its end; see the module docs.
 pub async fn follow(
     table: Arc<ProcessTable>,
     entry: Arc<Entry>,
     outputs: Outputs,
     exit_rx: oneshot::Receiver<Exit>,
-    timeout: Option<Duration>,
+    policy: Policy,
     cgroups: Option<Arc<Cgroups>>,
 ) {
     let pid = entry.pid();
     let (report_tx, mut report_rx) = oneshot::channel();
-    tokio::spawn(watch_exit(Arc::clone(&entry), exit_rx, timeout, report_tx));
+    tokio::spawn(watch_exit(
+        Arc::clone(&entry),
+        exit_rx,
+        policy.timeout,
+        report_tx,
+    ));
 
     let (mut out, mut err) = match outputs {
         Outputs::Pipes { stdout, stderr } => (
@@ -113,6 +132,12 @@ pub async fn follow(
             report = &mut report_rx => break report,
         }
     };
+    if policy.transient {
+        // Nothing it started outlives it (where the agent has cgroups; a
+        // process group is not trusted once its leader is reaped), and
+        // its descendants no longer hold its pipes open.
+        entry.tree().kill();
+    }
 
     let deadline = Instant::now() + DRAIN_AFTER_EXIT;
     while out.is_open() || err.is_open() {
@@ -139,13 +164,19 @@ pub async fn follow(
             End::Lost
         }
     };
+    if policy.transient {
+        // Before the end is recorded, so that a client who saw the exit
+        // finds it gone; the stream holds the entry itself.
+        tracing::debug!(pid, "transient process forgotten");
+        table.forget_entry(&entry);
+    }
     entry.finish(end);
     if let Some(cgroups) = cgroups {
         // After the report: the client is woken first.
         let finished = Arc::clone(&entry);
         cgroups.in_background(move || finished.tree().try_release_cgroup());
     }
-    if !table.contains(&entry) {
+    if !policy.transient && !table.contains(&entry) {
         // A recycled pid replaced the entry while its output drained.
         if let Some(cgroup) = entry.tree().take_cgroup() {
             table.linger(cgroup);

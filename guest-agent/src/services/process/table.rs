@@ -156,6 +156,23 @@ impl ProcessTable {
             .is_some_and(|e| Arc::ptr_eq(e, entry))
     }
 
+    /// Forgets `entry` now (a transient program at its end): nothing lists
+    /// or finds it any more. Its cgroup, if processes are
+    /// still in it, lingers until they are gone. An entry that a recycled
+    /// pid already replaced only gives up its cgroup.
+    pub fn forget_entry(&self, entry: &Arc<Entry>) {
+        let mut inner = self.lock();
+        let ours = inner
+            .by_pid
+            .get(&entry.pid())
+            .is_some_and(|e| Arc::ptr_eq(e, entry));
+        if ours {
+            forget(&mut inner, entry.pid());
+        } else if let Some(cgroup) = entry.tree().take_cgroup() {
+            inner.lingering.push(cgroup);
+        }
+    }
+
     /// Keeps `cgroup` until its last process is gone, then removes it.
     pub fn linger(&self, cgroup: Cgroup) {
         self.lock().lingering.push(cgroup);

@@ -57,6 +57,16 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub pool: u16,
 
+    /// A shell command each pool member runs (`sh -c CMD`) after the
+    /// standard warm-up (a shell, and `python3 -c pass` where the image has
+    /// Python) and before it is frozen, so that the first such command in a
+    /// sandbox from the pool runs as fast as the second. Repeatable, run in
+    /// order. It runs with HOME and TMPDIR in a scratch directory that is
+    /// removed; one that fails, or leaves a file in /etc, /home, /root, /tmp
+    /// or /var/tmp, discards its member (the daemon's log says why).
+    #[arg(long = "pool-warm", value_name = "CMD", requires = "pool")]
+    pub pool_warm: Vec<String>,
+
     /// What a clean stop (SIGTERM, SIGINT) does with the sandboxes: leave
     /// them running for the next server to adopt, pause-to-disk (the next
     /// server restores them on their next call), or kill.
@@ -114,6 +124,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let config = ServerConfig {
         max_sandboxes: usize::from(args.max),
         pool: usize::from(args.pool),
+        pool_warm_up: pool_warm_up(args.pool_warm),
         on_exit: args.on_exit,
         cors_origins: args.cors_origins,
         data_dir: args
@@ -136,4 +147,47 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     airlock_server::serve(config, listeners, shutdown)
         .await
         .map_err(failed)
+}
+
+/// The standard warm-up, then each `--pool-warm` command in order.
+fn pool_warm_up(commands: Vec<String>) -> airlock::WarmUp {
+    commands
+        .into_iter()
+        .fold(airlock::WarmUp::standard(), airlock::WarmUp::shell)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, clap::Parser)]
+    struct Args {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    #[test]
+    fn pool_warm_up_commands_follow_the_standard_one_in_order() {
+        let argv = [
+            "serve",
+            "--pool",
+            "2",
+            "--pool-warm",
+            "python3 -c 'import numpy'",
+        ];
+        let args = Args::try_parse_from(argv.iter().chain(&["--pool-warm", "node -e 1"])).unwrap();
+        let warm = pool_warm_up(args.serve.pool_warm);
+        let commands = warm.commands();
+        assert_eq!(commands[0], airlock::WarmUp::standard().commands()[0]);
+        assert_eq!(commands[1], ["sh", "-c", "python3 -c 'import numpy'"]);
+        assert_eq!(commands[2], ["sh", "-c", "node -e 1"]);
+        assert_eq!(commands.len(), 3);
+    }
+
+    #[test]
+    fn a_pool_warm_up_needs_a_pool() {
+        let error = Args::try_parse_from(["serve", "--pool-warm", "true"]).unwrap_err();
+        assert!(error.to_string().contains("--pool"), "{error}");
+    }
 }

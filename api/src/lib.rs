@@ -24,6 +24,7 @@
 pub mod auth;
 pub mod limits;
 pub mod reason;
+pub mod throttle;
 
 /// Generated code for package `airlock.api.v1`.
 pub mod v1 {

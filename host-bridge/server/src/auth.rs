@@ -20,7 +20,7 @@ use airlock_api::v1::ErrorReason;
 
 use crate::keys::KeyStore;
 use crate::principal::Principal;
-use crate::throttle::Throttle;
+use airlock_api::throttle::Throttle;
 
 /// Marks every request as the owner's (the Unix socket).
 #[derive(Debug, Clone, Copy, Default)]

@@ -49,7 +49,6 @@ mod serve;
 mod service;
 mod state;
 mod status;
-mod throttle;
 mod validate;
 
 pub use config::{default_data_dir, BuilderFactory, OnExit, ServerConfig, DATA_DIR_ENV};

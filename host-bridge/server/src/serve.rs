@@ -39,7 +39,7 @@ use crate::record::{Record, Records};
 use crate::registry::Registry;
 use crate::service::{create, Services};
 use crate::state::State;
-use crate::throttle::Throttle;
+use airlock_api::throttle::Throttle;
 
 /// How long a stopping server waits for its connections to close.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);

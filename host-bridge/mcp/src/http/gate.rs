@@ -17,12 +17,17 @@ use airlock_api::auth::bearer_key;
 use airlock_client::api::ErrorReason;
 use airlock_client::{Client, Endpoint};
 
-use super::throttle::Throttle;
 use crate::access::{Caller, KeyId};
 use crate::outcome::chain;
+use airlock_api::throttle::Throttle;
 
 /// Server connections kept (one per key seen lately).
 const MAX_CLIENTS: usize = 256;
+
+/// Bad keys a caller address may present before it is refused for a
+/// while: fewer than the server allows, which sees this MCP server's address
+/// for every caller.
+const FREE_KEY_FAILURES: u32 = 3;
 
 /// Why a request is refused before it reaches the tools.
 #[derive(Debug)]
@@ -52,7 +57,7 @@ impl Gate {
             url,
             ca_cert,
             clients: Mutex::new(HashMap::new()),
-            throttle: Throttle::default(),
+            throttle: Throttle::with_free_failures(FREE_KEY_FAILURES),
         }
     }
 

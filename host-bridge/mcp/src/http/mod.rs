@@ -11,7 +11,6 @@
 //! ```
 
 mod gate;
-mod throttle;
 
 use std::convert::Infallible;
 use std::future::Future;

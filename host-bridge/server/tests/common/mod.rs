@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use airlock::Sandbox;
 use airlock_client::{api, Client, Endpoint};
-use airlock_server::{Listeners, ServerConfig, TcpEndpoint, TlsFiles, UnixSocket};
+use airlock_server::{Listeners, OnExit, ServerConfig, TcpEndpoint, TlsFiles, UnixSocket};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -105,6 +105,10 @@ impl TestServer {
         let mut config = ServerConfig {
             data_dir: dir.path().join("data"),
             builder,
+            // What a test leaves running ends with its server (a server's
+            // default leaves sandboxes for the next one to adopt, which on
+            // the process backend would leave agents running on the host).
+            on_exit: OnExit::Kill,
             ..ServerConfig::default()
         };
         if let Some(max) = options.max_sandboxes {

@@ -14,7 +14,7 @@ use std::fmt;
 
 /// The revision of `airlock.agent.v1` that this crate describes: the
 /// revision of the newest [`Feature`].
-pub const PROTOCOL_REVISION: u32 = 11;
+pub const PROTOCOL_REVISION: u32 = 12;
 
 /// The vsock port the agent listens on unless the kernel command line says
 /// otherwise ([`cmdline::PORT`]).
@@ -235,11 +235,13 @@ pub enum Feature {
     /// `StartRequest.transient`: a program that leaves nothing in the
     /// agent (its tree killed at its exit, then forgotten).
     Transient,
+    /// `Network.Dial`: connections from the host to a guest port (ingress).
+    Dial,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Feature; 14] = [
+    pub const ALL: [Feature; 15] = [
         Feature::ExtendedStart,
         Feature::Attach,
         Feature::List,
@@ -254,6 +256,7 @@ impl Feature {
         Feature::Network,
         Feature::TrustRoots,
         Feature::Transient,
+        Feature::Dial,
     ];
 
     /// The protocol revision that added this feature.
@@ -269,6 +272,7 @@ impl Feature {
             Feature::Network => 9,
             Feature::TrustRoots => 10,
             Feature::Transient => 11,
+            Feature::Dial => 12,
         }
     }
 
@@ -295,6 +299,7 @@ impl fmt::Display for Feature {
             Feature::Network => "network for the guest's programs",
             Feature::TrustRoots => "CA certificates the guest trusts",
             Feature::Transient => "programs that leave nothing in the agent",
+            Feature::Dial => "connections into the guest (ingress)",
         })
     }
 }

@@ -17,8 +17,9 @@
 //! [`adopt_orphans`] is the non-PID 1 stand-in: the agent becomes a child
 //! subreaper so it still reaps the grandchildren of the programs it runs.
 //!
-//! The loopback interface is left down for now: raising it needs the
-//! `SIOCSIFFLAGS` ioctl or netlink, which nix does not wrap safely.
+//! The loopback interface is raised last (over netlink, see
+//! `services::network::link`): programs' own servers listen on it, and
+//! ingress (`Network.Dial`) reaches them there, with or without a network.
 
 pub mod modules;
 pub mod mounts;
@@ -42,6 +43,10 @@ pub fn setup(cmdline: &Cmdline) -> Result<(), root::RootError> {
     match nix::unistd::sethostname(&cmdline.hostname) {
         Ok(()) => tracing::debug!(hostname = %cmdline.hostname, "hostname set"),
         Err(e) => tracing::warn!(error = %e, hostname = %cmdline.hostname, "cannot set hostname"),
+    }
+    match crate::services::network::link::raise_loopback() {
+        Ok(()) => tracing::debug!("loopback up"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise loopback; ingress will find nothing"),
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use airlock_proto::v1::code_client::CodeClient;
 use airlock_proto::v1::files_client::FilesClient;
 use airlock_proto::v1::health_client::HealthClient;
+use airlock_proto::v1::network_client::NetworkClient;
 use airlock_proto::v1::process_client::ProcessClient;
 use airlock_proto::v1::system_client::SystemClient;
 use airlock_proto::v1::{
@@ -115,6 +116,10 @@ impl Agent {
 
     pub fn files(&self) -> FilesClient<Channel> {
         FilesClient::new(self.channel())
+    }
+
+    pub fn network(&self) -> NetworkClient<Channel> {
+        NetworkClient::new(self.channel())
     }
 
     pub fn health(&self) -> HealthClient<Channel> {

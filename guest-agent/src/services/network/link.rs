@@ -45,6 +45,15 @@ pub enum LinkError {
     Missing(#[source] nix::Error),
 }
 
+/// Raises loopback alone (at boot: servers in the guest listen there,
+/// and ingress dials them there). Safe to repeat.
+pub fn raise_loopback() -> Result<(), LinkError> {
+    let mut lo = Message::new(RTM_NEWLINK, F_REQUEST | F_ACK, &ifinfo(0), "raising lo");
+    lo.attr_str(IFLA_IFNAME, "lo");
+    netlink::transact(SockProtocol::NetlinkRoute, vec![lo])?;
+    Ok(())
+}
+
 /// Raises loopback, creates and raises [`LINK_NAME`] with [`GUEST_ADDR`]
 /// and routes everything else through it. Safe to repeat.
 pub fn bring_up() -> Result<(), LinkError> {

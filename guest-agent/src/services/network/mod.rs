@@ -10,8 +10,12 @@
 //! host does, and a root program in the guest that rewrites the rules or
 //! routes only loses its way to the agent. What the host says of each
 //! refusal goes into the guest's [`refusals`] log.
+//!
+//! The other way in, [`dial`] connects the host to a program listening on
+//! the guest's loopback (ingress); it needs no `Enable`.
 
 pub mod carrier;
+pub mod dial;
 pub mod dns;
 pub mod files;
 pub mod link;
@@ -25,7 +29,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use airlock_proto::v1::{
-    network_server, CarryFromHost, CarryToHost, EnableNetworkRequest, EnableNetworkResponse,
+    network_server, CarryFromHost, CarryToHost, DialFromHost, DialToHost, EnableNetworkRequest,
+    EnableNetworkResponse,
 };
 use tokio::sync::{mpsc, OnceCell};
 use tokio_stream::wrappers::ReceiverStream;
@@ -191,6 +196,19 @@ impl network_server::Network for NetworkService {
                 from_host: request.into_inner(),
             })
             .map_err(NetworkError::from)?;
+        Ok(Response::new(ReceiverStream::new(receiver)))
+    }
+
+    type DialStream = ReceiverStream<Result<DialToHost, Status>>;
+
+    async fn dial(
+        &self,
+        request: Request<Streaming<DialFromHost>>,
+    ) -> Result<Response<Self::DialStream>, Status> {
+        let mut from_host = request.into_inner();
+        let port = dial::port(&mut from_host).await?;
+        let (to_host, receiver) = mpsc::channel(dial::TO_HOST_DEPTH);
+        tokio::spawn(dial::serve(port, from_host, to_host));
         Ok(Response::new(ReceiverStream::new(receiver)))
     }
 }

@@ -68,7 +68,7 @@ fn original_destination(stream: &TcpStream) -> nix::Result<SocketAddrV4> {
 
 /// Makes the program's connection end with a reset rather than a clean
 /// close, so that it reads an error.
-fn reset(stream: &TcpStream) {
+pub(super) fn reset(stream: &TcpStream) {
     let linger = nix::libc::linger {
         l_onoff: 1,
         l_linger: 0,

@@ -173,6 +173,11 @@ pub enum Error {
     #[error("protocol violation: {0}")]
     Protocol(String),
 
+    /// Nothing listens on the guest port a connection was for (or the
+    /// guest refused it otherwise); the reason names the port.
+    #[error("{reason}")]
+    PortRefused { port: u16, reason: String },
+
     /// The sandbox's network could not be set up on the host.
     #[error("setting up the sandbox's network")]
     Network(#[from] crate::network::GatewayError),
@@ -230,7 +235,8 @@ impl Error {
             | Error::Paused
             | Error::ResumeForCall { .. }
             | Error::AgentTooOld { .. }
-            | Error::CannotSave { .. } => K::Precondition,
+            | Error::CannotSave { .. }
+            | Error::PortRefused { .. } => K::Precondition,
             Error::SavedDuringCall { .. } | Error::ForkedDuringCall { .. } => K::Unavailable,
             Error::Transport(_) => K::Unavailable,
             Error::BootTimeout { .. } => K::Timeout,

@@ -23,7 +23,10 @@
 //!   in one wording (an HTTP answer where the protocol has one, a reset
 //!   otherwise);
 //! - `carry` and `carried`: the `Network.Carry` calls kept open toward the
-//!   agent, and one carried connection as a byte stream.
+//!   agent, and one carried connection as a byte stream;
+//! - `guest_port`: the other way, ingress: [`GuestPort`], one connection
+//!   from the host to a program listening in the guest (`Network.Dial`,
+//!   opened by `Sandbox::connect_port`).
 //!
 //! The guest's side is the agent's `services::network`; the whole design is
 //! in `docs/network.md`.
@@ -34,6 +37,7 @@ mod carry;
 pub mod dns;
 pub mod fake_ip;
 mod gateway;
+mod guest_port;
 mod options;
 pub mod policy;
 pub mod prefixed;
@@ -48,6 +52,7 @@ pub(crate) use carried::Carried;
 pub(crate) use carry::CarrierPool;
 pub(crate) use gateway::Gateway;
 pub use gateway::GatewayError;
+pub use guest_port::GuestPort;
 pub use options::{
     NetworkOptions, DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_HEADER_BYTES,

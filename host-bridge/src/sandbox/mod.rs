@@ -18,6 +18,8 @@
 //! - `boot`: [`SandboxBuilder::start`], from the state directory to a
 //!   running, watched VM.
 //! - `connect`: waiting for the agent's announcement, then dialling it.
+//! - `dial`: [`Sandbox::connect_port`], connections into the guest
+//!   (ingress).
 //! - `adopt`: taking over a sandbox whose owner died or detached it, and
 //!   detaching one (see [`crate::adopt`]).
 //! - this file: [`Sandbox`], the handle on a running VM.
@@ -53,6 +55,7 @@ mod boot;
 mod builder;
 mod clone;
 mod connect;
+mod dial;
 mod fork;
 mod network;
 mod restore;

@@ -40,6 +40,7 @@ use airlock_proto::contract::serial::{KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT};
 use airlock_proto::v1::code_client::CodeClient;
 use airlock_proto::v1::files_client::FilesClient;
 use airlock_proto::v1::health_client::HealthClient;
+use airlock_proto::v1::network_client::NetworkClient;
 use airlock_proto::v1::process_client::ProcessClient;
 use airlock_proto::v1::system_client::SystemClient;
 use hyper_util::rt::TokioIo;
@@ -99,6 +100,7 @@ cap_messages!(
     CodeClient,
     FilesClient,
     HealthClient,
+    NetworkClient,
     ProcessClient,
     SystemClient
 );

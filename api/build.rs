@@ -7,6 +7,7 @@ const PROTOS: &[&str] = &[
     "airlock/api/v1/code.proto",
     "airlock/api/v1/errors.proto",
     "airlock/api/v1/files.proto",
+    "airlock/api/v1/ingress.proto",
     "airlock/api/v1/keys.proto",
     "airlock/api/v1/network.proto",
     "airlock/api/v1/processes.proto",

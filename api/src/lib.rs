@@ -57,7 +57,9 @@ pub mod v1 {
 ///
 /// - 2: a write's explicit end (`WriteHeader.require_end`,
 ///   `WriteFileRequest.end`).
-pub const REVISION: u32 = 2;
+/// - 3: ingress (the `Ingress` service, `CreateSandboxRequest.public_ports`,
+///   `SandboxInfo.public_ports`, `ErrorReason.PORT_CLOSED`).
+pub const REVISION: u32 = 3;
 
 /// Names of optional parts a server may serve, as `Ping` lists them.
 pub mod features {
@@ -71,6 +73,8 @@ pub mod features {
     pub const POOL: &str = "pool";
     /// Sandboxes survive a restart of the server (adoption).
     pub const ADOPTION: &str = "adoption";
+    /// HTTP ingress into sandboxes (`Ingress.GetHost` answers).
+    pub const INGRESS: &str = "ingress";
 }
 
 #[cfg(test)]

@@ -30,7 +30,12 @@ pub fn code(reason: ErrorReason) -> Code {
         R::SandboxLimit | R::QuotaExceeded | R::RateLimited | R::GuestExhausted => {
             Code::ResourceExhausted
         }
-        R::SandboxEnded | R::SandboxPaused | R::NoNetwork | R::Unsupported | R::GuestRefused => {
+        R::SandboxEnded
+        | R::SandboxPaused
+        | R::NoNetwork
+        | R::Unsupported
+        | R::GuestRefused
+        | R::PortClosed => {
             Code::FailedPrecondition
         }
         R::Interrupted | R::ShuttingDown => Code::Unavailable,

@@ -57,6 +57,13 @@ pub struct Record {
     /// It came from the warm pool.
     #[serde(default)]
     pub pooled: bool,
+    /// Guest ports the HTTP ingress serves without the traffic token.
+    #[serde(default)]
+    pub public_ports: Vec<u16>,
+    /// The traffic token a request to any other port needs (empty in a
+    /// record from before ingress: the server makes one on reading it).
+    #[serde(default)]
+    pub ingress_token: String,
 }
 
 impl Record {
@@ -77,6 +84,8 @@ impl Record {
             ends_at_ms: 0,
             secrets: Vec::new(),
             pooled: false,
+            public_ports: Vec::new(),
+            ingress_token: String::new(),
         }
     }
 }

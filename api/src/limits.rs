@@ -26,6 +26,8 @@ pub const MAX_SECRET_HOSTS: usize = 16;
 pub const MAX_SECRET_VALUE_BYTES: usize = 4096;
 /// Extra CA certificates, and bytes in each.
 pub const MAX_CA_CERTS: usize = 16;
+/// Public ports per sandbox (`CreateSandboxRequest.public_ports`).
+pub const MAX_PUBLIC_PORTS: usize = 16;
 pub const MAX_CA_CERT_BYTES: usize = 64 * 1024;
 /// Guest memory, MiB.
 pub const MIN_MEMORY_MIB: u32 = 64;

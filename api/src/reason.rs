@@ -35,9 +35,7 @@ pub fn code(reason: ErrorReason) -> Code {
         | R::NoNetwork
         | R::Unsupported
         | R::GuestRefused
-        | R::PortClosed => {
-            Code::FailedPrecondition
-        }
+        | R::PortClosed => Code::FailedPrecondition,
         R::Interrupted | R::ShuttingDown => Code::Unavailable,
         R::Timeout => Code::DeadlineExceeded,
         R::Internal | R::Unspecified => Code::Internal,

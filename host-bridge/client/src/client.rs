@@ -9,8 +9,8 @@ use tonic::{Request, Status};
 use airlock_api::auth;
 use airlock_api::limits::MAX_MESSAGE_BYTES;
 use airlock_api::v1::{
-    code_client::CodeClient, files_client::FilesClient, keys_client::KeysClient,
-    network_client::NetworkClient, processes_client::ProcessesClient,
+    code_client::CodeClient, files_client::FilesClient, ingress_client::IngressClient,
+    keys_client::KeysClient, network_client::NetworkClient, processes_client::ProcessesClient,
     sandboxes_client::SandboxesClient, PingRequest, PingResponse,
 };
 
@@ -113,6 +113,12 @@ impl Client {
         /// Network rules and audit.
         network,
         NetworkClient
+    );
+    service!(
+        /// Ingress: a guest port's address and token, forwarded
+        /// connections.
+        ingress,
+        IngressClient
     );
     service!(
         /// API keys (the owner's, on the Unix socket).

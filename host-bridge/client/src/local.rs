@@ -1,5 +1,5 @@
 //! Starting the local server on demand: a client that finds nobody on the
-//! local socket runs `airlock --verbose serve --socket SOCKET` in the
+//! local socket runs `airlock --verbose serve --socket SOCKET --ingress local` in the
 //! background (its own process group, its output appended to
 //! [`LOG_NAME`] beside the socket) and waits for it to answer `Ping`.
 
@@ -96,6 +96,9 @@ fn spawn_server(
         .arg("serve")
         .arg("--socket")
         .arg(socket)
+        // HTTP ingress into sandboxes on a loopback port of its own.
+        .arg("--ingress")
+        .arg("local")
         .process_group(0)
         .stdin(Stdio::null())
         .stdout(log_file)

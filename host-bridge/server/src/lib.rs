@@ -19,6 +19,8 @@
 //!   factory, the pool, [`OnExit`]).
 //! - `listen`: [`UnixSocket`] and [`TcpEndpoint`].
 //! - `auth`, `throttle`, `principal`: who calls, and refusing strangers.
+//! - `ingress`: the HTTP ingress into servers in sandboxes
+//!   ([`IngressListener`]): routes, traffic tokens, the proxy.
 //! - `keys`: [`KeyStore`], API keys as hashes.
 //! - `registry`, `record`: the server's sandboxes with owners and labels,
 //!   tenancy and quotas, and their records on disk.
@@ -40,6 +42,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod ingress;
 pub mod keys;
 mod listen;
 mod principal;
@@ -53,6 +56,7 @@ mod validate;
 
 pub use config::{default_data_dir, BuilderFactory, OnExit, ServerConfig, DATA_DIR_ENV};
 pub use error::ServerError;
+pub use ingress::{IngressListener, DEFAULT_DOMAIN as DEFAULT_INGRESS_DOMAIN};
 pub use keys::KeyStore;
 pub use listen::{TcpEndpoint, TlsFiles, UnixSocket};
 pub use principal::Principal;

@@ -116,8 +116,12 @@ impl Registry {
         self.records.remove(id);
     }
 
-    /// Adds a sandbox (writing its record).
-    pub fn insert(&self, record: Record, handle: Option<Arc<Sandbox>>) {
+    /// Adds a sandbox (writing its record). A record from before ingress
+    /// gets its traffic token here.
+    pub fn insert(&self, mut record: Record, handle: Option<Arc<Sandbox>>) {
+        if record.ingress_token.is_empty() {
+            record.ingress_token = crate::ingress::token::new();
+        }
         if let Err(error) = self.records.write(&record) {
             tracing::warn!(error = %airlock::error_chain(&error), id = record.id, "cannot write a sandbox record");
         }
@@ -148,22 +152,51 @@ impl Registry {
             .ok_or_else(|| not_found(id))
     }
 
-    /// Sets when the sandbox `id` is killed (milliseconds since the Unix
-    /// epoch; 0: never), in its record and on disk.
-    pub fn set_ends_at(&self, id: &str, ends_at_ms: u64) {
+    /// The sandbox an ingress request names, whoever owns it (its traffic
+    /// token decides): `id` exactly, else the one sandbox whose id equals
+    /// it but for case (a browser lowercases the host it was given).
+    pub fn for_ingress(&self, id: &str) -> Option<Entry> {
+        self.sweep();
+        let entries = self.entries();
+        if let Some(entry) = entries.get(id) {
+            return Some(entry.clone());
+        }
+        let mut alike = entries
+            .values()
+            .filter(|entry| entry.record.id.eq_ignore_ascii_case(id));
+        match (alike.next(), alike.next()) {
+            (Some(entry), None) => Some(entry.clone()),
+            _ => None,
+        }
+    }
+
+    /// Gives the sandbox `id` a new traffic token, in its record and on
+    /// disk.
+    pub fn set_token(&self, id: &str, token: String) {
+        self.update(id, |record| record.ingress_token = token);
+    }
+
+    /// Changes the record of `id` and writes it.
+    fn update(&self, id: &str, change: impl FnOnce(&mut Record)) {
         let record = {
             let mut entries = self.entries();
             let Some(entry) = entries.get_mut(id) else {
                 return;
             };
             let mut record = (*entry.record).clone();
-            record.ends_at_ms = ends_at_ms;
+            change(&mut record);
             entry.record = Arc::new(record.clone());
             record
         };
         if let Err(error) = self.records.write(&record) {
             tracing::warn!(error = %airlock::error_chain(&error), id, "cannot write a sandbox record");
         }
+    }
+
+    /// Sets when the sandbox `id` is killed (milliseconds since the Unix
+    /// epoch; 0: never), in its record and on disk.
+    pub fn set_ends_at(&self, id: &str, ends_at_ms: u64) {
+        self.update(id, |record| record.ends_at_ms = ends_at_ms);
     }
 
     /// Takes the sandbox `id` out of the registry (and its record off

@@ -24,14 +24,15 @@ use airlock::{SandboxState, Sandboxes};
 use airlock_api::limits::MAX_MESSAGE_BYTES;
 use airlock_api::v1 as api;
 use airlock_api::v1::{
-    code_server::CodeServer, files_server::FilesServer, keys_server::KeysServer,
-    network_server::NetworkServer, processes_server::ProcessesServer,
+    code_server::CodeServer, files_server::FilesServer, ingress_server::IngressServer,
+    keys_server::KeysServer, network_server::NetworkServer, processes_server::ProcessesServer,
     sandboxes_server::SandboxesServer,
 };
 
 use crate::auth::{KeyAuth, OwnerOnly};
 use crate::config::{OnExit, ServerConfig};
 use crate::error::ServerError;
+use crate::ingress::{Ingress, IngressListener};
 use crate::keys::KeyStore;
 use crate::listen::{TcpEndpoint, UnixSocket};
 use crate::principal::Principal;
@@ -51,6 +52,8 @@ pub struct Listeners {
     pub unix: Option<UnixSocket>,
     /// TCP, with keys.
     pub tcp: Option<TcpEndpoint>,
+    /// The HTTP ingress into sandboxes' servers.
+    pub ingress: Option<IngressListener>,
 }
 
 /// Every service of the API behind `$interceptor`, on the server builder
@@ -73,6 +76,7 @@ macro_rules! routes {
             .add_service(service!(FilesServer))
             .add_service(service!(CodeServer))
             .add_service(service!(NetworkServer))
+            .add_service(service!(IngressServer))
             .add_service(service!(KeysServer))
     }};
 }
@@ -136,7 +140,23 @@ pub async fn serve(
     };
     let on_exit = config.on_exit;
     let cors_origins = config.cors_origins.clone();
-    let state = Arc::new(State::new(config, sandboxes, registry, keys, pool));
+    let mut state = State::new(config, sandboxes, registry, keys, pool);
+    let ingress_listener = listeners.ingress.take();
+    if let Some(listener) = &ingress_listener {
+        let address = listener
+            .endpoint
+            .local_addr()
+            .map_err(|source| ServerError::Bind {
+                address: "the ingress listener".to_owned(),
+                source,
+            })?;
+        state.ingress = Some(Arc::new(Ingress::new(
+            address,
+            listener.domain.clone(),
+            listener.endpoint.is_tls(),
+        )));
+    }
+    let state = Arc::new(state);
     recover(&state).await;
     let tls = listeners.tcp.as_ref().is_some_and(TcpEndpoint::is_tls);
     let grpc_web = listeners.tcp.is_some();
@@ -186,6 +206,18 @@ pub async fn serve(
         )));
         stops.push(stop);
         tracing::info!(?address, tls, "serving on TCP");
+    }
+    if let (Some(listener), Some(ingress)) = (ingress_listener, state.ingress.clone()) {
+        let (stop, stopped) = oneshot::channel::<()>();
+        tracing::info!(address = %ingress.address, domain = ingress.domain, tls = ingress.tls, "serving ingress");
+        servers.push(tokio::spawn({
+            let state = Arc::clone(&state);
+            async move {
+                crate::ingress::serve(state, ingress, listener.endpoint, stopped).await;
+                Ok(())
+            }
+        }));
+        stops.push(stop);
     }
     if let Some(socket) = &listeners.unix {
         tracing::info!(socket = %socket.path().display(), "serving on the Unix socket");

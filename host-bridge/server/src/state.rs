@@ -42,6 +42,8 @@ pub struct State {
     pub relays: Relays,
     /// Held while a network policy is read, changed and written back.
     pub policy_changes: tokio::sync::Mutex<()>,
+    /// The HTTP ingress, when the server serves one.
+    pub ingress: Option<Arc<crate::ingress::Ingress>>,
     calls: Mutex<HashMap<Principal, Arc<Semaphore>>>,
     tasks: Mutex<JoinSet<()>>,
 }
@@ -68,6 +70,7 @@ impl State {
             trackers: Trackers::default(),
             relays: Relays::default(),
             policy_changes: tokio::sync::Mutex::new(()),
+            ingress: None,
             calls: Mutex::new(HashMap::new()),
             tasks: Mutex::new(JoinSet::new()),
         }
@@ -134,6 +137,31 @@ impl State {
             .map_err(|error| error_status(&error))?;
         self.registry.set_handle(id, Arc::clone(&handle));
         Ok((entry, handle))
+    }
+
+    /// The handle of a sandbox the ingress found (restoring one saved to
+    /// disk whose handle is gone), refusing one that has ended.
+    pub async fn ingress_handle(&self, entry: &Entry) -> Result<Arc<Sandbox>, Status> {
+        let handle = match &entry.handle {
+            Some(handle) => Arc::clone(handle),
+            None => {
+                let id = &entry.record.id;
+                let handle = self
+                    .sandboxes
+                    .get_or_restore(self.builder(), id)
+                    .await
+                    .map_err(|error| error_status(&error))?;
+                self.registry.set_handle(id, Arc::clone(&handle));
+                handle
+            }
+        };
+        if let SandboxState::Ended(reason) = handle.state() {
+            return Err(reason::status(
+                ErrorReason::SandboxEnded,
+                format!("it has ended: {reason}"),
+            ));
+        }
+        Ok(handle)
     }
 
     /// The sandbox's handle, refusing one that has ended.

@@ -25,6 +25,28 @@ pub fn sandbox_id(field: &str, id: &str) -> Result<(), Status> {
     Ok(())
 }
 
+/// One guest port: 1 to 65535.
+pub fn port(field: &str, port: u32) -> Result<u16, Status> {
+    u16::try_from(port)
+        .ok()
+        .filter(|&p| p != 0)
+        .ok_or_else(|| invalid(field, format!("{port} is not a TCP port (1 to 65535)")))
+}
+
+/// Guest ports (at most `MAX_PUBLIC_PORTS`), each 1 to 65535, without
+/// repeats.
+pub fn ports(field: &str, ports: &[u32]) -> Result<Vec<u16>, Status> {
+    count(field, ports, limits::MAX_PUBLIC_PORTS)?;
+    let mut checked = Vec::with_capacity(ports.len());
+    for &p in ports {
+        let p = port(field, p)?;
+        if !checked.contains(&p) {
+            checked.push(p);
+        }
+    }
+    Ok(checked)
+}
+
 /// A name from the server's stores (image, template, workspace, context,
 /// tag): 1 to `MAX_NAME_BYTES` of letters, digits, `.`, `_`, `-`, not
 /// starting with `.`.

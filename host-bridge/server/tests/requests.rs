@@ -80,6 +80,27 @@ async fn every_bad_create_names_its_field_and_the_server_goes_on() {
         ),
         (
             api::CreateSandboxRequest {
+                public_ports: vec![0],
+                ..create()
+            },
+            "public_ports",
+        ),
+        (
+            api::CreateSandboxRequest {
+                public_ports: vec![70_000],
+                ..create()
+            },
+            "public_ports",
+        ),
+        (
+            api::CreateSandboxRequest {
+                public_ports: (1..=17).collect(),
+                ..create()
+            },
+            "public_ports",
+        ),
+        (
+            api::CreateSandboxRequest {
                 secrets: vec![api::Secret {
                     name: "TOKEN".into(),
                     value: "line\nbreak".into(),
@@ -429,9 +450,8 @@ async fn library_errors_reach_clients_with_their_kind() {
     );
     let network = owner
         .network()
-        .audit(api::AuditRequest {
+        .get_policy(api::GetPolicyRequest {
             sandbox_id: id.clone(),
-            after_seq: 0,
         })
         .await
         .unwrap_err();
@@ -1065,5 +1085,74 @@ async fn set_timeout_moves_a_sandboxs_end_either_way() {
     );
     let info = set(&owner, &other, 0).await.unwrap().into_inner();
     assert_eq!(info.ends_at_ms, 0);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_ingress_requests_name_their_field() {
+    use tokio_stream::wrappers::ReceiverStream;
+    let server = TestServer::start(Options::default()).await;
+    let owner = server.owner().await;
+    let id = create_sandbox(&owner, create()).await;
+    for (port, field) in [(0, "port"), (65_536, "port")] {
+        let status = owner
+            .ingress()
+            .get_host(api::GetHostRequest {
+                sandbox_id: id.clone(),
+                port,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status}");
+        assert_eq!(airlock_client::reason::field_of(&status), Some(field));
+    }
+    let status = owner
+        .ingress()
+        .get_host(api::GetHostRequest {
+            sandbox_id: String::new(),
+            port: 80,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        airlock_client::reason::field_of(&status),
+        Some("sandbox_id")
+    );
+    let status = owner
+        .ingress()
+        .rotate_token(api::RotateTokenRequest {
+            sandbox_id: "../x".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        airlock_client::reason::field_of(&status),
+        Some("sandbox_id")
+    );
+    let firsts = [
+        (api::forward_request::Event::Eof(true), "open"),
+        (
+            api::forward_request::Event::Open(api::ForwardOpen {
+                sandbox_id: id.clone(),
+                port: 0,
+            }),
+            "open.port",
+        ),
+    ];
+    for (first, field) in firsts {
+        let (send, requests) = tokio::sync::mpsc::channel(1);
+        send.send(api::ForwardRequest { event: Some(first) })
+            .await
+            .unwrap();
+        let status = owner
+            .ingress()
+            .forward(ReceiverStream::new(requests))
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status}");
+        assert_eq!(airlock_client::reason::field_of(&status), Some(field));
+    }
+    // The server goes on.
+    owner.ping().await.unwrap();
     server.stop().await;
 }

@@ -31,6 +31,9 @@ pub enum Protocol {
     Http,
     /// A request to the HTTP proxy (a `CONNECT` or an absolute-form request).
     Proxy,
+    /// Ingress: a connection from outside into a guest port (the name is
+    /// the client's address, the port the guest's).
+    Ingress,
 }
 
 impl fmt::Display for Protocol {
@@ -41,6 +44,7 @@ impl fmt::Display for Protocol {
             Protocol::Tls => "tls",
             Protocol::Http => "http",
             Protocol::Proxy => "proxy",
+            Protocol::Ingress => "ingress",
         })
     }
 }
@@ -103,6 +107,12 @@ pub enum Refusal {
         /// What rustls said.
         detail: String,
     },
+    /// Ingress: the request carried no traffic token for a private port.
+    NoToken,
+    /// Ingress: the request's traffic token is not the sandbox's.
+    WrongToken,
+    /// Ingress: nothing listens on the guest port.
+    PortClosed,
     /// The guest's program refused the certificate the host presented for
     /// a secret-bound host (issued by the sandbox's CA): it reads roots of
     /// its own instead of the system store.
@@ -139,6 +149,9 @@ impl fmt::Display for Refusal {
             }
             Refusal::Malformed { what } => write!(f, "malformed {what}"),
             Refusal::TimedOut => f.write_str("timed out"),
+            Refusal::NoToken => f.write_str("no traffic token for a private port"),
+            Refusal::WrongToken => f.write_str("the traffic token is not this sandbox's"),
+            Refusal::PortClosed => f.write_str("nothing listens on the guest port"),
             Refusal::Resolve { message } => write!(f, "name did not resolve: {message}"),
             Refusal::Upstream { message } => write!(f, "upstream failed: {message}"),
             Refusal::UpstreamUntrusted { detail } => write!(

@@ -111,6 +111,9 @@ pub fn sentence(refusal: &Refusal, destination: &str) -> String {
             "the program refused the sandbox's certificate for {destination} ({alert}): it \
              does not read the system store; point it at $SSL_CERT_FILE"
         ),
+        Refusal::NoToken => format!("{destination} needs the sandbox's traffic token"),
+        Refusal::WrongToken => format!("the traffic token is not the one of {destination}"),
+        Refusal::PortClosed => format!("nothing listens on {destination}"),
     }
 }
 
@@ -122,13 +125,15 @@ pub fn status(refusal: &Refusal) -> StatusCode {
         | Refusal::ServerNameMismatch { .. }
         | Refusal::PlaceholderElsewhere { .. } => StatusCode::FORBIDDEN,
         Refusal::HostMismatch { .. } => StatusCode::MISDIRECTED_REQUEST,
+        Refusal::NoToken | Refusal::WrongToken => StatusCode::UNAUTHORIZED,
         Refusal::TooManyConnections { .. } => StatusCode::TOO_MANY_REQUESTS,
         Refusal::Malformed { .. } => StatusCode::BAD_REQUEST,
         Refusal::TimedOut => StatusCode::GATEWAY_TIMEOUT,
         Refusal::Resolve { .. }
         | Refusal::Upstream { .. }
         | Refusal::UpstreamUntrusted { .. }
-        | Refusal::GuestUntrusted { .. } => StatusCode::BAD_GATEWAY,
+        | Refusal::GuestUntrusted { .. }
+        | Refusal::PortClosed => StatusCode::BAD_GATEWAY,
     }
 }
 

@@ -355,6 +355,7 @@ impl SandboxBuilder {
             env,
             defaults_made: Arc::default(),
             network,
+            ingress_audit: Arc::default(),
             builder: self,
             state_dir: dir,
             _workspace: workspace,

@@ -92,6 +92,9 @@ pub struct Sandbox {
     defaults_made: Arc<DefaultContexts>,
     /// The guest's network, when the builder gave it one.
     network: Option<SandboxNetwork>,
+    /// Where ingress decisions go when there is no network (with one,
+    /// they go to its audit log, beside the egress records).
+    ingress_audit: Arc<crate::network::audit::AuditLog>,
     /// What it was started with: a fork's children get the same policies.
     builder: SandboxBuilder,
     state_dir: StateDir,

@@ -3,6 +3,7 @@
 //! connections (see [`crate::network`]); and the network as an adoptable
 //! sandbox's record keeps it (see [`crate::adopt`]).
 
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -16,7 +17,7 @@ use tonic::transport::Channel;
 use crate::adopt::{from_unix_ms, ms, Hidden, RecordedCa, RecordedNetwork, RecordedSecret};
 use crate::error::{Error, Result};
 use crate::features::AgentFeatures;
-use crate::network::audit::AuditRecord;
+use crate::network::audit::{AuditRecord, Protocol, Verdict};
 use crate::network::fake_ip::GATEWAY_ADDR;
 use crate::network::policy::{NetRule, NetworkPolicy};
 use crate::network::secrets::{CaParts, SandboxCa, Secret, Secrets};
@@ -240,6 +241,33 @@ impl Sandbox {
     /// adoption.
     pub fn network_audit(&self) -> Result<Vec<AuditRecord>> {
         Ok(self.network_on()?.gateway.audit())
+    }
+
+    /// Records an ingress decision (a connection from outside to guest
+    /// `port`, from `client`) in the audit log: the network's, beside the
+    /// egress records, or, without a network, the sandbox's own, which
+    /// [`audit`](Sandbox::audit) reads.
+    pub fn record_ingress(&self, client: Option<IpAddr>, port: u16, verdict: Verdict) {
+        let name = client.map(|addr| format!("from {addr}"));
+        match &self.network {
+            Some(network) => network
+                .gateway
+                .record(Protocol::Ingress, name, port, verdict),
+            None => {
+                self.ingress_audit
+                    .record(Protocol::Ingress, name, None, port, verdict);
+            }
+        }
+    }
+
+    /// Every audit record after sequence number `after` (0: all), oldest
+    /// first: the network's log (egress and ingress) when the sandbox has
+    /// a network, else its ingress records alone.
+    pub fn audit(&self, after: u64) -> Vec<AuditRecord> {
+        match &self.network {
+            Some(network) => network.gateway.audit_since(after),
+            None => self.ingress_audit.since(after),
+        }
     }
 
     /// The network policy in force.

@@ -35,6 +35,7 @@ mod key;
 mod mcp;
 mod net;
 mod net_options;
+mod ports;
 mod program;
 mod program_options;
 mod remote;

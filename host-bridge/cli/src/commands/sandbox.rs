@@ -1,4 +1,4 @@
-//! `airlock sandbox create|ls|exec|run-code|cp|net|pause|resume|fork|kill`:
+//! `airlock sandbox create|ls|exec|run-code|cp|net|expose|port-forward|pause|resume|fork|kill`:
 //! sandboxes that outlive one invocation, kept by a server: the local one
 //! (`airlock serve` on a private Unix socket, started on demand; its log is
 //! `daemon.log` beside the socket), or a remote one (`--host` or
@@ -69,6 +69,13 @@ pub enum SandboxCommand {
     /// its guest made, allowed or refused (or --json); --allow and --deny
     /// change the rules.
     Net(super::net::NetArgs),
+    /// Print the URL that opens a server listening on PORT in the sandbox
+    /// (through the server's HTTP ingress, with the sandbox's traffic
+    /// token unless the port is public).
+    Expose(super::ports::ExposeArgs),
+    /// Forward a local TCP port to a port in the sandbox until interrupted
+    /// (a database, a debugger: anything, not only HTTP).
+    PortForward(super::ports::PortForwardArgs),
     /// Stop a sandbox's CPUs; the next exec or cp resumes it.
     Pause {
         id: String,
@@ -139,6 +146,12 @@ pub struct CreateArgs {
     /// Repeatable. Default: the server's (its AIRLOCK_CA_CERTS).
     #[arg(long = "ca-cert", value_name = "FILE", value_parser = parse_ca_file)]
     pub ca_certs: Vec<CaFile>,
+
+    /// A guest port the server's HTTP ingress serves without the traffic
+    /// token (anyone who can reach the ingress can open it). Repeatable.
+    #[arg(long = "public-port", value_name = "PORT",
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub public_ports: Vec<u16>,
 }
 
 /// `KEY=VALUE`.
@@ -207,6 +220,8 @@ async fn call(client: &Client, command: SandboxCommand) -> Result<(), String> {
         SandboxCommand::Ls { json, metadata } => list(client, json, metadata).await,
         SandboxCommand::Cp { src, dst } => super::copy::run(client, &src, &dst).await,
         SandboxCommand::Net(args) => super::net::run(client, args).await,
+        SandboxCommand::Expose(args) => super::ports::expose(client, args).await,
+        SandboxCommand::PortForward(args) => super::ports::port_forward(client, args).await,
         SandboxCommand::Pause { id, to_disk } => client
             .sandboxes()
             .pause(api::PauseSandboxRequest {
@@ -317,6 +332,7 @@ fn create_request(args: CreateArgs) -> Result<api::CreateSandboxRequest, String>
             .iter()
             .map(|file| file.certs.iter().map(CaCert::to_pem).collect())
             .collect(),
+        public_ports: args.public_ports.iter().map(|&p| u32::from(p)).collect(),
         ..api::CreateSandboxRequest::default()
     })
 }

@@ -1,6 +1,7 @@
 //! `airlock serve`: the Airlock server (crate `airlock-server`) in the
 //! foreground: the owner's Unix socket, and with `--listen` a TCP listener
-//! with TLS and API keys. SIGTERM or SIGINT stops it as `--on-exit` says
+//! with TLS and API keys, and with `--ingress` the HTTP ingress into the
+//! servers programs start in sandboxes. SIGTERM or SIGINT stops it as `--on-exit` says
 //! (by default its sandboxes run on, for the next server to adopt),
 //! removes the socket and exits 0.
 
@@ -8,7 +9,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use airlock_server::{Listeners, OnExit, ServerConfig, TcpEndpoint, TlsFiles, UnixSocket};
+use airlock_server::{
+    IngressListener, Listeners, OnExit, ServerConfig, TcpEndpoint, TlsFiles, UnixSocket,
+};
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::remote::default_socket;
@@ -39,6 +42,29 @@ pub struct ServeArgs {
     /// Plain TCP without TLS (a loopback --listen address only).
     #[arg(long, requires = "listen", conflicts_with = "tls_cert")]
     pub insecure: bool,
+
+    /// Serve HTTP ingress into sandboxes on HOST:PORT: a request to
+    /// PORT-SANDBOX_ID.DOMAIN (or /_sandbox/SANDBOX_ID/PORT/) reaches that
+    /// port in the sandbox, with the sandbox's traffic token unless the port
+    /// is public. `local`: 127.0.0.1, port 7480 or a free one if that is
+    /// taken (what the server started on demand uses). Plain HTTP only on
+    /// loopback; elsewhere give --ingress-tls-cert and --ingress-tls-key.
+    #[arg(long, value_name = "HOST:PORT|local", value_parser = parse_ingress)]
+    pub ingress: Option<IngressAt>,
+
+    /// The ingress's domain: requests name PORT-SANDBOX_ID.DOMAIN (default
+    /// airlock.localhost, which browsers and curl resolve to loopback).
+    #[arg(long, value_name = "DOMAIN", requires = "ingress")]
+    pub ingress_domain: Option<String>,
+
+    /// The TLS certificate chain (PEM) of the ingress (a wildcard for
+    /// *.DOMAIN); with TLS, clients may speak HTTP/2.
+    #[arg(long, value_name = "FILE", requires_all = ["ingress", "ingress_tls_key"])]
+    pub ingress_tls_cert: Option<PathBuf>,
+
+    /// The TLS private key (PEM) of the ingress.
+    #[arg(long, value_name = "FILE", requires = "ingress_tls_cert")]
+    pub ingress_tls_key: Option<PathBuf>,
 
     /// A browser origin (https://app.example) whose pages may call the TCP
     /// listener with gRPC-Web. Repeatable; none by default.
@@ -77,6 +103,58 @@ pub struct ServeArgs {
     /// AIRLOCK_SERVER_DIR, else server/ in the Airlock home).
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+}
+
+/// Where `--ingress` listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IngressAt {
+    /// This address.
+    Addr(SocketAddr),
+    /// Loopback, [`LOCAL_INGRESS_PORT`] or any free port.
+    Local,
+}
+
+/// The port `--ingress local` tries first.
+pub const LOCAL_INGRESS_PORT: u16 = 7480;
+
+fn parse_ingress(text: &str) -> Result<IngressAt, String> {
+    if text == "local" {
+        return Ok(IngressAt::Local);
+    }
+    text.parse()
+        .map(IngressAt::Addr)
+        .map_err(|_| format!("{text:?} is not HOST:PORT (an IP address and a port) or local"))
+}
+
+/// Binds the ingress listener `args` ask for, if any.
+async fn ingress_listener(
+    at: Option<IngressAt>,
+    domain: Option<String>,
+    tls: Option<TlsFiles>,
+) -> Result<Option<IngressListener>, airlock_server::ServerError> {
+    let Some(at) = at else {
+        return Ok(None);
+    };
+    let endpoint = match at {
+        IngressAt::Addr(addr) => TcpEndpoint::bind(addr, tls, true).await?,
+        IngressAt::Local => {
+            let preferred = SocketAddr::from(([127, 0, 0, 1], LOCAL_INGRESS_PORT));
+            match TcpEndpoint::bind(preferred, tls.clone(), true).await {
+                Ok(endpoint) => endpoint,
+                Err(_) => {
+                    TcpEndpoint::bind(SocketAddr::from(([127, 0, 0, 1], 0)), tls, true).await?
+                }
+            }
+        }
+    };
+    if let Ok(bound) = endpoint.local_addr() {
+        // Tests and scripts bound to port 0 read the port here.
+        eprintln!("airlock: ingress on {bound}");
+    }
+    Ok(Some(IngressListener {
+        endpoint,
+        domain: domain.unwrap_or_else(|| airlock_server::DEFAULT_INGRESS_DOMAIN.to_owned()),
+    }))
 }
 
 /// Serves until SIGTERM or SIGINT; returns the exit code.
@@ -121,6 +199,13 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             Some(endpoint)
         }
     };
+    let ingress_tls = match (args.ingress_tls_cert, args.ingress_tls_key) {
+        (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+        _ => None,
+    };
+    let ingress = ingress_listener(args.ingress, args.ingress_domain, ingress_tls)
+        .await
+        .map_err(failed)?;
     let config = ServerConfig {
         max_sandboxes: usize::from(args.max),
         pool: usize::from(args.pool),
@@ -143,6 +228,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let listeners = Listeners {
         unix: Some(unix),
         tcp,
+        ingress,
     };
     airlock_server::serve(config, listeners, shutdown)
         .await

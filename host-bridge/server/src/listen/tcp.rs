@@ -165,6 +165,11 @@ pub enum Connection {
 }
 
 impl Connection {
+    /// The client's address.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.tcp().peer_addr().ok()
+    }
+
     fn tcp(&self) -> &TcpStream {
         match self {
             Connection::Plain(stream) => stream,

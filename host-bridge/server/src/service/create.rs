@@ -52,6 +52,8 @@ pub struct Create {
     pub metadata: BTreeMap<String, String>,
     pub envs: BTreeMap<String, String>,
     pub template: String,
+    /// Guest ports the ingress serves without the token.
+    pub public_ports: Vec<u16>,
 }
 
 impl Machine {
@@ -273,6 +275,7 @@ pub fn check(
             .map_err(|error| invalid("ca_certs", format!("entry {}: {error}", index + 1)))?;
         ca_certs.extend(certs);
     }
+    let public_ports = validate::ports("public_ports", &request.public_ports)?;
     let network = (!rules.is_empty() || !secrets.is_empty()).then(|| {
         let policy = NetworkPolicy::from_rules(rules.iter().cloned());
         secrets
@@ -303,5 +306,6 @@ pub fn check(
         metadata: request.metadata.into_iter().collect(),
         envs,
         template: request.template,
+        public_ports,
     })
 }

@@ -8,11 +8,14 @@
 //! - `files`: files, trees, tar streams, change trackers.
 //! - `code`: cells and contexts.
 //! - `network`: rules and audit.
+//! - `ingress`: a guest port's address and token, and forwarded
+//!   connections.
 //! - `keys`: API keys (the owner's).
 
 pub mod code;
 pub mod create;
 pub mod files;
+pub mod ingress;
 pub mod keys;
 pub mod network;
 pub mod processes;

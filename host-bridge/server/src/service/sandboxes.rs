@@ -43,6 +43,7 @@ impl Services {
         record.network = create.network.is_some();
         record.secrets = create.machine.secret_names.clone();
         record.pooled = pooled;
+        record.public_ports = create.public_ports.clone();
         record
     }
 }
@@ -66,6 +67,9 @@ impl sandboxes_server::Sandboxes for Services {
         }
         if self.state.pool.is_some() {
             features.push(airlock_api::features::POOL.to_owned());
+        }
+        if self.state.ingress.is_some() {
+            features.push(airlock_api::features::INGRESS.to_owned());
         }
         Ok(Response::new(api::PingResponse {
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -318,6 +322,8 @@ impl sandboxes_server::Sandboxes for Services {
             record.id = child.id().to_owned();
             record.created_at_ms = now_ms();
             record.pooled = false;
+            // Its own token: a child is not reachable with its parent's.
+            record.ingress_token = crate::ingress::token::new();
             let id = record.id.clone();
             self.state.registry.insert(record, Some(Arc::clone(&child)));
             sandboxes.push(self.info_of(&principal, &id)?);

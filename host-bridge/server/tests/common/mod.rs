@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use airlock::Sandbox;
 use airlock_client::{api, Client, Endpoint};
-use airlock_server::{Listeners, OnExit, ServerConfig, TcpEndpoint, TlsFiles, UnixSocket};
+use airlock_server::{
+    IngressListener, Listeners, OnExit, ServerConfig, TcpEndpoint, TlsFiles, UnixSocket,
+};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -45,6 +47,8 @@ pub struct TestServer {
     pub dir: tempfile::TempDir,
     pub socket: PathBuf,
     pub tcp: SocketAddr,
+    /// The HTTP ingress (plain, on loopback).
+    pub ingress: SocketAddr,
     /// The CA of the TLS listener (PEM file), with TLS.
     pub ca: Option<PathBuf>,
     stop: Option<oneshot::Sender<()>>,
@@ -98,9 +102,17 @@ impl TestServer {
             .await
             .unwrap();
         let address = tcp.local_addr().unwrap();
+        let ingress = TcpEndpoint::bind("127.0.0.1:0".parse().unwrap(), None, true)
+            .await
+            .unwrap();
+        let ingress_address = ingress.local_addr().unwrap();
         let listeners = Listeners {
             unix: Some(UnixSocket::bind(&socket).await.unwrap()),
             tcp: Some(tcp),
+            ingress: Some(IngressListener {
+                endpoint: ingress,
+                domain: airlock_server::DEFAULT_INGRESS_DOMAIN.to_owned(),
+            }),
         };
         let mut config = ServerConfig {
             data_dir: dir.path().join("data"),
@@ -125,6 +137,7 @@ impl TestServer {
             dir,
             socket,
             tcp: address,
+            ingress: ingress_address,
             ca,
             stop: Some(stop),
             task: Some(task),

@@ -151,6 +151,16 @@ impl Gateway {
         self.audit.records()
     }
 
+    /// The audit records after sequence number `after`, oldest first.
+    pub fn audit_since(&self, after: u64) -> Vec<AuditRecord> {
+        self.audit.since(after)
+    }
+
+    /// Records a decision made outside the gateway (ingress).
+    pub fn record(&self, protocol: Protocol, name: Option<String>, port: u16, verdict: Verdict) {
+        self.audit.record(protocol, name, None, port, verdict);
+    }
+
     /// The options it was made with.
     pub(crate) fn options(&self) -> &NetworkOptions {
         &self.options

@@ -1,0 +1,239 @@
+//! The ingress listener: each connection served with hyper (HTTP/1.1 with
+//! keep-alive and upgrades, HTTP/2 where TLS offers it), each request
+//! routed, checked and carried by [`handle`].
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use airlock::{Refusal, Verdict};
+use http::{header, HeaderValue, Request, Response};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+
+use super::proxy::{self, Origin};
+use super::refuse::{self, Body};
+use super::route::{self, Route};
+use super::{bounds, token, Ingress};
+use crate::listen::TcpEndpoint;
+use crate::registry::Entry;
+use crate::state::State;
+
+/// Serves `endpoint` until `stop`, then ends every connection.
+pub async fn serve(
+    state: Arc<State>,
+    ingress: Arc<Ingress>,
+    endpoint: TcpEndpoint,
+    stop: oneshot::Receiver<()>,
+) {
+    let mut incoming = endpoint.accept();
+    let mut connections = JoinSet::new();
+    tokio::pin!(stop);
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut stop => break,
+            accepted = incoming.recv() => accepted,
+        };
+        let Some(Ok(connection)) = accepted else {
+            match accepted {
+                None => break,
+                _ => continue,
+            }
+        };
+        while connections.try_join_next().is_some() {}
+        let Some(client) = connection.peer_addr() else {
+            continue;
+        };
+        let (state, ingress) = (Arc::clone(&state), Arc::clone(&ingress));
+        connections.spawn(async move {
+            let service = service_fn(move |request| {
+                let (state, ingress) = (Arc::clone(&state), Arc::clone(&ingress));
+                async move { Ok::<_, Infallible>(handle(&state, &ingress, client, request).await) }
+            });
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(bounds::HEADER_TIMEOUT)
+                .max_buf_size(bounds::MAX_HEADER_BYTES)
+                .keep_alive(true);
+            builder
+                .http2()
+                .timer(TokioTimer::new())
+                .max_header_list_size(bounds::MAX_HEADER_BYTES as u32)
+                .keep_alive_interval(Some(bounds::HEADER_TIMEOUT));
+            let served = builder
+                .serve_connection_with_upgrades(TokioIo::new(connection), service)
+                .await;
+            if let Err(error) = served {
+                tracing::debug!(%client, %error, "ingress: a connection ended");
+            }
+        });
+    }
+    connections.abort_all();
+    while connections.join_next().await.is_some() {}
+}
+
+/// One request: route, sandbox, token, connection, then the guest's
+/// answer (or the refusal, recorded in the sandbox's audit log).
+async fn handle(
+    state: &State,
+    ingress: &Ingress,
+    client: SocketAddr,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    let host = request
+        .uri()
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .or_else(|| {
+            request
+                .headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_owned)
+        });
+    let Some(route) = route::parse(host.as_deref(), request.uri().path(), &ingress.domain) else {
+        return refuse::not_found(format!(
+            "not a sandbox's address: open PORT-SANDBOX_ID.{} or /_sandbox/SANDBOX_ID/PORT/ \
+             (`airlock sandbox expose SANDBOX_ID PORT` prints it)",
+            ingress.domain
+        ));
+    };
+    let Some(entry) = state.registry.for_ingress(&route.sandbox) else {
+        return refuse::not_found(format!("no sandbox {}", route.sandbox));
+    };
+    let id = entry.record.id.clone();
+    let port = route.port;
+    let record = |handle: Option<&airlock::Sandbox>, verdict: Verdict| {
+        if let Some(handle) = handle.or(entry.handle.as_deref()) {
+            handle.record_ingress(Some(client.ip()), port, verdict);
+        }
+    };
+
+    // The token, unless the port is public.
+    let query = request.uri().query().map(str::to_owned);
+    if !entry.record.public_ports.contains(&port) {
+        let presented = token::presented(request.headers(), query.as_deref());
+        let accepted = presented
+            .iter()
+            .any(|p| token::matches(&entry.record.ingress_token, p));
+        if !accepted {
+            let refusal = if presented.is_empty() {
+                Refusal::NoToken
+            } else {
+                Refusal::WrongToken
+            };
+            record(None, Verdict::Refused(refusal));
+            return refuse::unauthorized(&id, port, !presented.is_empty());
+        }
+        if let Some(query) = query.as_deref().filter(|q| token::query_token(q).is_some()) {
+            return redirect_without_token(ingress, &route, request.uri().path(), query, &entry);
+        }
+    }
+
+    let Some(permit) = ingress.admit(&id) else {
+        record(
+            None,
+            Verdict::Refused(Refusal::TooManyConnections {
+                limit: bounds::MAX_CONNECTIONS_PER_SANDBOX,
+            }),
+        );
+        return refuse::unavailable(
+            &id,
+            format!(
+                "{} connections are open, the most a sandbox may have; retry shortly",
+                bounds::MAX_CONNECTIONS_PER_SANDBOX
+            ),
+        );
+    };
+
+    // The sandbox's handle (restoring one saved to disk) and the guest
+    // connection (resuming one paused); the time either took is reported.
+    let started = Instant::now();
+    let paused = entry.state().is_paused();
+    let handle = match state.ingress_handle(&entry).await {
+        Ok(handle) => handle,
+        Err(status) => return refuse::unavailable(&id, status.message().to_owned()),
+    };
+    let guest = match handle.connect_port(port).await {
+        Ok(guest) => guest,
+        Err(airlock::Error::PortRefused { reason, .. }) => {
+            record(Some(&handle), Verdict::Refused(Refusal::PortClosed));
+            return refuse::bad_gateway(&id, port, &reason);
+        }
+        Err(error) => {
+            let message = airlock::error_chain(&error);
+            record(
+                Some(&handle),
+                Verdict::Refused(Refusal::Upstream {
+                    message: message.clone(),
+                }),
+            );
+            return refuse::bad_gateway(&id, port, &message);
+        }
+    };
+    let resumed = paused.then(|| started.elapsed());
+    record(Some(&handle), Verdict::Allowed);
+
+    let mut request = request;
+    token::strip(request.headers_mut());
+    let path_and_query = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let guest_path = route::guest_path(&route, &path_and_query);
+    let origin = Origin {
+        host: host.unwrap_or_default(),
+        client,
+        tls: ingress.tls,
+    };
+    let mut response = match proxy::forward(guest, request, &guest_path, &origin, permit).await {
+        Ok(response) => response,
+        Err(error) => return refuse::bad_gateway(&id, port, &error.to_string()),
+    };
+    if let Some(resumed) = resumed {
+        server_timing(&mut response, resumed);
+    }
+    response
+}
+
+/// `Server-Timing: resume;dur=MS` for a request that resumed its sandbox.
+fn server_timing(response: &mut Response<Body>, took: Duration) {
+    let value = format!("resume;dur={:.1}", took.as_secs_f64() * 1000.0);
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        response.headers_mut().append("server-timing", value);
+    }
+}
+
+/// The answer to a request that carried the token in its query: a cookie
+/// for this host (or this sandbox's path) and a redirect to the same
+/// address without the token.
+fn redirect_without_token(
+    ingress: &Ingress,
+    route: &Route,
+    path: &str,
+    query: &str,
+    entry: &Entry,
+) -> Response<Body> {
+    let location = match token::query_without_token(query) {
+        Some(rest) => format!("{path}?{rest}"),
+        None => path.to_owned(),
+    };
+    let cookie_path = match &route.prefix {
+        Some(prefix) => format!("{prefix}/"),
+        None => "/".to_owned(),
+    };
+    refuse::token_redirect(
+        &location,
+        &entry.record.ingress_token,
+        &cookie_path,
+        ingress.tls,
+    )
+}

@@ -1,0 +1,449 @@
+//! The HTTP ingress and `Ingress` calls on the process backend: the agent
+//! runs on the host, so a guest port is a port on the host's loopback,
+//! where each test runs the "guest's" server. Routes by host and by path,
+//! the token (header, query + cookie, another sandbox's, rotated), public
+//! ports, refusals (404, 401, 502) and their audit records, and a
+//! forwarded raw TCP connection.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+
+use airlock_client::api;
+use bytes::Bytes;
+use common::{create, create_sandbox, Options, TestServer};
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// A "guest" HTTP server on the host's loopback that answers every request
+/// with its own path and the headers it got (one per line); returns its
+/// port.
+async fn guest_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    |request: Request<hyper::body::Incoming>| async move {
+                        let mut text = format!("path {}\n", request.uri());
+                        for (name, value) in request.headers() {
+                            text.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("?")));
+                        }
+                        Ok::<_, std::convert::Infallible>(http::Response::new(
+                            http_body_util::Full::new(Bytes::from(text)),
+                        ))
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    port
+}
+
+/// A port nothing listens on.
+async fn closed_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// A GET to the ingress at `addr` with `host` and `path` and `headers`.
+async fn get(
+    addr: SocketAddr,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, HeaderMap, String) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let mut request = Request::get(path).header("host", host);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = sender
+        .send_request(request.body(Empty::<Bytes>::new()).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+async fn host_of(client: &airlock_client::Client, id: &str, port: u16) -> api::GetHostResponse {
+    client
+        .ingress()
+        .get_host(api::GetHostRequest {
+            sandbox_id: id.to_owned(),
+            port: u32::from(port),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+#[tokio::test]
+async fn a_private_port_needs_its_sandboxs_token_by_host_or_by_path() {
+    let server = TestServer::start(Options::default()).await;
+    let owner = server.owner().await;
+    let id = create_sandbox(&owner, create()).await;
+    let other = create_sandbox(&owner, create()).await;
+    let port = guest_server().await;
+    let host = host_of(&owner, &id, port).await;
+    let other_token = host_of(&owner, &other, port).await.token;
+    assert!(!host.public);
+    assert_eq!(
+        host.host,
+        format!(
+            "{port}-{}.airlock.localhost:{}",
+            id.to_ascii_lowercase(),
+            server.ingress.port()
+        )
+    );
+    assert_eq!(
+        host.url,
+        format!("http://{}/?airlock_token={}", host.host, host.token)
+    );
+    assert_eq!(host.address, server.ingress.to_string());
+    assert_ne!(host.token, other_token);
+
+    // No token, another sandbox's token: 401, naming the sandbox and port.
+    let (status, _, body) = get(server.ingress, &host.host, "/", &[]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(
+        body.contains(&id) && body.contains(&port.to_string()),
+        "{body}"
+    );
+    let (status, _, _) = get(
+        server.ingress,
+        &host.host,
+        "/",
+        &[("x-airlock-token", &other_token)],
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    // The header: the guest's server answers, without seeing the token.
+    let (status, _, body) = get(
+        server.ingress,
+        &host.host,
+        "/a?b=1",
+        &[("x-airlock-token", &host.token)],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.starts_with("path /a?b=1\n"), "{body}");
+    assert!(body.contains(&format!("host: {}", host.host)), "{body}");
+    assert!(body.contains("x-forwarded-for: 127.0.0.1"), "{body}");
+    assert!(!body.contains(&host.token), "{body}");
+
+    // The query: a cookie for this host and a redirect without the token.
+    let (status, headers, _) = get(
+        server.ingress,
+        &host.host,
+        &format!("/x?q=1&airlock_token={}", host.token),
+        &[],
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], "/x?q=1");
+    let cookie = headers["set-cookie"].to_str().unwrap();
+    assert!(
+        cookie.starts_with(&format!("airlock_token={};", host.token)),
+        "{cookie}"
+    );
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("Path=/;"),
+        "{cookie}"
+    );
+    let jar = format!("a=1; airlock_token={}", host.token);
+    let (status, _, body) = get(server.ingress, &host.host, "/x?q=1", &[("cookie", &jar)]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        body.contains("cookie: a=1\n") && !body.contains(&host.token),
+        "{body}"
+    );
+
+    // By path, on any host: the prefix is taken off.
+    assert_eq!(
+        host.path_url,
+        format!("http://{}/_sandbox/{id}/{port}/", server.ingress)
+    );
+    let path = format!("/_sandbox/{id}/{port}/deep/er");
+    let (status, _, body) = get(
+        server.ingress,
+        "127.0.0.1",
+        &path,
+        &[("x-airlock-token", &host.token)],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.starts_with("path /deep/er\n"), "{body}");
+
+    // A rotated token: the old one is refused, the new one works.
+    let rotated = owner
+        .ingress()
+        .rotate_token(api::RotateTokenRequest {
+            sandbox_id: id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .token;
+    assert_ne!(rotated, host.token);
+    let (status, _, _) = get(
+        server.ingress,
+        &host.host,
+        "/",
+        &[("x-airlock-token", &host.token)],
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _, _) = get(
+        server.ingress,
+        &host.host,
+        "/",
+        &[("x-airlock-token", &rotated)],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(host_of(&owner, &id, port).await.token, rotated);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn refusals_say_what_happened_and_go_to_the_audit_log() {
+    let server = TestServer::start(Options::default()).await;
+    let owner = server.owner().await;
+    let id = create_sandbox(&owner, create()).await;
+    let closed = closed_port().await;
+    let host = host_of(&owner, &id, closed).await;
+    let token = [("x-airlock-token", host.token.as_str())];
+
+    let (status, _, body) = get(server.ingress, &host.host, "/", &token).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    assert!(
+        body.contains(&format!(
+            "sandbox {id} port {closed}: nothing listens on guest port {closed}"
+        )),
+        "{body}"
+    );
+    let (status, _, body) = get(
+        server.ingress,
+        &format!("{closed}-nosuch.airlock.localhost"),
+        "/",
+        &token,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body.contains("no sandbox nosuch"), "{body}");
+    let (status, _, _) = get(server.ingress, "example.com", "/", &token).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, _) = get(server.ingress, &host.host, "/", &[]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let port = guest_server().await;
+    let (status, _, _) = get(
+        server.ingress,
+        &host_of(&owner, &id, port).await.host,
+        "/",
+        &token,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+
+    let records = owner
+        .network()
+        .audit(api::AuditRequest {
+            sandbox_id: id.clone(),
+            after_seq: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .records;
+    let lines: Vec<(String, u32, String)> = records
+        .iter()
+        .map(|r| (r.protocol.clone(), r.port, r.verdict.clone()))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            (
+                "ingress".to_owned(),
+                u32::from(closed),
+                "refused: nothing listens on the guest port".to_owned()
+            ),
+            (
+                "ingress".to_owned(),
+                u32::from(closed),
+                "refused: no traffic token for a private port".to_owned()
+            ),
+            ("ingress".to_owned(), u32::from(port), "allowed".to_owned()),
+        ]
+    );
+    assert_eq!(records[0].name, "from 127.0.0.1");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_public_port_needs_no_token_and_another_keys_sandbox_stays_private() {
+    let server = TestServer::start(Options::default()).await;
+    let owner = server.owner().await;
+    let port = guest_server().await;
+    let id = create_sandbox(
+        &owner,
+        api::CreateSandboxRequest {
+            public_ports: vec![u32::from(port)],
+            ..create()
+        },
+    )
+    .await;
+    let info = owner
+        .sandboxes()
+        .get(api::GetSandboxRequest {
+            sandbox_id: id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.public_ports, [u32::from(port)]);
+    let host = host_of(&owner, &id, port).await;
+    assert!(host.public && host.token.is_empty());
+    assert_eq!(host.url, format!("http://{}/", host.host));
+    let (status, _, _) = get(server.ingress, &host.host, "/", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // A key sees neither the owner's sandbox nor its token.
+    let key = server.key("alice", api::KeyQuota::default()).await;
+    let alice = server.remote(Some(&key)).await;
+    let refused = alice
+        .ingress()
+        .get_host(api::GetHostRequest {
+            sandbox_id: id.clone(),
+            port: 1,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::NotFound);
+    let mine = create_sandbox(
+        &alice,
+        api::CreateSandboxRequest {
+            timeout_secs: Some(600),
+            ..create()
+        },
+    )
+    .await;
+    let my_token = host_of(&alice, &mine, port).await.token;
+    let owners_private = host_of(&owner, &id, port + 1).await;
+    let (status, _, _) = get(
+        server.ingress,
+        &owners_private.host,
+        "/",
+        &[("x-airlock-token", &my_token)],
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn forward_carries_a_raw_connection_both_ways() {
+    let server = TestServer::start(Options::default()).await;
+    let owner = server.owner().await;
+    let id = create_sandbox(&owner, create()).await;
+    // A "guest" that reads to end of file, then answers what it read,
+    // reversed.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut got = Vec::new();
+        stream.read_to_end(&mut got).await.unwrap();
+        got.reverse();
+        stream.write_all(&got).await.unwrap();
+    });
+    let (send, requests) = tokio::sync::mpsc::channel(4);
+    let event = |e| api::ForwardRequest { event: Some(e) };
+    send.send(event(api::forward_request::Event::Open(api::ForwardOpen {
+        sandbox_id: id.clone(),
+        port: u32::from(port),
+    })))
+    .await
+    .unwrap();
+    let mut incoming = owner
+        .ingress()
+        .forward(ReceiverStream::new(requests))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = incoming.message().await.unwrap().unwrap();
+    assert!(matches!(
+        first.event,
+        Some(api::forward_response::Event::Connected(_))
+    ));
+    let sent: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    for chunk in sent.chunks(30_000) {
+        send.send(event(api::forward_request::Event::Data(
+            chunk.to_vec().into(),
+        )))
+        .await
+        .unwrap();
+    }
+    send.send(event(api::forward_request::Event::Eof(true)))
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    loop {
+        match incoming.message().await.unwrap().unwrap().event {
+            Some(api::forward_response::Event::Data(data)) => got.extend_from_slice(&data),
+            Some(api::forward_response::Event::Eof(_)) => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    drop(send);
+    let mut want = sent;
+    want.reverse();
+    assert!(got == want, "{} bytes back, changed", got.len());
+
+    // Nothing listening: PORT_CLOSED, naming sandbox and port.
+    let closed = closed_port().await;
+    let (send, requests) = tokio::sync::mpsc::channel(1);
+    send.send(event(api::forward_request::Event::Open(api::ForwardOpen {
+        sandbox_id: id.clone(),
+        port: u32::from(closed),
+    })))
+    .await
+    .unwrap();
+    let status = owner
+        .ingress()
+        .forward(ReceiverStream::new(requests))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        airlock_client::reason::reason_of(&status),
+        Some(api::ErrorReason::PortClosed)
+    );
+    assert!(
+        status
+            .message()
+            .contains(&format!("sandbox {id} port {closed}")),
+        "{status}"
+    );
+    server.stop().await;
+}

@@ -480,7 +480,8 @@ fn count(home: &DaemonHome, server: &TlsServer, key: &str, id: &str) -> u64 {
 #[test]
 fn a_server_killed_with_sigkill_is_replaced_by_one_that_adopts_its_sandboxes() {
     let home = DaemonHome::new();
-    let mut server = TlsServer::start(&home, &[]);
+    let ingress = ["--ingress", "127.0.0.1:0"];
+    let mut server = TlsServer::start(&home, &ingress);
     let key = make_key(&home, "alice", &[]);
     let other = make_key(&home, "bob", &[]);
     // One sandbox counts in the background, with a label and a rule; the
@@ -547,6 +548,18 @@ fn a_server_killed_with_sigkill_is_replaced_by_one_that_adopts_its_sandboxes() {
     );
     std::thread::sleep(Duration::from_millis(500));
     let before = count(&home, &server, &key, &counter);
+    let token = |server: &TlsServer| {
+        let exposed = remote_ok(
+            &home,
+            server,
+            &key,
+            &["sandbox", "expose", &files, "8000", "--json"],
+        );
+        let exposed: serde_json::Value = serde_json::from_str(&exposed).expect("JSON");
+        exposed["token"].as_str().expect("a token").to_owned()
+    };
+    let token_before = token(&server);
+    assert!(token_before.starts_with("at_"), "{token_before}");
 
     // kill -9: no chance to clean up. The VMs run on without a server.
     server.signal("KILL");
@@ -557,9 +570,10 @@ fn a_server_killed_with_sigkill_is_replaced_by_one_that_adopts_its_sandboxes() {
         );
     }
     std::thread::sleep(Duration::from_secs(2));
-    let mut server = TlsServer::start(&home, &[]);
+    let mut server = TlsServer::start(&home, &ingress);
 
-    // Both are back, with their owner and labels.
+    // Both are back, with their owner and labels, and the traffic token.
+    assert_eq!(token(&server), token_before, "the traffic token changed");
     let listed = remote_ok(&home, &server, &key, &["sandbox", "ls", "--json"]);
     let listed: serde_json::Value = serde_json::from_str(&listed).expect("JSON");
     let entries = listed.as_array().expect("a list");

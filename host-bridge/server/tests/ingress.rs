@@ -33,6 +33,14 @@ async fn guest_server() -> u16 {
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(
                     |request: Request<hyper::body::Incoming>| async move {
+                        if request.method() == http::Method::POST {
+                            // An upload: its length and SHA-256.
+                            let body = request.into_body().collect().await.unwrap().to_bytes();
+                            let text = format!("got {} bytes sha256 {}", body.len(), sha256(&body));
+                            return Ok::<_, std::convert::Infallible>(http::Response::new(
+                                http_body_util::Full::new(Bytes::from(text)),
+                            ));
+                        }
                         let mut text = format!("path {}\n", request.uri());
                         for (name, value) in request.headers() {
                             text.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("?")));
@@ -49,6 +57,14 @@ async fn guest_server() -> u16 {
         }
     });
     port
+}
+
+fn sha256(data: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// A port nothing listens on.
@@ -444,6 +460,101 @@ async fn forward_carries_a_raw_connection_both_ways() {
             .message()
             .contains(&format!("sandbox {id} port {closed}")),
         "{status}"
+    );
+    server.stop().await;
+}
+
+/// An HTTP/2 connection to the ingress over TLS (ALPN `h2`), trusting `ca`.
+async fn h2_connect(
+    addr: SocketAddr,
+    ca: &std::path::Path,
+) -> hyper::client::conn::http2::SendRequest<http_body_util::Full<Bytes>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tls = connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    sender
+}
+
+#[tokio::test]
+async fn http2_over_tls_carries_concurrent_requests_and_a_large_upload() {
+    let server = TestServer::start(Options {
+        ingress_tls: true,
+        ..Options::default()
+    })
+    .await;
+    let owner = server.owner().await;
+    let id = create_sandbox(&owner, create()).await;
+    let port = guest_server().await;
+    let host = host_of(&owner, &id, port).await;
+    assert!(host.url.starts_with("https://"), "{}", host.url);
+    let sender = h2_connect(server.ingress, server.ingress_ca.as_ref().unwrap()).await;
+
+    // Ten requests at once on one connection, each answered.
+    let requests: Vec<_> = (0..10)
+        .map(|i| {
+            let mut sender = sender.clone();
+            let uri = format!("https://{}/r{i}", host.host);
+            let token = host.token.clone();
+            tokio::spawn(async move {
+                sender.ready().await.unwrap();
+                let request = Request::get(uri)
+                    .header("x-airlock-token", token)
+                    .body(http_body_util::Full::new(Bytes::new()))
+                    .unwrap();
+                let response = sender.send_request(request).await.unwrap();
+                assert_eq!(response.version(), http::Version::HTTP_2);
+                let status = response.status();
+                let body = response.into_body().collect().await.unwrap().to_bytes();
+                (status, String::from_utf8_lossy(&body).into_owned())
+            })
+        })
+        .collect();
+    for (i, request) in requests.into_iter().enumerate() {
+        let (status, body) = request.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(body.starts_with(&format!("path /r{i}\n")), "{body}");
+        assert!(body.contains(&format!("host: {}", host.host)), "{body}");
+        assert!(body.contains("x-forwarded-proto: https"), "{body}");
+    }
+
+    // 8 MiB up: the guest's server gets every byte.
+    let upload: Vec<u8> = (0..8 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let mut sender = sender.clone();
+    sender.ready().await.unwrap();
+    let request = Request::post(format!("https://{}/upload", host.host))
+        .header("x-airlock-token", &host.token)
+        .body(http_body_util::Full::new(Bytes::from(upload.clone())))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(
+        String::from_utf8_lossy(&body),
+        format!("got {} bytes sha256 {}", upload.len(), sha256(&upload))
     );
     server.stop().await;
 }

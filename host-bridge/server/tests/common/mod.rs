@@ -40,6 +40,8 @@ pub struct Options {
     pub max_sandboxes: Option<usize>,
     pub tls: bool,
     pub max_calls_per_key: Option<u32>,
+    /// The ingress with TLS (the same throwaway CA), so HTTP/2 too.
+    pub ingress_tls: bool,
 }
 
 /// A running test server.
@@ -51,6 +53,8 @@ pub struct TestServer {
     pub ingress: SocketAddr,
     /// The CA of the TLS listener (PEM file), with TLS.
     pub ca: Option<PathBuf>,
+    /// The CA of the ingress's certificate, with `ingress_tls`.
+    pub ingress_ca: Option<PathBuf>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), airlock_server::ServerError>>>,
 }
@@ -92,17 +96,33 @@ impl TestServer {
                 .saved_dir(saved.clone())
                 .boot_timeout(Duration::from_secs(20))
         });
-        let (tls, ca) = if options.tls {
-            let (ca, cert, key) = tls_files(dir.path());
-            (Some(TlsFiles { cert, key }), Some(ca))
-        } else {
-            (None, None)
+        let files = (options.tls || options.ingress_tls).then(|| tls_files(dir.path()));
+        let (tls, ca) = match &files {
+            Some((ca, cert, key)) if options.tls => (
+                Some(TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                }),
+                Some(ca.clone()),
+            ),
+            _ => (None, None),
         };
+        let ingress_tls = match &files {
+            Some((_, cert, key)) if options.ingress_tls => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        };
+        let ingress_ca = files
+            .as_ref()
+            .filter(|_| options.ingress_tls)
+            .map(|(ca, _, _)| ca.clone());
         let tcp = TcpEndpoint::bind("127.0.0.1:0".parse().unwrap(), tls, !options.tls)
             .await
             .unwrap();
         let address = tcp.local_addr().unwrap();
-        let ingress = TcpEndpoint::bind("127.0.0.1:0".parse().unwrap(), None, true)
+        let ingress = TcpEndpoint::bind("127.0.0.1:0".parse().unwrap(), ingress_tls, true)
             .await
             .unwrap();
         let ingress_address = ingress.local_addr().unwrap();
@@ -139,6 +159,7 @@ impl TestServer {
             tcp: address,
             ingress: ingress_address,
             ca,
+            ingress_ca,
             stop: Some(stop),
             task: Some(task),
         }

@@ -41,6 +41,9 @@ async fn guest_server() -> u16 {
                                 http_body_util::Full::new(Bytes::from(text)),
                             ));
                         }
+                        if request.uri().path() == "/slow" {
+                            tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+                        }
                         let mut text = format!("path {}\n", request.uri());
                         for (name, value) in request.headers() {
                             text.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("?")));
@@ -556,5 +559,60 @@ async fn http2_over_tls_carries_concurrent_requests_and_a_large_upload() {
         String::from_utf8_lossy(&body),
         format!("got {} bytes sha256 {}", upload.len(), sha256(&upload))
     );
+    server.stop().await;
+}
+
+async fn state_of(client: &airlock_client::Client, id: &str) -> api::SandboxState {
+    client
+        .sandboxes()
+        .get(api::GetSandboxRequest {
+            sandbox_id: id.to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .state()
+}
+
+#[tokio::test]
+async fn a_request_resumes_a_paused_sandbox_and_counts_as_activity() {
+    let server = TestServer::start(Options::default()).await;
+    let owner = server.owner().await;
+    let id = create_sandbox(
+        &owner,
+        api::CreateSandboxRequest {
+            idle: Some(api::Idle {
+                timeout_secs: 1,
+                policy: api::IdlePolicy::Pause.into(),
+            }),
+            ..create()
+        },
+    )
+    .await;
+    let port = guest_server().await;
+    let host = host_of(&owner, &id, port).await;
+    let token = [("x-airlock-token", host.token.as_str())];
+    let began = std::time::Instant::now();
+    while state_of(&owner, &id).await != api::SandboxState::Paused {
+        assert!(began.elapsed().as_secs() < 20, "the sandbox never idled");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // The request resumes it and says how long that took.
+    let (status, headers, body) = get(server.ingress, &host.host, "/", &token).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let timing = headers["server-timing"].to_str().unwrap();
+    assert!(timing.starts_with("resume;dur="), "{timing}");
+    // A request that takes 3 s keeps it running past its 1 s idle timeout.
+    let slow = tokio::spawn({
+        let host = host.host.clone();
+        let token = host_of(&owner, &id, port).await.token;
+        let ingress = server.ingress;
+        async move { get(ingress, &host, "/slow", &[("x-airlock-token", &token)]).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    assert_eq!(state_of(&owner, &id).await, api::SandboxState::Running);
+    let (status, headers, _) = slow.await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert!(headers.get("server-timing").is_none(), "it was not paused");
     server.stop().await;
 }

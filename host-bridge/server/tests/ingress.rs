@@ -274,6 +274,10 @@ async fn refusals_say_what_happened_and_go_to_the_audit_log() {
     assert!(body.contains("no sandbox nosuch"), "{body}");
     let (status, _, _) = get(server.ingress, "example.com", "/", &token).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+    // A head past the bound (64 KiB) is refused before anything else.
+    let huge = "x".repeat(70 * 1024);
+    let (status, _, _) = get(server.ingress, &host.host, "/", &[("x-huge", &huge)]).await;
+    assert_eq!(status, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
     let (status, _, _) = get(server.ingress, &host.host, "/", &[]).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     let port = guest_server().await;

@@ -127,6 +127,9 @@ async fn a_private_port_needs_its_sandboxs_token_by_host_or_by_path() {
     let host = host_of(&owner, &id, port).await;
     let other_token = host_of(&owner, &other, port).await.token;
     assert!(!host.public);
+    let ping = owner.ping().await.unwrap();
+    assert!(ping.features.iter().any(|f| f == "ingress"), "{ping:?}");
+    assert_eq!(ping.api_revision, 3);
     assert_eq!(
         host.host,
         format!(
@@ -618,5 +621,32 @@ async fn a_request_resumes_a_paused_sandbox_and_counts_as_activity() {
     let (status, headers, _) = slow.await.unwrap();
     assert_eq!(status, StatusCode::OK);
     assert!(headers.get("server-timing").is_none(), "it was not paused");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_server_without_ingress_says_how_to_serve_it() {
+    let server = TestServer::start(Options {
+        without_ingress: true,
+        ..Options::default()
+    })
+    .await;
+    let owner = server.owner().await;
+    let id = create_sandbox(&owner, create()).await;
+    let ping = owner.ping().await.unwrap();
+    assert!(!ping.features.iter().any(|f| f == "ingress"), "{ping:?}");
+    let refused = owner
+        .ingress()
+        .get_host(api::GetHostRequest {
+            sandbox_id: id,
+            port: 8000,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        airlock_client::reason::reason_of(&refused),
+        Some(api::ErrorReason::Unsupported)
+    );
+    assert!(refused.message().contains("--ingress"), "{refused}");
     server.stop().await;
 }

@@ -31,7 +31,9 @@ type Forwarded = Pin<Box<dyn Stream<Item = Result<api::ForwardResponse, Status>>
 fn no_ingress() -> Status {
     reason::status(
         ErrorReason::Unsupported,
-        "this server serves no HTTP ingress; start it with `airlock serve --ingress HOST:PORT`",
+        "this server serves no HTTP ingress; start it with `airlock serve --ingress HOST:PORT` \
+         (a local server started on demand by an older airlock: stop it, and the next command \
+         starts one that does)",
     )
 }
 

@@ -42,6 +42,8 @@ pub struct Options {
     pub max_calls_per_key: Option<u32>,
     /// The ingress with TLS (the same throwaway CA), so HTTP/2 too.
     pub ingress_tls: bool,
+    /// No ingress listener at all.
+    pub without_ingress: bool,
 }
 
 /// A running test server.
@@ -129,7 +131,7 @@ impl TestServer {
         let listeners = Listeners {
             unix: Some(UnixSocket::bind(&socket).await.unwrap()),
             tcp: Some(tcp),
-            ingress: Some(IngressListener {
+            ingress: (!options.without_ingress).then(|| IngressListener {
                 endpoint: ingress,
                 domain: airlock_server::DEFAULT_INGRESS_DOMAIN.to_owned(),
             }),

@@ -13,15 +13,22 @@
 //! - `store`: [`TemplateStore`], the cache directory: finding and checking
 //!   templates, the per-key build lock, atomic commits, listing, removal and
 //!   garbage collection.
+//! - `spec`: [`TemplateSpec`], a named template's recipe, read from the
+//!   Dockerfile subset or built in code.
 //!
 //! Starting from a template is `sandbox::clone`.
 
 mod key;
+mod spec;
 mod store;
 
 use std::path::PathBuf;
 
 pub use key::{FileId, TemplateInputs, TEMPLATE_FORMAT};
+pub use spec::{
+    Base, CopyStep, ParseError, Program, Ready, ReadyCheck, Step, StepContext, StepKind,
+    TemplateSpec, DEFAULT_READY_TIMEOUT,
+};
 pub use store::{
     Building, KeyLock, Template, TemplateEntry, TemplateError, TemplateGc, TemplateMeta,
     TemplateStore,

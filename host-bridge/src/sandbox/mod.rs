@@ -54,6 +54,7 @@ mod builder;
 mod clone;
 mod connect;
 mod fork;
+mod named;
 mod network;
 mod restore;
 mod trust;

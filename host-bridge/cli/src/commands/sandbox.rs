@@ -283,16 +283,19 @@ fn create_request(args: CreateArgs) -> Result<api::CreateSandboxRequest, String>
         Some(name) => name.to_string_lossy().into_owned(),
     };
     let net = &args.vm.net;
+    // A template brings its own image and size.
+    let templated = args.vm.template.is_some();
     Ok(api::CreateSandboxRequest {
-        image: if args.vm.no_image {
+        image: if args.vm.no_image || templated {
             String::new()
         } else {
             args.vm.image.clone()
         },
         no_image: args.vm.no_image,
         workspace,
-        memory_mib: args.vm.memory,
-        vcpus: args.vm.vcpus,
+        memory_mib: if templated { 0 } else { args.vm.memory },
+        vcpus: if templated { 0 } else { args.vm.vcpus },
+        template: args.vm.template.clone().unwrap_or_default(),
         cold: args.vm.cold,
         timeout_secs: args.max_lifetime,
         idle: args.idle_timeout.map(|timeout_secs| api::Idle {

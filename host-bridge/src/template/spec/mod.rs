@@ -105,12 +105,10 @@ impl StepKind {
     }
 
     /// Whether the step runs in a build VM (the others only change what
-    /// later steps and the sandbox's processes see).
+    /// later steps and the sandbox's processes see; `WORKDIR`'s directory
+    /// is made by the next step that runs, and in the root image).
     pub fn needs_vm(&self) -> bool {
-        matches!(
-            self,
-            StepKind::Run(_) | StepKind::Copy(_) | StepKind::Workdir(_)
-        )
+        matches!(self, StepKind::Run(_) | StepKind::Copy(_))
     }
 }
 

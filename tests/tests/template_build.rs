@@ -16,7 +16,7 @@ use std::process::{Command, Output};
 
 use airlock::template::{NamedStore, NamedTemplate};
 use airlock::Sandbox;
-use airlock_tests::stdout_of;
+use airlock_tests::{stdout_of, DaemonHome};
 
 /// A template file: the package, the project, and the server.
 fn template_file(version: &str) -> String {
@@ -261,6 +261,33 @@ async fn a_template_starts_with_its_server_running_and_a_rebuild_reruns_only_the
     let (stdout, stderr) = text(&ran);
     assert!(ran.status.success(), "{stdout}\n{stderr}");
     assert_eq!(stdout, "v1\n");
+
+    // So does the API's create, through the daemon.
+    let daemon = DaemonHome::new();
+    let templates = home.templates.to_string_lossy().into_owned();
+    let client = |args: &[&str]| {
+        daemon
+            .client(args)
+            .env(airlock::template::named::NAMED_DIR_ENV, &templates)
+            .output()
+    };
+    let created = client(&["sandbox", "create", "--template", "web"]);
+    let (stdout, stderr) = text(&created);
+    assert!(created.status.success(), "{stdout}\n{stderr}");
+    let id = stdout.trim().to_owned();
+    let script = format!("{GET} version.txt");
+    let answered = client(&["sandbox", "exec", &id, "--", "sh", "-c", &script]);
+    let (stdout, stderr) = text(&answered);
+    assert!(answered.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "v1\n");
+    let missing = client(&["sandbox", "create", "--template", "nothing-here"]);
+    let (_, stderr) = text(&missing);
+    assert!(!missing.status.success());
+    assert!(
+        stderr.contains("no template named nothing-here"),
+        "{stderr}"
+    );
+    drop(daemon);
 
     // A change to the last step: only it runs again.
     let rebuilt = home.build(&template_file("v2"));

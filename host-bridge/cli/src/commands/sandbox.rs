@@ -285,7 +285,8 @@ fn create_request(args: CreateArgs) -> Result<api::CreateSandboxRequest, String>
     let net = &args.vm.net;
     // A template brings its own image and size.
     let templated = args.vm.template.is_some();
-    Ok(api::CreateSandboxRequest {
+    let template = args.vm.template.clone().unwrap_or_default();
+    let request = api::CreateSandboxRequest {
         image: if args.vm.no_image || templated {
             String::new()
         } else {
@@ -295,7 +296,6 @@ fn create_request(args: CreateArgs) -> Result<api::CreateSandboxRequest, String>
         workspace,
         memory_mib: if templated { 0 } else { args.vm.memory },
         vcpus: if templated { 0 } else { args.vm.vcpus },
-        template: args.vm.template.clone().unwrap_or_default(),
         cold: args.vm.cold,
         timeout_secs: args.max_lifetime,
         idle: args.idle_timeout.map(|timeout_secs| api::Idle {
@@ -321,6 +321,10 @@ fn create_request(args: CreateArgs) -> Result<api::CreateSandboxRequest, String>
             .map(|file| file.certs.iter().map(CaCert::to_pem).collect())
             .collect(),
         ..api::CreateSandboxRequest::default()
+    };
+    Ok(api::CreateSandboxRequest {
+        template,
+        ..request
     })
 }
 

@@ -147,19 +147,13 @@ fn rootfs_resolver() -> BaseResolver {
     Arc::new(|base: &Base, context: &Path| {
         use airlock_rootfs::image::{self, BuildOptions, DebianSpec, Source};
         let source = match base {
-            Base::Debian(suite) => {
-                let mut spec = DebianSpec::default();
-                spec.suite = suite.clone();
-                Source::Debian(spec)
-            }
+            Base::Debian(suite) => Source::Debian(DebianSpec {
+                suite: suite.clone(),
+                ..DebianSpec::default()
+            }),
             Base::Path(path) => {
                 let path = context.join(path);
-                if path.is_dir() {
-                    Source::Container {
-                        path,
-                        reference: None,
-                    }
-                } else if is_container_archive(&path) {
+                if path.is_dir() || is_container_archive(&path) {
                     Source::Container {
                         path,
                         reference: None,

@@ -19,6 +19,15 @@ use super::BuildError;
 
 /// The tag of the `START` process in every sandbox of a template.
 pub const START_TAG: &str = "start";
+/// The shell script (run privileged) that raises the guest's loopback
+/// interface: with `ip` where the image has it, else through Python's
+/// ioctl. See [`raise_loopback`].
+pub const RAISE_LOOPBACK: &str = "ip link set lo up 2>/dev/null || python3 -c '\
+import socket, fcntl, struct\n\
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+req = struct.pack(\"16sh14x\", b\"lo\", 0)\n\
+flags = struct.unpack(\"16sh14x\", fcntl.ioctl(s, 0x8913, req))[1]\n\
+fcntl.ioctl(s, 0x8914, struct.pack(\"16sh14x\", b\"lo\", flags | 1))\n'";
 /// Pause between two tries of the check.
 const RETRY: Duration = Duration::from_millis(200);
 
@@ -105,13 +114,11 @@ async fn wait_ready(channel: &Channel, pid: u32, ready: &Ready) -> Result<(), Bu
 /// protocol revision 12 leave it down until a network is configured.)
 /// With `ip` where the image has it, else through Python's ioctl.
 async fn raise_loopback(channel: &Channel) -> Result<(), BuildError> {
-    const SCRIPT: &str = "ip link set lo up 2>/dev/null || python3 -c '\
-import socket, fcntl, struct\n\
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
-req = struct.pack(\"16sh14x\", b\"lo\", 0)\n\
-flags = struct.unpack(\"16sh14x\", fcntl.ioctl(s, 0x8913, req))[1]\n\
-fcntl.ioctl(s, 0x8914, struct.pack(\"16sh14x\", b\"lo\", flags | 1))\n'";
-    let argv = vec!["/bin/sh".to_owned(), "-c".to_owned(), SCRIPT.to_owned()];
+    let argv = vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        RAISE_LOOPBACK.to_owned(),
+    ];
     let (code, _) = run_as(channel, &argv, true).await?;
     if code != Some(0) {
         tracing::warn!("cannot raise the guest's loopback (no ip, no python3): START's server answers only once the sandbox has a network");

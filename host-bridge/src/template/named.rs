@@ -177,6 +177,7 @@ impl NamedStore {
         };
         let mut names: Vec<String> = read_dir
             .flatten()
+            .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()))
             .map(|entry| entry.file_name().to_string_lossy().into_owned())
             .filter(|name| !name.starts_with('.'))
             .collect();

@@ -51,11 +51,15 @@ impl SandboxBuilder {
     /// Boots this configuration with its RAM in a new template file, runs
     /// `prepare` on the agent's channel, and saves the running guest as
     /// the template of this configuration in `template_dir`. Nothing is
-    /// left behind when `prepare` or the save fails.
-    pub(crate) async fn snapshot_prepared<T, F, Fut>(&self, prepare: F) -> Result<(Template, T)>
+    /// left behind when `prepare` or the save fails; `prepare`'s own
+    /// failure is the inner error.
+    pub(crate) async fn snapshot_prepared<T, E, F, Fut>(
+        &self,
+        prepare: F,
+    ) -> Result<std::result::Result<(Template, T), E>>
     where
         F: FnOnce(Channel) -> Fut,
-        Fut: Future<Output = Result<T>>,
+        Fut: Future<Output = std::result::Result<T, E>>,
     {
         self.validate()?;
         let accel = self
@@ -98,7 +102,7 @@ impl SandboxBuilder {
             Ok(prepared) => prepared,
             Err(error) => {
                 vmm.kill();
-                return Err(error);
+                return Ok(Err(error));
             }
         };
         warm_up(&reached.channel).await;
@@ -120,6 +124,6 @@ impl SandboxBuilder {
         let template = building
             .commit(inputs, reached.health.agent_version)
             .map_err(|e| failed(crate::error_chain(&e)))?;
-        Ok((template, prepared))
+        Ok(Ok((template, prepared)))
     }
 }

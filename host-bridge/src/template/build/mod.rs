@@ -304,12 +304,11 @@ pub async fn build(
                     start::start_and_wait(channel, &program, &start_context, ready.as_ref())
                         .await
                         .map(Some)
-                        .map_err(|e| Error::Config(crate::error_chain(&e)))
                 }
                 None => Ok(None),
             }
         })
-        .await?;
+        .await??;
     meta.start_pid = started.map(|s| s.pid);
     meta.start_ticks = started.and_then(|s| s.ticks);
     meta.built_unix_secs = airlock_images::now_unix();

@@ -14,7 +14,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use airlock::template::{NamedStore, NamedTemplate};
+use airlock::template::{
+    BuildError, BuildEvent, BuildOptions, NamedStore, NamedTemplate, TemplateSpec,
+};
 use airlock::Sandbox;
 use airlock_tests::{stdout_of, DaemonHome};
 
@@ -382,4 +384,75 @@ async fn a_file_outside_the_subset_is_refused_with_its_line() {
     // Nothing booted.
     assert_eq!(std::fs::read_dir(&home.state).unwrap().count(), 0);
     assert!(!home.templates.exists());
+}
+
+#[tokio::test]
+async fn run_steps_reach_only_what_the_build_allows() {
+    let home = Home::new();
+    // The package, served on the host's loopback as `pkgs.test`.
+    let deb = std::fs::read(home.context.join("hello.deb")).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let served = std::sync::Arc::clone(&requests);
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut stream, _)) = listener.accept().await {
+            served.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut head = [0u8; 1024];
+            let _ = stream.read(&mut head).await;
+            let reply = format!("HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n", deb.len());
+            let _ = stream.write_all(reply.as_bytes()).await;
+            let _ = stream.write_all(&deb).await;
+        }
+    });
+    let spec = TemplateSpec::from_image(airlock::images::DEFAULT_IMAGE)
+        .run(format!(
+            "python3 -c \"import urllib.request as r; \
+             r.urlretrieve('http://pkgs.test:{port}/hello.deb', '/tmp/hello.deb')\" \
+             && dpkg -i /tmp/hello.deb && airlock-hello"
+        ))
+        .start("sleep infinity");
+    let options = |rules: &[&str]| {
+        let mut options = BuildOptions::new("fetched", &home.context);
+        options.store = NamedStore::new(&home.templates);
+        options.sandbox = airlock_tests::builder().state_dir_base(&home.state);
+        options.allow_net = rules.iter().map(|r| r.parse().unwrap()).collect();
+        options.resolver = Some(std::sync::Arc::new(
+            airlock::StaticResolver::new().with("pkgs.test", std::net::Ipv4Addr::LOCALHOST.into()),
+        ));
+        options
+    };
+
+    // Without a rule the step has no network: it fails, and nothing reached the server.
+    let error = airlock::template::build(&spec, &options(&[]), |_| {})
+        .await
+        .expect_err("no network without a rule");
+    assert!(
+        matches!(error, BuildError::StepFailed { number: 1, .. }),
+        "{}",
+        airlock::error_chain(&error)
+    );
+    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 0);
+    home.assert_nothing_left();
+
+    // With the name and the loopback range allowed, it fetches and installs.
+    let mut output = String::new();
+    let template =
+        airlock::template::build(&spec, &options(&["pkgs.test", "127.0.0.1/32"]), |event| {
+            if let BuildEvent::Output { data, .. } = event {
+                output.push_str(&String::from_utf8_lossy(&data));
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{}", airlock::error_chain(&e)));
+    assert!(output.contains("hello from the package"), "{output}");
+    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // The template's sandboxes have the package.
+    let sandbox = from_template(&template, &home.state).await;
+    assert_eq!(
+        stdout_of(&sandbox, "airlock-hello").await,
+        "hello from the package\n"
+    );
+    sandbox.kill();
 }

@@ -50,6 +50,9 @@ pub struct BuildOptions {
     pub context_dir: PathBuf,
     /// Network rules for `RUN` steps, besides the spec's.
     pub allow_net: Vec<NetRule>,
+    /// How the host resolves the names `RUN` steps reach (default: the
+    /// system's resolver).
+    pub resolver: Option<Arc<dyn crate::Resolve>>,
     pub memory_mib: u32,
     pub vcpus: u32,
     /// The build VMs' and the template's kernel, initramfs, accelerator
@@ -77,6 +80,7 @@ impl BuildOptions {
             name: name.into(),
             context_dir: context_dir.into(),
             allow_net: Vec::new(),
+            resolver: None,
             memory_mib: 512,
             vcpus: 1,
             sandbox: SandboxBuilder::default(),
@@ -201,8 +205,13 @@ pub async fn build(
             .memory_mib(options.memory_mib)
             .vcpus(options.vcpus)
             .from_template(false),
-        network: (!rules.is_empty())
-            .then(|| NetworkOptions::new().policy(NetworkPolicy::from_rules(rules))),
+        network: (!rules.is_empty()).then(|| {
+            let network = NetworkOptions::new().policy(NetworkPolicy::from_rules(rules));
+            match &options.resolver {
+                Some(resolver) => network.resolver(Arc::clone(resolver)),
+                None => network,
+            }
+        }),
         context_dir: options.context_dir.clone(),
     };
     let cache = StepCache::new(options.store.steps_dir());

@@ -14,7 +14,7 @@
 //!   templates, the per-key build lock, atomic commits, listing, removal and
 //!   garbage collection.
 //! - [`named`]: named templates on disk ([`NamedTemplate`], [`NamedStore`]).
-//! - [`build`]: building a named template from a spec: steps in build VMs,
+//! - [`mod@build`]: building a named template from a spec: steps in build VMs,
 //!   each cached; the root image; `START`, `READY` and the snapshot.
 //! - `spec`: [`TemplateSpec`], a named template's recipe, read from the
 //!   Dockerfile subset or built in code.

@@ -21,7 +21,7 @@ use super::BuildError;
 pub const START_TAG: &str = "start";
 /// The shell script (run privileged) that raises the guest's loopback
 /// interface: with `ip` where the image has it, else through Python's
-/// ioctl. See [`raise_loopback`].
+/// ioctl. The build runs it before `START`.
 pub const RAISE_LOOPBACK: &str = "ip link set lo up 2>/dev/null || python3 -c '\
 import socket, fcntl, struct\n\
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\

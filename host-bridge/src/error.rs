@@ -182,6 +182,10 @@ pub enum Error {
     #[error("setting up the sandbox's network")]
     Network(#[from] crate::network::GatewayError),
 
+    /// A start from a named template failed; it never boots cold instead.
+    #[error("template {name}: {reason}")]
+    NamedTemplate { name: String, reason: String },
+
     /// A sandbox could not be adopted or detached (see [`crate::adopt`]).
     #[error(transparent)]
     Adopt(#[from] crate::adopt::AdoptError),

@@ -34,6 +34,11 @@
 //! - `manager`: [`Sandboxes`], many sandboxes under one maximum, with a warm
 //!   pool of frozen ones to hand out.
 //! - `workspace`: the persistent, exclusively locked disk behind `.workspace()`.
+//! - [`template`]: snapshots of booted guests that starts clone, and named
+//!   templates: a [`template::TemplateSpec`] (read from a Dockerfile subset
+//!   or built in code) built by [`template::build()`] into an environment whose
+//!   `START` program is already running in every sandbox
+//!   ([`SandboxBuilder::template`]).
 //! - [`trust`]: CA certificates the guest trusts ([`CaCert`],
 //!   `.ca_cert()`, `.trust_host_roots()`), installed at every start.
 //!

@@ -154,6 +154,12 @@ impl SandboxBuilder {
             timeout: self.boot_timeout,
         };
         let (launched, origin) = match self.template_refusal() {
+            Some(reason) if self.named_template.is_some() => {
+                return Err(Error::NamedTemplate {
+                    name: self.named_template.clone().unwrap_or_default(),
+                    reason: format!("cannot start from it: {reason}"),
+                })
+            }
             Some(reason) => {
                 if self.from_template {
                     tracing::info!(reason, "this configuration boots cold");
@@ -165,6 +171,12 @@ impl SandboxBuilder {
             }
             None => match self.launch_clone(accel, &disks, deadline).await {
                 Ok((launched, key, built)) => (launched, Origin::Clone { key, built }),
+                Err(error) if self.named_template.is_some() => {
+                    return Err(Error::NamedTemplate {
+                        name: self.named_template.clone().unwrap_or_default(),
+                        reason: crate::error_chain(&error),
+                    })
+                }
                 Err(error) => {
                     let reason = crate::error_chain(&error);
                     tracing::warn!(%reason, "cannot start from a template; booting cold");

@@ -57,6 +57,8 @@ pub struct SandboxBuilder {
     pub(super) channel: GuestChannel,
     pub(super) from_template: bool,
     pub(super) template_dir: PathBuf,
+    /// The named template this start clones (see [`SandboxBuilder::template`]).
+    pub(super) named_template: Option<String>,
     pub(super) saved_dir: PathBuf,
     pub(super) network: Option<NetworkOptions>,
     pub(super) adoptable: bool,
@@ -120,6 +122,7 @@ impl Default for SandboxBuilder {
             channel: GuestChannel::default(),
             from_template: false,
             template_dir: crate::template::default_dir(),
+            named_template: None,
             saved_dir: crate::saved::default_dir(),
             network: None,
             adoptable: false,

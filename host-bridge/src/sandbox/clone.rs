@@ -67,6 +67,11 @@ pub(super) enum CloneError {
     Build(#[source] Box<Error>),
     #[error("starting the clone")]
     Start(#[source] Box<Error>),
+    #[error(
+        "its snapshot does not fit this start (the kernel, agent, QEMU or its image changed, \
+         or the memory or vCPUs differ); rebuild it with `airlock template build`"
+    )]
+    NamedMissing,
 }
 
 impl SandboxBuilder {
@@ -83,6 +88,8 @@ impl SandboxBuilder {
         let store = TemplateStore::new(&self.template_dir);
         let (template, built) = match find(&store, &key)? {
             Some(template) => (template, false),
+            // A named template's snapshot is made by its build, never here.
+            None if self.named_template.is_some() => return Err(CloneError::NamedMissing),
             None => {
                 let lock = store
                     .lock(&key, deadline.at.saturating_duration_since(Instant::now()))
@@ -110,7 +117,7 @@ impl SandboxBuilder {
     }
 
     /// Everything this configuration's template depends on.
-    fn template_inputs(&self, accel: Accel) -> Result<TemplateInputs, CloneError> {
+    pub(super) fn template_inputs(&self, accel: Accel) -> Result<TemplateInputs, CloneError> {
         let file = |path: &std::path::Path| {
             FileId::of(path).map_err(|source| CloneError::Inputs {
                 path: path.to_owned(),
@@ -215,7 +222,7 @@ fn find(store: &TemplateStore, key: &str) -> Result<Option<Template>, CloneError
 /// start-up files in the guest's page cache rather than reading them from
 /// its disk on its first exec. A failure costs clones that speed, nothing
 /// else.
-async fn warm_up(channel: &Channel) {
+pub(super) async fn warm_up(channel: &Channel) {
     let run = async {
         let mut events = ProcessClient::new(channel.clone())
             .capped()
@@ -238,7 +245,7 @@ async fn warm_up(channel: &Channel) {
 }
 
 /// Drops the host's connection and gives the guest a moment to see it go.
-async fn disconnect(channel: Channel) {
+pub(super) async fn disconnect(channel: Channel) {
     drop(channel);
     tokio::time::sleep(DISCONNECT_SETTLE).await;
 }

@@ -57,6 +57,7 @@ mod clone;
 mod connect;
 mod dial;
 mod fork;
+mod named;
 mod network;
 mod restore;
 mod trust;

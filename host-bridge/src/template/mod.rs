@@ -13,15 +13,29 @@
 //! - `store`: [`TemplateStore`], the cache directory: finding and checking
 //!   templates, the per-key build lock, atomic commits, listing, removal and
 //!   garbage collection.
+//! - [`named`]: named templates on disk ([`NamedTemplate`], [`NamedStore`]).
+//! - [`mod@build`]: building a named template from a spec: steps in build VMs,
+//!   each cached; the root image; `START`, `READY` and the snapshot.
+//! - `spec`: [`TemplateSpec`], a named template's recipe, read from the
+//!   Dockerfile subset or built in code.
 //!
 //! Starting from a template is `sandbox::clone`.
 
+pub mod build;
 mod key;
+pub mod named;
+mod spec;
 mod store;
 
 use std::path::PathBuf;
 
+pub use build::{build, BuildError, BuildEvent, BuildOptions};
 pub use key::{FileId, TemplateInputs, TEMPLATE_FORMAT};
+pub use named::{NamedError, NamedMeta, NamedStore, NamedTemplate};
+pub use spec::{
+    Base, CopyStep, ParseError, Program, Ready, ReadyCheck, Step, StepContext, StepKind,
+    TemplateSpec, DEFAULT_READY_TIMEOUT,
+};
 pub use store::{
     Building, KeyLock, Template, TemplateEntry, TemplateError, TemplateGc, TemplateMeta,
     TemplateStore,

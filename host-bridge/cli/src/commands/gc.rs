@@ -79,6 +79,17 @@ fn collect_templates(dry_run: bool) -> bool {
             }
         };
     }
+    match airlock::template::build::collect(&airlock::template::NamedStore::open_default()) {
+        Ok(0) => {}
+        Ok(freed) => println!(
+            "removed template build caches no template uses ({} MiB)",
+            freed >> 20
+        ),
+        Err(error) => {
+            eprintln!("airlock: {}", airlock::error_chain(&error));
+            return false;
+        }
+    }
     match store.collect() {
         Ok(gc) => {
             for key in &gc.templates {

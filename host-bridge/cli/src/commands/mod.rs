@@ -46,6 +46,7 @@ mod serve;
 mod session;
 mod shell;
 mod template;
+mod template_build;
 mod terminal;
 mod transfer;
 mod vm_options;
@@ -82,7 +83,8 @@ pub enum Commands {
     /// Manage root filesystem images (built by `airlock-rootfs image build`).
     #[command(subcommand)]
     Image(ImageCommand),
-    /// List or remove the templates that starts clone.
+    /// Build, list or remove templates (named ones, and the snapshots
+    /// that starts clone).
     #[command(subcommand)]
     Template(template::TemplateCommand),
     /// Kill and remove the sandboxes whose owner process died (under
@@ -217,7 +219,7 @@ pub async fn main(args: Args) -> u8 {
         Commands::Run(run) => run::run(*run, args.verbose).await,
         Commands::Shell(shell) => shell::run(*shell, args.verbose).await,
         Commands::Image(command) => image::run(command),
-        Commands::Template(command) => template::run(command),
+        Commands::Template(command) => template::run(command).await,
         Commands::Gc(gc_args) => gc::run(gc_args).await,
         Commands::Sandbox(sandbox_args) => sandbox::run(sandbox_args).await,
         Commands::Serve(serve_args) => serve::run(serve_args).await,

@@ -298,16 +298,19 @@ fn create_request(args: CreateArgs) -> Result<api::CreateSandboxRequest, String>
         Some(name) => name.to_string_lossy().into_owned(),
     };
     let net = &args.vm.net;
-    Ok(api::CreateSandboxRequest {
-        image: if args.vm.no_image {
+    // A template brings its own image and size.
+    let templated = args.vm.template.is_some();
+    let template = args.vm.template.clone().unwrap_or_default();
+    let request = api::CreateSandboxRequest {
+        image: if args.vm.no_image || templated {
             String::new()
         } else {
             args.vm.image.clone()
         },
         no_image: args.vm.no_image,
         workspace,
-        memory_mib: args.vm.memory,
-        vcpus: args.vm.vcpus,
+        memory_mib: if templated { 0 } else { args.vm.memory },
+        vcpus: if templated { 0 } else { args.vm.vcpus },
         cold: args.vm.cold,
         timeout_secs: args.max_lifetime,
         idle: args.idle_timeout.map(|timeout_secs| api::Idle {
@@ -334,6 +337,10 @@ fn create_request(args: CreateArgs) -> Result<api::CreateSandboxRequest, String>
             .collect(),
         public_ports: args.public_ports.iter().map(|&p| u32::from(p)).collect(),
         ..api::CreateSandboxRequest::default()
+    };
+    Ok(api::CreateSandboxRequest {
+        template,
+        ..request
     })
 }
 

@@ -1,31 +1,39 @@
-//! `airlock template ls` and `airlock template rm`: the templates that
-//! `run`, `shell` and `sandbox create` clone (see `airlock::template`).
+//! `airlock template build`, `ls` and `rm`: named templates built from a
+//! template file (`template_build`), and the per-configuration snapshots
+//! that `run`, `shell` and `sandbox create` clone (see `airlock::template`).
 
-use airlock::template::{TemplateEntry, TemplateStore};
+use airlock::template::{NamedError, NamedStore, TemplateEntry, TemplateStore};
 
+use super::template_build::{self, BuildArgs};
 use super::EXIT_AIRLOCK_ERROR;
 
 /// `airlock template` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum TemplateCommand {
-    /// List the templates: key, state, size on disk, memory, image.
+    /// Build a named template from a template file (a Dockerfile subset
+    /// with START and READY; see docs/templates.md).
+    Build(BuildArgs),
+    /// List the named templates (name, size, steps, build time, START) and
+    /// the configuration snapshots (key, state, size, memory, image).
     Ls,
-    /// Remove templates by key (running clones are not affected).
+    /// Remove named templates by name, or snapshots by key (running
+    /// sandboxes are not affected).
     Rm {
-        /// Template keys, as `ls` prints them.
-        #[arg(required_unless_present = "all", value_name = "KEY")]
+        /// Template names or snapshot keys, as `ls` prints them.
+        #[arg(required_unless_present = "all", value_name = "NAME|KEY")]
         keys: Vec<String>,
-        /// Remove every template.
+        /// Remove every template and snapshot.
         #[arg(long, conflicts_with = "keys")]
         all: bool,
     },
 }
 
 /// Runs a template command and returns the exit code.
-pub fn run(command: TemplateCommand) -> u8 {
+pub async fn run(command: TemplateCommand) -> u8 {
     let store = TemplateStore::new(airlock::template::default_dir());
     let result = match command {
-        TemplateCommand::Ls => list(&store),
+        TemplateCommand::Build(args) => return template_build::run(args).await,
+        TemplateCommand::Ls => list_named().and_then(|_| list(&store)),
         TemplateCommand::Rm { keys, all } => remove(&store, keys, all),
     };
     match result {
@@ -37,12 +45,72 @@ pub fn run(command: TemplateCommand) -> u8 {
     }
 }
 
+/// The named templates' table.
+fn list_named() -> Result<u8, String> {
+    let store = NamedStore::open_default();
+    let templates = store.list().map_err(|e| airlock::error_chain(&e))?;
+    if templates.is_empty() {
+        println!("no named templates in {}", store.dir().display());
+    } else {
+        println!(
+            "{:<24}  {:>9}  {:>5}  {:<19}  {:>7}  START",
+            "NAME", "ON DISK", "STEPS", "BUILT (UTC)", "TOOK"
+        );
+    }
+    for template in templates {
+        match template {
+            Ok(template) => {
+                let meta = template.meta();
+                println!(
+                    "{:<24}  {:>8}M  {:>5}  {:<19}  {:>6.1}s  {}",
+                    meta.name,
+                    template.disk_bytes() >> 20,
+                    meta.steps.len(),
+                    utc(meta.built_unix_secs),
+                    meta.build_secs,
+                    if meta.start.is_empty() {
+                        "-"
+                    } else {
+                        &meta.start
+                    }
+                );
+            }
+            Err(error) => println!("{}", airlock::error_chain(&error)),
+        }
+    }
+    println!();
+    Ok(0)
+}
+
+/// `YYYY-MM-DD HH:MM:SS` of a Unix time, in UTC.
+fn utc(secs: u64) -> String {
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 fn list(store: &TemplateStore) -> Result<u8, String> {
     let entries = store.list().map_err(|e| airlock::error_chain(&e))?;
     if entries.is_empty() {
-        println!("no templates in {}", store.dir().display());
+        println!("no configuration snapshots in {}", store.dir().display());
         return Ok(0);
     }
+    println!("configuration snapshots (made by the first start of each configuration):");
     println!(
         "{:<32}  {:<7}  {:>9}  {:>7}  {:>5}  IMAGE",
         "KEY", "STATE", "ON DISK", "MEMORY", "VCPUS"
@@ -78,7 +146,24 @@ fn line(entry: &TemplateEntry) -> String {
 }
 
 fn remove(store: &TemplateStore, keys: Vec<String>, all: bool) -> Result<u8, String> {
+    let named = NamedStore::open_default();
+    let mut code = 0;
     let keys = if all {
+        for template in named
+            .list()
+            .map_err(|e| airlock::error_chain(&e))?
+            .into_iter()
+            .flatten()
+        {
+            let name = template.meta().name.clone();
+            match named.remove(&name) {
+                Ok(()) => println!("removed template {name}"),
+                Err(error) => {
+                    eprintln!("airlock: {}", airlock::error_chain(&error));
+                    code = EXIT_AIRLOCK_ERROR;
+                }
+            }
+        }
         store
             .list()
             .map_err(|e| airlock::error_chain(&e))?
@@ -88,8 +173,19 @@ fn remove(store: &TemplateStore, keys: Vec<String>, all: bool) -> Result<u8, Str
     } else {
         keys
     };
-    let mut code = 0;
     for key in keys {
+        match named.remove(&key) {
+            Ok(()) => {
+                println!("removed template {key} (`airlock gc` frees its unused steps)");
+                continue;
+            }
+            Err(NamedError::NotFound(_) | NamedError::BadName(_)) => {}
+            Err(error) => {
+                eprintln!("airlock: {}", airlock::error_chain(&error));
+                code = EXIT_AIRLOCK_ERROR;
+                continue;
+            }
+        }
         match store.remove(&key) {
             Ok(true) => println!("removed {key}"),
             Ok(false) => {

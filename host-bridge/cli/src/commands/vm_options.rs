@@ -46,6 +46,15 @@ pub struct VmOptions {
     #[arg(long)]
     pub cold: bool,
 
+    /// Start from a template `airlock template build` made: its root image,
+    /// size and snapshot, with its START program already running.
+    #[arg(
+        long,
+        value_name = "NAME",
+        conflicts_with_all = ["image", "no_image", "workspace", "memory", "vcpus", "cold"]
+    )]
+    pub template: Option<String>,
+
     #[command(flatten)]
     pub net: NetOptions,
 }
@@ -158,6 +167,9 @@ impl BootOptions {
     /// message that says what to do instead.
     pub fn builder(&self) -> Result<SandboxBuilder, String> {
         let vm = &self.vm;
+        if let Some(name) = &vm.template {
+            return self.template_builder(name);
+        }
         let mut builder = Sandbox::builder()
             .memory_mib(vm.memory)
             .vcpus(vm.vcpus)
@@ -180,6 +192,30 @@ impl BootOptions {
                 .workspace_size(self.workspace_size);
         }
         if let Some(network) = vm.net.network()? {
+            builder = builder.network(network);
+        }
+        Ok(self.trust.apply(builder))
+    }
+}
+
+impl BootOptions {
+    /// The sandbox of `--template NAME`: the template's own image, size
+    /// and snapshot, with the network and trust options applied.
+    fn template_builder(&self, name: &str) -> Result<SandboxBuilder, String> {
+        let template = airlock::template::NamedStore::open_default()
+            .get(name)
+            .map_err(|e| airlock::error_chain(&e))?;
+        let mut builder = Sandbox::builder().template(&template);
+        if let Some(accel) = self.accel {
+            builder = builder.accel(accel);
+        }
+        if let Some(kernel) = &self.kernel {
+            builder = builder.kernel(kernel.clone());
+        }
+        if let Some(initramfs) = &self.initramfs {
+            builder = builder.initramfs(initramfs.clone());
+        }
+        if let Some(network) = self.vm.net.network()? {
             builder = builder.network(network);
         }
         Ok(self.trust.apply(builder))

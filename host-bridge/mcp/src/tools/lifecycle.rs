@@ -29,8 +29,9 @@ pub struct CreateSandbox {
     /// Root filesystem image by name. Default: "default" (Debian with
     /// Python 3). An unknown name fails with the list of images there are.
     pub image: Option<String>,
-    /// Start from this saved template instead of the image's own (rarely
-    /// needed).
+    /// Start from this named template (built by `airlock template build`):
+    /// its tools installed and its server already running. Leave `image`
+    /// unset with it.
     pub template: Option<String>,
     /// Guest memory in MiB (64 to 65536; default 512). Plotting and data
     /// work like 1024 or more.

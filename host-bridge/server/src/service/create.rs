@@ -9,6 +9,7 @@ use std::time::Duration;
 use tonic::Status;
 
 use airlock::network::secrets::Secrets;
+use airlock::template::{NamedError, NamedStore, NamedTemplate};
 use airlock::{CaCert, IdlePolicy, NetRule, NetworkOptions, NetworkPolicy, SandboxBuilder, Secret};
 use airlock_api::limits;
 use airlock_api::reason::{self, invalid};
@@ -42,6 +43,8 @@ pub struct Machine {
     /// Roots the guest trusts besides its image's (none: the server's
     /// default, `AIRLOCK_CA_CERTS` where it is set).
     pub ca_certs: Vec<CaCert>,
+    /// The named template it starts from (its image, size and snapshot).
+    pub template: Option<NamedTemplate>,
 }
 
 /// A checked create request.
@@ -72,6 +75,7 @@ impl Machine {
             && self.secret_names.is_empty()
             && self.workspace.is_none()
             && self.ca_certs.is_empty()
+            && self.template.is_none()
     }
 
     /// The library's builder for this machine, from `base`.
@@ -97,6 +101,9 @@ impl Machine {
         }
         if !self.ca_certs.is_empty() {
             builder = builder.ca_certs(self.ca_certs.iter().cloned());
+        }
+        if let Some(template) = &self.template {
+            builder = builder.template(template);
         }
         builder
     }
@@ -191,13 +198,45 @@ pub fn check(
         })?;
         (name.to_owned(), Some(found.path))
     };
-    if !request.template.is_empty() {
-        validate::name("template", &request.template)?;
-        return Err(reason::status(
-            ErrorReason::NotFound,
-            format!("template: no template named {}", request.template),
-        ));
-    }
+    let template = match request.template.as_str() {
+        "" => None,
+        name => {
+            validate::name("template", name)?;
+            let template = NamedStore::open_default().get(name).map_err(|error| {
+                let reason = match error {
+                    NamedError::NotFound(_) => ErrorReason::NotFound,
+                    _ => ErrorReason::Internal,
+                };
+                reason::status(
+                    reason,
+                    format!(
+                        "template: {}; ListTemplates lists them",
+                        airlock::error_chain(&error)
+                    ),
+                )
+            })?;
+            let meta = template.meta();
+            if request.memory_mib != 0 && request.memory_mib != meta.memory_mib
+                || request.vcpus != 0 && request.vcpus != meta.vcpus
+            {
+                return Err(invalid(
+                    "template",
+                    format!(
+                        "template {} was built for {} MiB and {} vCPUs; leave memory_mib and \
+                         vcpus unset or equal",
+                        meta.name, meta.memory_mib, meta.vcpus
+                    ),
+                ));
+            }
+            if request.no_image || !request.image.is_empty() || !request.workspace.is_empty() {
+                return Err(invalid(
+                    "template",
+                    "a template brings its own root image; leave image, no_image and workspace unset",
+                ));
+            }
+            Some(template)
+        }
+    };
     let workspace = match request.workspace.as_str() {
         "" => None,
         path if path.starts_with('/') => {
@@ -299,6 +338,7 @@ pub fn check(
             .collect(),
         workspace,
         ca_certs,
+        template,
     };
     Ok(Create {
         machine,

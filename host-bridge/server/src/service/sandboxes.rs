@@ -387,21 +387,19 @@ impl sandboxes_server::Sandboxes for Services {
         &self,
         _: Request<api::ListTemplatesRequest>,
     ) -> Result<Response<api::ListTemplatesResponse>, Status> {
-        let store = airlock::template::TemplateStore::new(airlock::template::default_dir());
+        // The named templates (`airlock template build`): what a create
+        // names. The per-configuration snapshots are the library's own.
+        let store = airlock::template::NamedStore::open_default();
         let templates = store
             .list()
-            .map_err(|error| reason::status(ErrorReason::Internal, airlock::error_chain(&error)))?;
-        let templates = templates
+            .map_err(|error| reason::status(ErrorReason::Internal, airlock::error_chain(&error)))?
             .into_iter()
-            .filter(|entry| entry.current)
-            .map(|entry| api::TemplateInfo {
-                name: entry.key.clone(),
-                size_bytes: entry.disk_bytes,
-                created_at_ms: entry
-                    .meta
-                    .as_ref()
-                    .map_or(0, |meta| meta.created_unix_secs * 1000),
-                image: String::new(),
+            .flatten()
+            .map(|template| api::TemplateInfo {
+                name: template.meta().name.clone(),
+                size_bytes: template.disk_bytes(),
+                created_at_ms: template.meta().built_unix_secs * 1000,
+                image: template.meta().base.clone(),
             })
             .collect();
         Ok(Response::new(api::ListTemplatesResponse { templates }))

@@ -1,0 +1,204 @@
+//! Named-template benchmark: a sandbox whose server is already running in
+//! its template's snapshot, against starting the same server after the
+//! sandbox starts, timed from the start to the server's first HTTP answer.
+//!
+//! The template (built once here, not timed) is the default image with a
+//! page in `/srv`, `START python3 -m http.server 8000` and
+//! `READY port 8000`. Three ways to reach an answering server:
+//! - from the named template (`SandboxBuilder::template`): start, then ask;
+//! - a cold boot of the same root image, then START (the loopback raised,
+//!   as the build does, and the same command in the background), then ask
+//!   until it answers;
+//! - a clone of the image's configuration snapshot (what `airlock run`
+//!   does by default), then START, then ask until it answers.
+//!
+//! "Ask" is one HTTP/1.0 GET over bash's `/dev/tcp` in the guest, retried
+//! every 20 ms until the status line arrives. Each row is the median of
+//! `AIRLOCK_BENCH_STARTS` starts (default 10), with the slowest; the ratio
+//! is against the template's row, measured in the same run.
+//!
+//! Run with `scripts/bench`, or `cargo bench -p airlock-tests --bench
+//! template_start [-- --json]`.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use airlock::template::build::RAISE_LOOPBACK;
+use airlock::template::{BuildOptions, NamedStore, NamedTemplate, Ready, TemplateSpec};
+use airlock::{Command, Sandbox, SandboxBuilder};
+use serde_json::json;
+
+const START: &str = "python3 -m http.server 8000";
+/// One GET; exits 0 once the status line arrives.
+const ASK: &str = "exec 3<>/dev/tcp/127.0.0.1/8000 && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 \
+                   && head -c 12 <&3 | grep -q '^HTTP/1.0 200'";
+
+#[tokio::main]
+async fn main() {
+    let json_out = std::env::args().skip(1).any(|arg| arg == "--json");
+    let n: usize = std::env::var("AIRLOCK_BENCH_STARTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(10);
+    let dir = tempfile::tempdir().unwrap();
+    let template = build(dir.path()).await;
+    let snapshots = dir.path().join("snapshots");
+
+    let mut rows: Vec<(&str, Vec<Duration>)> = Vec::new();
+    rows.push((
+        "named template (server in the snapshot)",
+        timed(n, || {
+            let builder = airlock_tests::builder().template(&template);
+            async move {
+                let began = Instant::now();
+                let sandbox = builder.start().await.unwrap();
+                ask_until_answered(&sandbox).await;
+                (began.elapsed(), sandbox)
+            }
+        })
+        .await,
+    ));
+    let image = template.rootfs_path();
+    let plain = |from_template: bool| {
+        airlock_tests::builder()
+            .image(&image)
+            .memory_mib(template.meta().memory_mib)
+            .from_template(from_template)
+            .template_dir(&snapshots)
+    };
+    rows.push((
+        "cold boot, then START until it answers",
+        timed(n, || started_then_asked(plain(false))).await,
+    ));
+    // The configuration snapshot is made by the first start, not counted.
+    plain(true).start().await.unwrap().kill();
+    rows.push((
+        "configuration clone, then START until it answers",
+        timed(n, || started_then_asked(plain(true))).await,
+    ));
+
+    let floor = median(&rows[0].1);
+    let mut text = format!("start to the server's first HTTP answer (median of {n}):\n");
+    let mut report = serde_json::Map::new();
+    for (name, times) in &rows {
+        let median = median(times);
+        let slowest = times.iter().max().copied().unwrap_or_default();
+        text.push_str(&format!(
+            "  {name:<50} {:>8.0} ms  (slowest {:>6.0} ms)  {:>5.1}x\n",
+            ms(median),
+            ms(slowest),
+            median.as_secs_f64() / floor.as_secs_f64()
+        ));
+        report.insert(
+            (*name).to_owned(),
+            json!({ "median_ms": ms(median), "slowest_ms": ms(slowest), "n": times.len() }),
+        );
+    }
+    if json_out {
+        eprint!("{text}");
+        println!("{}", serde_json::Value::Object(report));
+    } else {
+        print!("{text}");
+    }
+}
+
+/// Builds the benchmark's template into `dir` (not timed).
+async fn build(dir: &std::path::Path) -> NamedTemplate {
+    let spec = TemplateSpec::from_image(airlock::images::DEFAULT_IMAGE)
+        .run("mkdir -p /srv && echo '<h1>bench</h1>' > /srv/index.html")
+        .workdir("/srv")
+        .start(START)
+        .ready(Ready::port(8000));
+    let mut options = BuildOptions::new("bench", dir);
+    options.store = NamedStore::new(dir.join("named"));
+    options.sandbox = airlock_tests::builder();
+    let began = Instant::now();
+    let template = airlock::template::build(&spec, &options, |_| {})
+        .await
+        .expect("the benchmark's template builds");
+    eprintln!(
+        "built the benchmark's template in {:.1} s",
+        began.elapsed().as_secs_f64()
+    );
+    template
+}
+
+/// Starts `builder`, raises the loopback, starts the server in `/srv` in
+/// the background and asks until it answers.
+async fn started_then_asked(builder: SandboxBuilder) -> (Duration, Sandbox) {
+    let began = Instant::now();
+    let sandbox = builder.start().await.unwrap();
+    let raised = sandbox
+        .exec(
+            &Command::new("sh")
+                .arg("-c")
+                .arg(RAISE_LOOPBACK)
+                .privileged(true),
+        )
+        .await
+        .unwrap()
+        .output()
+        .await
+        .unwrap();
+    assert!(raised.status.success(), "{raised:?}");
+    let argv: Vec<&str> = START.split(' ').collect();
+    let server = sandbox
+        .exec(
+            &Command::new(argv[0])
+                .args(argv[1..].iter().copied())
+                .cwd("/srv")
+                .tag("start"),
+        )
+        .await
+        .unwrap();
+    drop(server);
+    ask_until_answered(&sandbox).await;
+    (began.elapsed(), sandbox)
+}
+
+/// Asks the guest's server until it answers (at most 60 s).
+async fn ask_until_answered(sandbox: &Sandbox) {
+    let began = Instant::now();
+    loop {
+        let out = sandbox
+            .exec(&Command::new("bash").arg("-c").arg(ASK))
+            .await
+            .unwrap()
+            .output()
+            .await
+            .unwrap();
+        if out.status.success() {
+            return;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "the server never answered: {out:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn timed<F, Fut>(n: usize, mut one: F) -> Vec<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = (Duration, Sandbox)>,
+{
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (took, sandbox) = one().await;
+        sandbox.kill();
+        times.push(took);
+    }
+    times.sort();
+    times
+}
+
+fn median(sorted: &[Duration]) -> Duration {
+    sorted[sorted.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}

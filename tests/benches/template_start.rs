@@ -24,7 +24,6 @@
 
 use std::time::{Duration, Instant};
 
-use airlock::template::build::RAISE_LOOPBACK;
 use airlock::template::{BuildOptions, NamedStore, NamedTemplate, Ready, TemplateSpec};
 use airlock::{Command, Sandbox, SandboxBuilder};
 use serde_json::json;
@@ -125,24 +124,11 @@ async fn build(dir: &std::path::Path) -> NamedTemplate {
     template
 }
 
-/// Starts `builder`, raises the loopback, starts the server in `/srv` in
+/// Starts `builder`, starts the server in `/srv` in
 /// the background and asks until it answers.
 async fn started_then_asked(builder: SandboxBuilder) -> (Duration, Sandbox) {
     let began = Instant::now();
     let sandbox = builder.start().await.unwrap();
-    let raised = sandbox
-        .exec(
-            &Command::new("sh")
-                .arg("-c")
-                .arg(RAISE_LOOPBACK)
-                .privileged(true),
-        )
-        .await
-        .unwrap()
-        .output()
-        .await
-        .unwrap();
-    assert!(raised.status.success(), "{raised:?}");
     let argv: Vec<&str> = START.split(' ').collect();
     let server = sandbox
         .exec(

@@ -31,7 +31,7 @@ use crate::template::{Base, StepContext, TemplateSpec};
 use crate::SandboxBuilder;
 
 pub use cache::StepCache;
-pub use start::{parse_start_ticks, RAISE_LOOPBACK, START_TAG};
+pub use start::{parse_start_ticks, START_TAG};
 
 /// Where cached root images are kept in the named templates' directory.
 const ROOTS_DIR: &str = ".roots";

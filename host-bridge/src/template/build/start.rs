@@ -19,15 +19,6 @@ use super::BuildError;
 
 /// The tag of the `START` process in every sandbox of a template.
 pub const START_TAG: &str = "start";
-/// The shell script (run privileged) that raises the guest's loopback
-/// interface: with `ip` where the image has it, else through Python's
-/// ioctl. The build runs it before `START`.
-pub const RAISE_LOOPBACK: &str = "ip link set lo up 2>/dev/null || python3 -c '\
-import socket, fcntl, struct\n\
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
-req = struct.pack(\"16sh14x\", b\"lo\", 0)\n\
-flags = struct.unpack(\"16sh14x\", fcntl.ioctl(s, 0x8913, req))[1]\n\
-fcntl.ioctl(s, 0x8914, struct.pack(\"16sh14x\", b\"lo\", flags | 1))\n'";
 /// Pause between two tries of the check.
 const RETRY: Duration = Duration::from_millis(200);
 
@@ -49,7 +40,6 @@ pub async fn start_and_wait(
     context: &StepContext,
     ready: Option<&Ready>,
 ) -> Result<Started, BuildError> {
-    raise_loopback(&channel).await?;
     let mut client = ProcessClient::new(channel.clone()).capped();
     let mut events = client
         .start(StartRequest {
@@ -109,23 +99,6 @@ async fn wait_ready(channel: &Channel, pid: u32, ready: &Ready) -> Result<(), Bu
     }
 }
 
-/// Raises the guest's loopback interface, so that a server START runs
-/// answers on 127.0.0.1 in every sandbox of the template. (Agents before
-/// protocol revision 12 leave it down until a network is configured.)
-/// With `ip` where the image has it, else through Python's ioctl.
-async fn raise_loopback(channel: &Channel) -> Result<(), BuildError> {
-    let argv = vec![
-        "/bin/sh".to_owned(),
-        "-c".to_owned(),
-        RAISE_LOOPBACK.to_owned(),
-    ];
-    let (code, _) = run_as(channel, &argv, true).await?;
-    if code != Some(0) {
-        tracing::warn!("cannot raise the guest's loopback (no ip, no python3): START's server answers only once the sandbox has a network");
-    }
-    Ok(())
-}
-
 /// How `pid` ended, if it did.
 async fn exited(channel: &Channel, pid: u32) -> Result<Option<String>, BuildError> {
     let list = ProcessClient::new(channel.clone())
@@ -148,20 +121,11 @@ async fn exited(channel: &Channel, pid: u32) -> Result<Option<String>, BuildErro
 /// Runs `argv` to its end: its exit code (`None` if a signal ended it)
 /// and its standard output.
 async fn run(channel: &Channel, argv: &[String]) -> Result<(Option<i32>, Vec<u8>), BuildError> {
-    run_as(channel, argv, false).await
-}
-
-async fn run_as(
-    channel: &Channel,
-    argv: &[String],
-    privileged: bool,
-) -> Result<(Option<i32>, Vec<u8>), BuildError> {
     let mut events = ProcessClient::new(channel.clone())
         .capped()
         .start(StartRequest {
             argv: argv.to_vec(),
             transient: true,
-            privileged,
             ..Default::default()
         })
         .await

@@ -15,7 +15,10 @@ import asyncio
 import base64
 import os
 import sys
+import time
 import traceback
+import urllib.error
+import urllib.request
 
 import httpx2
 from mcp.client.client import Client
@@ -36,6 +39,7 @@ TOOLS = {
     "list_files",
     "changed_files",
     "network_log",
+    "expose_port",
 }
 # Parameters each tool must take, and which of them are required.
 PARAMETERS = {
@@ -47,11 +51,16 @@ PARAMETERS = {
     "list_files": ({"path", "sandbox_id", "depth"}, set()),
     "changed_files": ({"sandbox_id"}, set()),
     "network_log": ({"sandbox_id"}, set()),
+    "expose_port": ({"port", "sandbox_id"}, {"port"}),
     "kill_sandbox": ({"sandbox_id"}, set()),
     "pause_sandbox": ({"sandbox_id", "to_disk"}, set()),
     "resume_sandbox": ({"sandbox_id"}, set()),
 }
 BIG = 10 * 1024 * 1024
+# What the exposed server serves.
+PAGE = b"served from the sandbox\n"
+# How long the server started in the background may take to answer.
+SERVE_LIMIT = 120
 # What the 10 MiB command prints, line by line.
 BIG_LINE = b"0123456789\n"
 
@@ -166,6 +175,63 @@ class Checks:
         expect(len(images) == 1, f"{len(images)} images: {texts(result)}")
         expect(images[0].mime_type == "image/png", images[0].mime_type)
         expect(base64.b64decode(images[0].data).startswith(PNG_SIGNATURE), "not a PNG")
+
+    async def expose(self):
+        """A server started in the background answers through the URL expose_port gives."""
+        written = await self.call("write_file", {"path": "/tmp/www/page.txt", "content": PAGE.decode()})
+        expect(not written.is_error, texts(written))
+        started = await self.call("run_command", {
+            "command": "cd /tmp/www && python3 -m http.server 8000", "background": True})
+        expect(not started.is_error, texts(started))
+        bad = await self.call("expose_port", {"port": 70000})
+        expect(bad.is_error and "65535" in texts(bad), texts(bad))
+        result = await self.call("expose_port", {"port": 8000})
+        expect(not result.is_error, texts(result))
+        found = result.structured_content
+        token = found["token"]
+        expect(token and not found["public"], found)
+        expect(found["url"] in texts(result) and token in texts(result), texts(result))
+        # The path form with the token answers the file's bytes, once the server listens.
+        page = found["path_url"] + "page.txt"
+        deadline = time.monotonic() + SERVE_LIMIT
+        while True:
+            status, body = await fetch(page, {"X-Airlock-Token": token})
+            if status == 200 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(1)
+        expect(status == 200 and body == PAGE, f"{status} {body[:300]!r}")
+        # The named form: the ingress's address, with the Host header.
+        status, body = await fetch(f"http://{found['address']}/page.txt",
+                                   {"Host": found["host"], "X-Airlock-Token": token})
+        expect(status == 200 and body == PAGE, f"{status} {body[:300]!r}")
+        # Without the token: refused.
+        status, _ = await fetch(page, {})
+        expect(status == 401, f"{status} without the token")
+        # The connections are in the sandbox's network log.
+        log = await self.call("network_log", {})
+        expect(not log.is_error and "ingress" in texts(log), texts(log))
+
+    async def expose_refused(self):
+        """A server that serves no ingress is an error result saying how to serve it."""
+        result = await self.call("expose_port", {"port": 8000})
+        expect(result.is_error and "--ingress" in texts(result), texts(result))
+
+
+async def fetch(url, headers):
+    """GET `url`: its status and body, whatever the status."""
+    # Straight to the ingress on loopback, whatever proxy the environment names.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def get():
+        request = urllib.request.Request(url, headers=headers)
+        try:
+            with opener.open(request, timeout=60) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+        except OSError as error:
+            return None, str(error).encode()
+    return await asyncio.to_thread(get)
 
 
 async def run(client, names):

@@ -6,7 +6,10 @@
 //! schemas; `1 + 1` is `2`; variables persist between cells; a matplotlib
 //! plot comes back as PNG image content; `exit 3` is an error result with
 //! exit code 3; 10 MiB of output is cut with a note naming the log file
-//! that holds all of it; over HTTP a missing or wrong key is refused; and
+//! that holds all of it; a server started in the background answers the
+//! URL `expose_port` gives (over stdio: the local server serves ingress),
+//! and a server without ingress is an error result naming `--ingress`;
+//! over HTTP a missing or wrong key is refused; and
 //! after the client has gone, the sandboxes its session used are gone too.
 
 #![allow(clippy::expect_used)]
@@ -171,9 +174,11 @@ fn a_stdio_session_runs_code_and_its_sandboxes_end_with_it() {
     plot_image();
     let home = DaemonHome::new();
     let bin = airlock_bin();
-    let args: Vec<&str> = [&["stdio", bin.to_str().expect("utf-8")], &CHECKS[..]].concat();
+    // The local server serves ingress on a loopback port of its own.
+    let checks = [&CHECKS[..], &["expose"]].concat();
+    let args: Vec<&str> = [&["stdio", bin.to_str().expect("utf-8")], &checks[..]].concat();
     let out = run_client(&home, &args);
-    let sandboxes = passed(&home, &out, &CHECKS);
+    let sandboxes = passed(&home, &out, &checks);
     // The session's own sandbox and the matplotlib one it created.
     assert_eq!(sandboxes.len(), 2, "{sandboxes:?}");
     gone(&home, &sandboxes);
@@ -249,14 +254,21 @@ fn an_http_session_needs_a_key_runs_code_and_its_sandboxes_end_with_it() {
     let args: Vec<&str> = [
         &["http", &url, &key, &ca],
         &CHECKS[..],
-        &[idle.as_str(), "refusals"],
+        // This server serves no ingress.
+        &["expose_refused", idle.as_str(), "refusals"],
     ]
     .concat();
     let out = run_client(&home, &args);
     let mcp_log = std::fs::read_to_string(home.path().join("mcp.log")).unwrap_or_default();
     let expected = [
         &CHECKS[..],
-        &["idle", "no_key", "wrong_key", "sdk_wrong_key"],
+        &[
+            "expose_refused",
+            "idle",
+            "no_key",
+            "wrong_key",
+            "sdk_wrong_key",
+        ],
     ]
     .concat();
     let sandboxes = passed(&home, &out, &expected);

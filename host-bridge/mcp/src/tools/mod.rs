@@ -6,7 +6,8 @@
 //! - `command`: `run_command` (foreground, cut output; or background);
 //! - `code`: `run_code` (printed output, the value, images, the error);
 //! - `files`: `read_file`, `write_file`, `list_files`, `changed_files`;
-//! - `network`: `network_log`.
+//! - `network`: `network_log`;
+//! - `ports`: `expose_port`.
 //!
 //! Every tool that acts on a sandbox takes an optional `sandbox_id`; without
 //! it the session's own sandbox is used, made on first need.
@@ -16,6 +17,7 @@ mod command;
 mod files;
 mod lifecycle;
 mod network;
+mod ports;
 mod schema;
 
 use std::borrow::Cow;
@@ -43,7 +45,8 @@ value of the last expression, images (matplotlib plots) and errors with their tr
 run_command runs a shell command line. Long output is cut, and the whole of it is saved to a \
 file in the sandbox that read_file can page through. The sandbox has no network unless it was \
 created with allow_net. create_sandbox makes more sandboxes (another image, more memory, \
-network access). Exposing a port of the sandbox is not supported yet.";
+network access). expose_port gives the URL of a server a program listens on in a sandbox (start \
+it with run_command and background true), for the user to open.";
 
 /// Which protocol revisions a session speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +76,8 @@ impl AirlockTools {
                 + Self::command_router()
                 + Self::code_router()
                 + Self::files_router()
-                + Self::network_router(),
+                + Self::network_router()
+                + Self::ports_router(),
         }
     }
 

@@ -7,7 +7,8 @@ use rmcp::{schemars, tool, tool_router, RoleServer};
 use serde::Deserialize;
 use serde_json::json;
 
-use airlock_client::api::{AuditRecord, AuditRequest, GetPolicyRequest};
+use airlock_client::api::{AuditRecord, AuditRequest, ErrorReason, GetPolicyRequest};
+use airlock_client::ClientError;
 
 use super::AirlockTools;
 use crate::outcome::{finish, Reply, Stop};
@@ -30,9 +31,9 @@ pub struct NetworkLog {
 impl AirlockTools {
     #[tool(
         description = "The network rules of a sandbox and every connection and DNS query its \
-        programs made, allowed or refused and why. Use it when a download or an API call \
-        fails in a sandbox created with allow_net: it names the host that was refused (add it \
-        with a new sandbox's allow_net).",
+        programs made, allowed or refused and why, and the connections made to its exposed \
+        ports. Use it when a download or an API call fails in a sandbox created with \
+        allow_net: it names the host that was refused (add it with a new sandbox's allow_net).",
         annotations(title = "Network log", read_only_hint = true, open_world_hint = false)
     )]
     async fn network_log(
@@ -59,12 +60,18 @@ impl AirlockTools {
             })
             .await
         {
-            Ok(policy) => policy.into_inner(),
+            Ok(policy) => Some(policy.into_inner()),
             Err(status) => {
-                return Err(self
-                    .session
-                    .failed(&target, "cannot read the network log", status.into())
-                    .await)
+                let error = ClientError::from(status);
+                // A sandbox without network has no rules, but its log
+                // still holds the connections made to it (ingress).
+                if error.reason() != Some(ErrorReason::NoNetwork) {
+                    return Err(self
+                        .session
+                        .failed(&target, "cannot read the network log", error)
+                        .await);
+                }
+                None
             }
         };
         let records = match network
@@ -83,12 +90,17 @@ impl AirlockTools {
             }
         };
         let mut text = String::new();
-        if policy.rules.is_empty() {
-            text.push_str("rules: none (everything is refused)\n");
-        } else {
-            text.push_str(&format!("rules: allow {}\n", policy.rules.join(", ")));
+        match &policy {
+            None => text.push_str(
+                "no network: the sandbox was created without allow_net (create_sandbox with \
+                 allow_net makes one that has it)\n",
+            ),
+            Some(policy) if policy.rules.is_empty() => {
+                text.push_str("rules: none (everything is refused)\n")
+            }
+            Some(policy) => text.push_str(&format!("rules: allow {}\n", policy.rules.join(", "))),
         }
-        for secret in &policy.secrets {
+        for secret in policy.iter().flat_map(|p| &p.secrets) {
             text.push_str(&format!(
                 "secret ${} is sent only to {}\n",
                 secret.name,

@@ -183,8 +183,15 @@ pub enum Error {
     Network(#[from] crate::network::GatewayError),
 
     /// A start from a named template failed; it never boots cold instead.
+    /// `unusable`: the template cannot serve this start as it is (made for
+    /// another size, or by another kernel or agent: rebuild it), rather
+    /// than a start that failed.
     #[error("template {name}: {reason}")]
-    NamedTemplate { name: String, reason: String },
+    NamedTemplate {
+        name: String,
+        reason: String,
+        unusable: bool,
+    },
 
     /// A sandbox could not be adopted or detached (see [`crate::adopt`]).
     #[error(transparent)]
@@ -240,7 +247,8 @@ impl Error {
             | Error::ResumeForCall { .. }
             | Error::AgentTooOld { .. }
             | Error::CannotSave { .. }
-            | Error::PortRefused { .. } => K::Precondition,
+            | Error::PortRefused { .. }
+            | Error::NamedTemplate { unusable: true, .. } => K::Precondition,
             Error::SavedDuringCall { .. } | Error::ForkedDuringCall { .. } => K::Unavailable,
             Error::Transport(_) => K::Unavailable,
             Error::BootTimeout { .. } => K::Timeout,

@@ -25,7 +25,9 @@ pub fn error_reason(error: &Error) -> ErrorReason {
         Error::SandboxEnded { .. } | Error::VmGone { .. } => R::SandboxEnded,
         Error::Paused | Error::ResumeForCall { .. } => R::SandboxPaused,
         Error::SavedDuringCall { .. } | Error::ForkedDuringCall { .. } => R::Interrupted,
-        Error::AgentTooOld { .. } | Error::CannotSave { .. } => R::Unsupported,
+        Error::AgentTooOld { .. }
+        | Error::CannotSave { .. }
+        | Error::NamedTemplate { unusable: true, .. } => R::Unsupported,
         Error::Workspace(airlock::WorkspaceError::Busy(_)) => R::Unsupported,
         _ => match error.kind() {
             ErrorKind::NotFound => R::GuestNotFound,
@@ -96,6 +98,24 @@ mod tests {
                 Error::Paused,
                 Code::FailedPrecondition,
                 ErrorReason::SandboxPaused,
+            ),
+            (
+                Error::NamedTemplate {
+                    name: "web".into(),
+                    reason: "its snapshot was made by another kernel; rebuild it".into(),
+                    unusable: true,
+                },
+                Code::FailedPrecondition,
+                ErrorReason::Unsupported,
+            ),
+            (
+                Error::NamedTemplate {
+                    name: "web".into(),
+                    reason: "QEMU exited".into(),
+                    unusable: false,
+                },
+                Code::Internal,
+                ErrorReason::Internal,
             ),
             (
                 agent(Code::PermissionDenied, "permission denied: /root/x"),

@@ -15,6 +15,7 @@ use airlock_proto::Feature;
 use tokio::sync::OwnedSemaphorePermit;
 use tonic::transport::Channel;
 
+use super::clone::CloneError;
 use super::network::SandboxNetwork;
 use crate::error::{Error, Result};
 use crate::features::AgentFeatures;
@@ -158,6 +159,7 @@ impl SandboxBuilder {
                 return Err(Error::NamedTemplate {
                     name: self.named_template.clone().unwrap_or_default(),
                     reason: format!("cannot start from it: {reason}"),
+                    unusable: true,
                 })
             }
             Some(reason) => {
@@ -175,6 +177,7 @@ impl SandboxBuilder {
                     return Err(Error::NamedTemplate {
                         name: self.named_template.clone().unwrap_or_default(),
                         reason: crate::error_chain(&error),
+                        unusable: matches!(error, CloneError::NamedMissing),
                     })
                 }
                 Err(error) => {

@@ -4,7 +4,7 @@ guest port, and with which token."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict
 
 #: The header that carries a sandbox's traffic token to the ingress.
@@ -27,6 +27,8 @@ class ExposedPort:
       ``*.localhost`` names (glibc, so Python's ``urllib``, does not);
     - ``path_url`` (``http://ADDRESS/_sandbox/ID/8000/``, the prefix taken
       off before the request reaches the guest), with ``headers``.
+
+    Its ``repr`` leaves the token out.
     """
 
     #: The guest port.
@@ -37,7 +39,7 @@ class ExposedPort:
     url: str
     #: The sandbox's traffic token ("" when the port is public):
     #: ``rotate_traffic_token()`` replaces it.
-    token: str = field(repr=False)
+    token: str
     #: Whether the port was made public at create (``public_ports``).
     public: bool
     #: The same port by path, on the ingress's own address.
@@ -50,3 +52,12 @@ class ExposedPort:
         """The headers a request needs besides its ``Host``: the token's,
         or none for a public port."""
         return {TOKEN_HEADER: self.token} if self.token else {}
+
+    def __repr__(self) -> str:
+        # The token opens the sandbox's every private port: kept out of
+        # logs, as a Secret's value is.
+        url = self.url.replace(self.token, "<hidden>") if self.token else self.url
+        return (
+            f"ExposedPort(port={self.port}, host={self.host!r}, url={url!r}, "
+            f"public={self.public}, path_url={self.path_url!r}, address={self.address!r})"
+        )

@@ -20,7 +20,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import pytest
 
@@ -63,11 +63,20 @@ def _processes_mentioning(text: str) -> List[int]:
     return found
 
 
+#: What ``airlock serve`` prints on stderr once a listener is bound.
+LISTENING = "airlock: listening on "
+INGRESS = "airlock: ingress on "
+
+
 class Server:
     """A private ``airlock serve`` in `root`; with `tls`, also on
-    127.0.0.1 over TLS with a certificate from a CA made here."""
+    127.0.0.1 over TLS with a certificate from a CA made here; with
+    `ingress`, serving the HTTP ingress on a free loopback port
+    (``ingress`` holds its address)."""
 
-    def __init__(self, root: Path, tls: bool = False, extra: Tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, root: Path, tls: bool = False, extra: Tuple[str, ...] = (), ingress: bool = False
+    ) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.socket = str(root / "daemon.sock")
@@ -83,27 +92,41 @@ class Server:
         args = [airlock_bin(), "--verbose", "serve", "--socket", self.socket, *extra]
         self.port: Optional[int] = None
         self.ca: Optional[str] = None
+        self.ingress: Optional[str] = None
+        wanted: Set[str] = set()
         if tls:
             self.ca, cert, key = make_tls_files(root)
             args += ["--listen", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key]
+            wanted.add(LISTENING)
+        if ingress:
+            args += ["--ingress", "127.0.0.1:0"]
+            wanted.add(INGRESS)
         log = open(self.log, "ab")
         self.child = subprocess.Popen(
             args,
             env=self.env,
             stdin=subprocess.DEVNULL,
             stdout=log,
-            stderr=subprocess.PIPE if tls else log,
+            stderr=subprocess.PIPE if wanted else log,
             start_new_session=True,
         )
-        if tls:
+        if wanted:
+            # The bound addresses, read from stderr (the rest is copied to
+            # the log).
             assert self.child.stderr is not None
             for raw in self.child.stderr:
-                line = raw.decode(errors="replace")
+                line = raw.decode(errors="replace").strip()
                 log.write(raw)
-                if line.startswith("airlock: listening on "):
+                if line.startswith(LISTENING):
                     self.port = int(line.rsplit(":", 1)[1])
+                    wanted.discard(LISTENING)
+                elif line.startswith(INGRESS):
+                    self.ingress = line[len(INGRESS):]
+                    wanted.discard(INGRESS)
+                if not wanted:
                     break
             else:
+                log.flush()
                 raise AssertionError(f"airlock serve said no address:\n{self.daemon_log()}")
             threading.Thread(target=self._copy_stderr, args=(log,), daemon=True).start()
         deadline = time.monotonic() + 30
@@ -212,8 +235,9 @@ def make_tls_files(root: Path) -> Tuple[str, str, str]:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """The session's private server; the SDK's default socket points at it."""
-    running = Server(tmp_path_factory.mktemp("airlock"))
+    """The session's private server, with HTTP ingress on a loopback port;
+    the SDK's default socket points at it."""
+    running = Server(tmp_path_factory.mktemp("airlock"), ingress=True)
     saved: Dict[str, Optional[str]] = {}
     for name in ("AIRLOCK_HOST", "AIRLOCK_API_KEY", "AIRLOCK_CA_CERT", "AIRLOCK_STATE_DIR"):
         saved[name] = os.environ.pop(name, None)
@@ -231,7 +255,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="session")
 def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A second server, also listening on TCP with TLS."""
+    """A second server, also listening on TCP with TLS (and serving no
+    ingress)."""
     running = Server(tmp_path_factory.mktemp("airlock-tls"), tls=True)
     try:
         yield running

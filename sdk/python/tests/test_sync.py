@@ -458,7 +458,10 @@ def test_the_local_server_is_started_on_demand(tmp_path: Path) -> None:
         from .conftest import airlock_bin
 
         assert Sandbox.list(socket=socket, airlock_bin=airlock_bin()).next_items() == []
-        assert "serving on the Unix socket" in (tmp_path / "daemon.log").read_text()
+        log = (tmp_path / "daemon.log").read_text()
+        assert "serving on the Unix socket" in log
+        # As the CLI's does, it serves the HTTP ingress on a loopback port.
+        assert "airlock: ingress on 127.0.0.1:" in log
     finally:
         os.environ.clear()
         os.environ.update(env_before)

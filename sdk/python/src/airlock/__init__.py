@@ -37,6 +37,7 @@ from .models.files import (
     WriteEntry,
     WriteInfo,
 )
+from .models.ingress import ExposedPort
 from .models.network import AuditRecord, NetworkPolicy
 from .models.sandbox import SandboxInfo, SandboxMetrics, SandboxQuery, SandboxState, Secret
 from .sandbox_async.command_handle import AsyncCommandHandle
@@ -68,6 +69,7 @@ __all__ = [
     "EntryInfo",
     "Execution",
     "ExecutionError",
+    "ExposedPort",
     "FileChange",
     "FileType",
     "FilesystemEvent",

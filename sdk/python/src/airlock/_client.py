@@ -22,6 +22,7 @@ from ._local import ensure_local_server
 from .api.v1 import (
     code_pb2_grpc,
     files_pb2_grpc,
+    ingress_pb2_grpc,
     network_pb2_grpc,
     processes_pb2_grpc,
     sandboxes_pb2_grpc,
@@ -107,6 +108,7 @@ class Client:
         self.files = files_pb2_grpc.FilesStub(channel)
         self.code = code_pb2_grpc.CodeStub(channel)
         self.network = network_pb2_grpc.NetworkStub(channel)
+        self.ingress = ingress_pb2_grpc.IngressStub(channel)
 
     def timeout(self, request_timeout: Optional[float]) -> Optional[float]:
         return self.config.timeout(request_timeout)
@@ -134,6 +136,7 @@ class AsyncClient:
         self.files = files_pb2_grpc.FilesStub(channel)
         self.code = code_pb2_grpc.CodeStub(channel)
         self.network = network_pb2_grpc.NetworkStub(channel)
+        self.ingress = ingress_pb2_grpc.IngressStub(channel)
 
     @classmethod
     async def connect(cls, config: ConnectionConfig) -> "AsyncClient":

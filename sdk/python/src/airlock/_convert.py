@@ -15,6 +15,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from .api.v1 import (
     code_pb2,
     files_pb2,
+    ingress_pb2,
     network_pb2,
     processes_pb2,
     sandboxes_pb2,
@@ -30,6 +31,7 @@ from .models.files import (
     FilesystemEventType,
     FileType,
 )
+from .models.ingress import ExposedPort
 from .models.network import AuditRecord, NetworkPolicy
 from .models.sandbox import SandboxInfo, SandboxMetrics, SandboxState, Secret
 
@@ -93,6 +95,7 @@ def sandbox_info(info: sandboxes_pb2.SandboxInfo) -> SandboxInfo:
         wall_ms=info.usage.wall_ms,
         running_ms=info.usage.running_ms,
         guest_cpu_ms=info.usage.guest_cpu_ms,
+        public_ports=list(info.public_ports),
     )
 
 
@@ -130,6 +133,7 @@ def create_request(
     workspace: Optional[str] = None,
     ca_certs: Optional[Sequence[str]] = None,
     allow_internet_access: Optional[bool] = None,
+    public_ports: Optional[Sequence[int]] = None,
 ) -> sandboxes_pb2.CreateSandboxRequest:
     if allow_internet_access:
         raise InvalidArgumentException(
@@ -149,6 +153,7 @@ def create_request(
         allow_net=list(allow_net or []),
         workspace=workspace or "",
         ca_certs=list(ca_certs or []),
+        public_ports=[guest_port(p, "public_ports") for p in public_ports or []],
     )
     if timeout is not None:
         request.timeout_secs = int(timeout)
@@ -157,6 +162,43 @@ def create_request(
             sandboxes_pb2.Secret(name=secret.name, value=secret.value, hosts=list(secret.hosts))
         )
     return request
+
+
+# -- ingress ------------------------------------------------------------
+
+PORT_MIN, PORT_MAX = 1, 65535
+
+
+def guest_port(port: object, field: str = "port") -> int:
+    """`port` as the API's guest port, refused here when it cannot be one
+    (the server would refuse it too, with less to go on)."""
+    if isinstance(port, bool) or not isinstance(port, int):
+        raise InvalidArgumentException(
+            f"{field}: {port!r} is not a port number; give an int from {PORT_MIN} to {PORT_MAX}",
+            field=field,
+        )
+    if not PORT_MIN <= port <= PORT_MAX:
+        raise InvalidArgumentException(
+            f"{field}: {port} is not a TCP port; give one from {PORT_MIN} to {PORT_MAX}",
+            field=field,
+        )
+    return port
+
+
+def get_host_request(sandbox_id: str, port: int) -> ingress_pb2.GetHostRequest:
+    return ingress_pb2.GetHostRequest(sandbox_id=sandbox_id, port=guest_port(port))
+
+
+def exposed_port(port: int, found: ingress_pb2.GetHostResponse) -> ExposedPort:
+    return ExposedPort(
+        port=port,
+        host=found.host,
+        url=found.url,
+        token=found.token,
+        public=found.public,
+        path_url=found.path_url,
+        address=found.address,
+    )
 
 
 # -- commands -----------------------------------------------------------

@@ -1,8 +1,9 @@
 """Starting the local server on demand, as the ``airlock`` CLI does: when
-nobody answers on the socket, run ``airlock --verbose serve --socket SOCKET``
-in the background (a session of its own, its output appended to
-``daemon.log`` beside the socket) and wait, 10 s at most, until it
-listens."""
+nobody answers on the socket, run ``airlock --verbose serve --socket SOCKET
+--ingress local`` in the background (a session of its own, its output
+appended to ``daemon.log`` beside the socket) and wait, 10 s at most, until
+it listens. ``--ingress local`` serves the HTTP ingress into sandboxes
+(``sandbox.get_host``) on a loopback port of its own."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def ensure_local_server(socket_path: str, airlock_bin: Optional[str]) -> None:
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             child = subprocess.Popen(
-                [program, "--verbose", "serve", "--socket", socket_path],
+                [program, "--verbose", "serve", "--socket", socket_path, "--ingress", "local"],
                 stdin=subprocess.DEVNULL,
                 stdout=fd,
                 stderr=fd,

@@ -14,6 +14,7 @@ them for programs.
 | INVALID_ARGUMENT | INVALID_ARGUMENT | InvalidArgumentException |
 | NOT_FOUND | SANDBOX_NOT_FOUND, NOT_FOUND, GUEST_NOT_FOUND | NotFoundException |
 | FAILED_PRECONDITION | SANDBOX_ENDED | NotFoundException (the sandbox is gone) |
+| FAILED_PRECONDITION | NO_NETWORK, UNSUPPORTED (e.g. a server without ingress), PORT_CLOSED, GUEST_REFUSED | SandboxException (the server's message says what to do) |
 | RESOURCE_EXHAUSTED | RATE_LIMITED, SANDBOX_LIMIT, QUOTA_EXCEEDED | RateLimitException |
 | DEADLINE_EXCEEDED | TIMEOUT (or the client's own deadline) | TimeoutException |
 | ALREADY_EXISTS | ALREADY_EXISTS | AlreadyExistsException |
@@ -131,6 +132,9 @@ _BY_CODE = {
 _BY_REASON = {
     "SANDBOX_ENDED": NotFoundException,
     "GUEST_EXHAUSTED": SandboxException,
+    # Nothing listens on the guest port: the sandbox is there, and its
+    # message names the sandbox and port and says to start a server there.
+    "PORT_CLOSED": SandboxException,
 }
 
 _HINTS = {

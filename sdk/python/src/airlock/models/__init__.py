@@ -1,5 +1,6 @@
 """The SDK's plain data types, in E2B's names where E2B has the concept:
 ``sandbox`` (infos, states, metrics, secrets), ``commands`` (results,
 processes, terminal sizes), ``files`` (entries, writes, watch events,
-change lists), ``code`` (executions and their results, contexts) and
-``network`` (policy and audit)."""
+change lists), ``code`` (executions and their results, contexts),
+``network`` (policy and audit) and ``ingress`` (where a guest port is
+reached from outside)."""

@@ -1,5 +1,6 @@
 """A sandbox's network as data: its :class:`NetworkPolicy` and the
-:class:`AuditRecord` of every connection and DNS query it made."""
+:class:`AuditRecord` of every connection and DNS query it made, and of
+every request the server's ingress let in or refused."""
 
 from __future__ import annotations
 
@@ -23,9 +24,12 @@ class AuditRecord:
 
     seq: int
     at: datetime
-    #: "dns", "tcp", "tls", "http" or "proxy".
+    #: "dns", "tcp", "tls", "http" or "proxy" for the guest's own traffic;
+    #: "ingress" for a request from outside to a server in the guest
+    #: (through ``get_host``/``get_url``), whose ``name`` is "from CLIENT"
+    #: and ``port`` the guest port.
     protocol: str
-    #: The name the guest used, if known.
+    #: The name the guest used, if known ("from CLIENT" for ingress).
     name: str
     #: The address dialed or asked for, if known.
     addr: str

@@ -51,6 +51,9 @@ class SandboxInfo:
     wall_ms: int = 0
     running_ms: int = 0
     guest_cpu_ms: int = 0
+    #: Guest ports the server's HTTP ingress serves without the traffic
+    #: token (``create(public_ports=...)``).
+    public_ports: List[int] = field(default_factory=list)
 
     @property
     def image(self) -> Optional[str]:

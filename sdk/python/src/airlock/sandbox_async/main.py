@@ -6,7 +6,8 @@ on the way out), ``Sandbox.connect(id)`` reaches one that runs (resuming a
 paused one), ``Sandbox.list()`` lists yours. The instance has
 ``commands``, ``files``, ``pty``, ``network``, ``run_code`` and the code
 contexts, and the lifecycle: ``kill``, ``set_timeout``, ``get_info``,
-``get_metrics``, ``is_running``, ``pause``, ``resume``, ``fork``. The
+``get_metrics``, ``is_running``, ``pause``, ``resume``, ``fork``, and
+the ingress: ``get_host``, ``get_url``, ``rotate_traffic_token``. The
 lifecycle calls also work on the class with a sandbox id first
 (``Sandbox.kill(sandbox_id)``), as E2B's do.
 """
@@ -25,6 +26,7 @@ from .._sandbox_args import ConnectionOpts
 from ..api.v1 import sandboxes_pb2
 from ..connection import ConnectionConfig
 from ..exceptions import NotFoundException
+from ..models.ingress import ExposedPort
 from ..models.sandbox import (
     SandboxInfo,
     SandboxMetrics,
@@ -32,6 +34,7 @@ from ..models.sandbox import (
     SandboxState,
     Secret,
 )
+from . import ingress
 from .code import AsyncCodeRunner
 from .commands import AsyncCommands
 from .files import AsyncFilesystem
@@ -207,6 +210,7 @@ class AsyncSandbox:
         workspace: Optional[str] = None,
         ca_certs: Optional[Sequence[str]] = None,
         allow_internet_access: Optional[bool] = None,
+        public_ports: Optional[Sequence[int]] = None,
         **opts: Unpack[ConnectionOpts],
     ) -> Self:
         """Starts a sandbox and returns once it runs.
@@ -220,9 +224,10 @@ class AsyncSandbox:
         ``vcpus``; ``allow_net``: egress rules (without them or ``secrets``
         it has no network at all); ``secrets``: credentials bound to hosts,
         never inside the guest; ``cold``: boot from the kernel;
-        ``workspace``: a persistent disk by name. Connection options
-        (``host``, ``api_key``, ``ca_cert``, ...) default to the
-        environment.
+        ``workspace``: a persistent disk by name; ``public_ports``: guest
+        ports the server's HTTP ingress serves without the traffic token
+        (see :meth:`get_url`; at most 16). Connection options (``host``,
+        ``api_key``, ``ca_cert``, ...) default to the environment.
         """
         request = _convert.create_request(
             template=template,
@@ -239,6 +244,7 @@ class AsyncSandbox:
             workspace=workspace,
             ca_certs=ca_certs,
             allow_internet_access=allow_internet_access,
+            public_ports=public_ports,
         )
         client = await _client(opts)
         return cls(_connected=(client, await _create(client, request)))
@@ -343,6 +349,39 @@ class AsyncSandbox:
             return (await self._get_info(request_timeout)).state == SandboxState.RUNNING
         except NotFoundException:
             return False
+
+    async def get_host(self, port: int, request_timeout: Optional[float] = None) -> str:
+        """The host through which guest ``port`` is reached from outside the
+        sandbox: ``8000-ID.airlock.localhost:7480``, for a request's ``Host``
+        (a browser or curl resolves ``*.localhost`` to loopback). E2B's
+        ``get_host`` computes its host locally; Airlock's asks the server,
+        whose HTTP ingress (``airlock serve --ingress``) serves it, and
+        unless the port was made public at create a request also needs the
+        sandbox's traffic token: :meth:`get_url` gives both, and the other
+        ways in. A server without ingress raises ``SandboxException``
+        (reason ``UNSUPPORTED``) saying how to serve it; a port outside 1 to
+        65535 raises ``InvalidArgumentException``. Nothing needs to listen
+        on the port yet."""
+        return (await self.get_url(port, request_timeout)).host
+
+    async def get_url(self, port: int, request_timeout: Optional[float] = None) -> ExposedPort:
+        """Airlock: everything needed to reach guest ``port`` through the
+        server's HTTP ingress, as an :class:`~airlock.ExposedPort`: ``url``
+        for a browser (with the token), ``host``, ``token`` and ``headers``
+        (``X-Airlock-Token``, none for a public port), ``public``,
+        ``address`` (connect there with ``Host: host``) and ``path_url``
+        (``http://ADDRESS/_sandbox/ID/PORT/``, for clients that cannot
+        resolve ``*.localhost``, such as Python's ``urllib``). What the
+        CLI's ``airlock sandbox expose ID PORT`` prints. Raises as
+        :meth:`get_host` does."""
+        return await ingress.get_url(self._client, self._sandbox_id, port, request_timeout)
+
+    async def rotate_traffic_token(self, request_timeout: Optional[float] = None) -> str:
+        """Airlock: replaces the sandbox's traffic token and returns the new
+        one. The old token is refused (401) from the next request on;
+        connections already open stay open. Ports made public at create
+        need no token either way."""
+        return await ingress.rotate_token(self._client, self._sandbox_id, request_timeout)
 
     async def fork(self, count: int = 1, request_timeout: Optional[float] = None) -> List[Self]:
         """Airlock: ``count`` new sandboxes with this one's memory, programs

@@ -1,8 +1,8 @@
 """``sandbox.network`` (Airlock), asyncio flavour: the sandbox's egress rules and the audit
 of what its guest tried. Every connection and DNS query of the guest is
 decided on the host; a sandbox created without ``allow_net`` or
-``secrets`` has no network at all (its calls here fail with reason
-``NO_NETWORK``)."""
+``secrets`` has no network at all (its policy calls here fail with reason
+``NO_NETWORK``; its audit holds the ingress records alone)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,10 @@ class AsyncNetwork:
 
     async def audit(self, after_seq: int = 0, request_timeout: Optional[float] = None) -> List[AuditRecord]:
         """The host's decisions on the guest's connections and DNS queries,
-        oldest first (the newest 4096 are kept), after ``after_seq``."""
+        and on requests from outside through the server's ingress
+        (protocol "ingress"), oldest first (the newest 4096 are kept),
+        after ``after_seq``. A sandbox without network has the ingress
+        records alone."""
         async with arpc(self._client.endpoint):
             found = await self._client.network.Audit(
                 network_pb2.AuditRequest(sandbox_id=self._sandbox_id, after_seq=after_seq),

@@ -3,10 +3,11 @@
  * Node's gRPC over HTTP/2; `browser`: gRPC-Web over fetch).
  *
  * Modules: `sandbox` (the Sandbox class) drives `commands`, `pty` (both on
- * `handle`: a program's event stream), `files`, `code` and `network`, each
- * a thin layer over one service of `airlock.api.v1` (the generated code in
- * `gen/`), reached through `connection` (clients on a transport the
- * platform made: `node/` or `web/`). Every failure becomes one of `errors`.
+ * `handle`: a program's event stream), `files`, `code`, `network` and
+ * `ingress`, each a thin layer over one service of `airlock.api.v1` (the
+ * generated code in `gen/`), reached through `connection` (clients on a
+ * transport the platform made: `node/` or `web/`). Every failure becomes
+ * one of `errors`.
  */
 
 export { Sandbox, SandboxPaginator } from "./sandbox.js";
@@ -33,7 +34,8 @@ export type {
 export { Execution, Result } from "./code.js";
 export type { Context, ExecutionError, OutputMessage, RunCodeOpts, CreateCodeContextOpts } from "./code.js";
 export { Network } from "./network.js";
-export type { AuditRecord, BoundSecret, NetworkPolicyInfo } from "./network.js";
+export type { AuditProtocol, AuditRecord, BoundSecret, NetworkPolicyInfo } from "./network.js";
+export type { ExposedPort } from "./ingress.js";
 export type { DataSource } from "./bytes.js";
 export {
   SandboxError,

@@ -11,6 +11,7 @@ import { createClient, type CallOptions, type Client, type Interceptor, type Tra
 
 import { Code } from "./gen/airlock/api/v1/code_pb.js";
 import { Files } from "./gen/airlock/api/v1/files_pb.js";
+import { Ingress } from "./gen/airlock/api/v1/ingress_pb.js";
 import { Network } from "./gen/airlock/api/v1/network_pb.js";
 import { Processes } from "./gen/airlock/api/v1/processes_pb.js";
 import { Sandboxes } from "./gen/airlock/api/v1/sandboxes_pb.js";
@@ -107,6 +108,7 @@ export class Connection {
   readonly files: Client<typeof Files>;
   readonly code: Client<typeof Code>;
   readonly network: Client<typeof Network>;
+  readonly ingress: Client<typeof Ingress>;
   /** The server, for messages. */
   readonly target: string;
   /** The options this connection was made with (the environment's filled in). */
@@ -121,6 +123,7 @@ export class Connection {
     this.files = createClient(Files, transport);
     this.code = createClient(Code, transport);
     this.network = createClient(Network, transport);
+    this.ingress = createClient(Ingress, transport);
     this.target = opened.target;
     this.opts = opened.resolved;
     this.streamsRequests = opened.streamsRequests;

@@ -10,6 +10,11 @@
  *     ├── InvalidArgumentError  a field the server refused (`field` names it)
  *     └── CommandExitError      a command ended with a non-zero exit code
  *
+ * Other reasons (`SANDBOX_ENDED`, `NO_NETWORK`, `UNSUPPORTED`, for one a
+ * server that serves no ingress, `PORT_CLOSED`, ...) are a `SandboxError`
+ * whose `reason` names them and whose message is the server's, which says
+ * what to do.
+ *
  * A call cancelled with an `AbortSignal` rejects with the signal's reason
  * (an `AbortError` unless the caller gave another), as `fetch` does.
  */

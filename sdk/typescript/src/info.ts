@@ -49,6 +49,8 @@ export interface SandboxInfo {
   owner: string;
   /** The names of the environment variables it was created with. */
   envNames: string[];
+  /** Guest ports the server's HTTP ingress serves without the traffic token (`publicPorts` at create). */
+  publicPorts: number[];
 }
 
 /** One reading of a sandbox's figures. */
@@ -114,6 +116,7 @@ export function sandboxInfo(info: ApiSandboxInfo): SandboxInfo {
     origin: info.origin,
     owner: info.owner,
     envNames: [...info.envNames],
+    publicPorts: [...info.publicPorts],
   };
 }
 

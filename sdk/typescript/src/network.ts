@@ -1,8 +1,10 @@
 /**
  * `sandbox.network`: the rules that decide every connection and DNS query
  * of a sandbox created with `allowNet` or `secrets`, and the record of what
- * was allowed and refused. Rule changes apply to new connections; open
- * ones stay. A sandbox without a network answers `NO_NETWORK`.
+ * was allowed and refused, both ways: the guest's connections out, and
+ * requests into it through the server's HTTP ingress. Rule changes apply
+ * to new connections; open ones stay. A sandbox without a network answers
+ * `NO_NETWORK`, except `audit`, which answers its ingress records alone.
  */
 
 import type { Connection, RequestOpts } from "./connection.js";
@@ -21,17 +23,28 @@ export interface NetworkPolicyInfo {
   secrets: BoundSecret[];
 }
 
+/**
+ * What an audit record decided: the guest's DNS query, TCP connection, TLS
+ * or HTTP request, or proxy use (egress); or, for "ingress", a connection
+ * from outside to a guest port through the server's HTTP ingress. A newer
+ * server may add others, which come as they are named.
+ */
+export type AuditProtocol = "dns" | "tcp" | "tls" | "http" | "proxy" | "ingress" | (string & {});
+
 /** One decision of the sandbox's network. */
 export interface AuditRecord {
   /** Its place in the log, from 1. */
   seq: number;
   at: Date;
-  /** "dns", "tcp", "tls", "http" or "proxy". */
-  protocol: string;
-  /** The name the guest used (DNS query, TLS server name, HTTP Host), if known. */
+  protocol: AuditProtocol;
+  /**
+   * The name the guest used (DNS query, TLS server name, HTTP Host), if
+   * known; for "ingress", `from CLIENT_ADDRESS`.
+   */
   name: string;
-  /** The address dialed, or the one the guest asked for, if known. */
+  /** The address dialed, or the one the guest asked for, if known ("" for "ingress"). */
   addr: string;
+  /** The port dialed; for "ingress", the guest port the request was for. */
   port: number;
   allowed: boolean;
   /** "allowed", or "refused: " and why. */
@@ -94,7 +107,11 @@ export class Network {
     return [...policy.rules];
   }
 
-  /** The decisions, oldest first (the newest 4096 are kept), after `afterSeq`. */
+  /**
+   * The decisions, oldest first (the newest 4096 are kept), after
+   * `afterSeq`: egress and ingress together; a sandbox without a network
+   * has its ingress records alone.
+   */
   async audit(opts: RequestOpts & { afterSeq?: number } = {}): Promise<AuditRecord[]> {
     const answer = await this.connection.call(opts, (o) =>
       this.connection.network.audit({ sandboxId: this.sandboxId, afterSeq: BigInt(opts.afterSeq ?? 0) }, o),

@@ -1,9 +1,10 @@
 /**
  * {@link Sandbox}: one sandbox on an Airlock server, with E2B's JS
  * vocabulary: `Sandbox.create/connect/list`, `kill`, `setTimeout`,
- * `getInfo`, `getMetrics`, `pause`, `resume`, `fork`; its `commands`,
- * `files`, `pty` and `network`; and the code interpreter's `runCode` and
- * contexts.
+ * `getInfo`, `getMetrics`, `pause`, `resume`, `fork`, `getHost`; its
+ * `commands`, `files`, `pty` and `network`; the code interpreter's
+ * `runCode` and contexts; and Airlock's `expose` and `rotateTrafficToken`
+ * for the server's HTTP ingress.
  */
 
 import type { MessageInitShape } from "@bufbuild/protobuf";
@@ -13,6 +14,7 @@ import { Commands } from "./commands.js";
 import { Connection, type ConnectionOpts, type Platform, type RequestOpts } from "./connection.js";
 import { NotFoundError, SandboxError } from "./errors.js";
 import { Filesystem } from "./files.js";
+import { SandboxIngress, type ExposedPort } from "./ingress.js";
 import { IdlePolicy, type CreateSandboxRequestSchema } from "./gen/airlock/api/v1/sandboxes_pb.js";
 import { apiState, sandboxInfo, sandboxMetrics, type SandboxInfo, type SandboxMetrics, type SandboxState } from "./info.js";
 import { Network } from "./network.js";
@@ -68,6 +70,12 @@ export interface SandboxOpts extends ConnectionOpts, RequestOpts {
   workspace?: string;
   /** CA certificates (PEM) the guest trusts besides its image's roots. */
   caCerts?: string[];
+  /**
+   * Guest ports the server's HTTP ingress serves without the traffic token
+   * (at most 16, each 1 to 65535); every other port needs it (see
+   * `expose`).
+   */
+  publicPorts?: number[];
 }
 
 /** Options of `Sandbox.list`. */
@@ -117,6 +125,7 @@ function createRequest(opts: SandboxOpts): MessageInitShape<typeof CreateSandbox
     })),
     workspace: opts.workspace ?? "",
     caCerts: opts.caCerts ?? [],
+    publicPorts: opts.publicPorts ?? [],
   };
 }
 
@@ -224,6 +233,7 @@ export class Sandbox {
 
   private readonly connection: Connection;
   private readonly interpreter: CodeInterpreter;
+  private readonly ingress: SandboxIngress;
 
   /** @internal Use `Sandbox.create` or `Sandbox.connect`. */
   protected constructor(connection: Connection, sandboxId: string) {
@@ -234,6 +244,7 @@ export class Sandbox {
     this.pty = new Pty(connection, sandboxId);
     this.network = new Network(connection, sandboxId);
     this.interpreter = new CodeInterpreter(connection, sandboxId);
+    this.ingress = new SandboxIngress(connection, sandboxId);
   }
 
   /** The server this sandbox lives on, with the options that reach it. */
@@ -379,6 +390,42 @@ export class Sandbox {
     );
     const ctor = this.constructor as new (connection: Connection, sandboxId: string) => Sandbox;
     return answer.sandboxes.map((info) => new ctor(this.connection, info.sandboxId));
+  }
+
+  /**
+   * The host a request to guest `port` names on the server's HTTP ingress:
+   * `8000-ID.airlock.localhost:7480`. Unlike E2B's, it is asked of the
+   * server (only it knows where its ingress listens), so it is async. A
+   * request also needs the sandbox's traffic token unless the port was made
+   * public at create (`publicPorts`): `expose(port)` gives the token and
+   * URLs. The guest need not listen yet. A server that serves no ingress
+   * rejects with `SandboxError` (reason `UNSUPPORTED`) saying how to serve
+   * it (`airlock serve --ingress HOST:PORT`).
+   */
+  async getHost(port: number, opts?: RequestOpts): Promise<string> {
+    return (await this.ingress.expose("getHost(port)", port, opts)).host;
+  }
+
+  /**
+   * Where guest `port` is reached through the server's HTTP ingress, with
+   * what a request needs: `host`, `url` (to open in a browser, with the
+   * token), `token` (for `X-Airlock-Token`; "" for a public port),
+   * `public`, `pathUrl` (the path form, for clients that cannot resolve
+   * `host`) and `address` (the ingress's own, to connect to with the Host
+   * header set to `host`). What `airlock sandbox expose ID PORT` prints: it
+   * reads, and changes nothing on the server. Errors as `getHost`.
+   */
+  async expose(port: number, opts?: RequestOpts): Promise<ExposedPort> {
+    return await this.ingress.expose("expose(port)", port, opts);
+  }
+
+  /**
+   * Replaces the sandbox's traffic token and answers the new one: the old
+   * one is refused from the next request on (connections already open stay
+   * open). Public ports are not affected.
+   */
+  async rotateTrafficToken(opts?: RequestOpts): Promise<string> {
+    return await this.ingress.rotateToken(opts);
   }
 
   /** Runs a cell of code (Python by default) in a persistent context. */

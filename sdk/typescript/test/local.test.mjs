@@ -1,8 +1,8 @@
 // Node only: with no AIRLOCK_HOST the SDK reaches the local server on its
 // Unix socket (calls are the machine owner's, who sees every key's
-// sandboxes); with nobody on the socket it starts `airlock serve` itself,
-// found through AIRLOCK_BIN, and says what to do when it cannot; the
-// CommonJS build works from `require`.
+// sandboxes); with nobody on the socket it starts `airlock serve` itself
+// (with `--ingress local`), found through AIRLOCK_BIN, and says what to do
+// when it cannot; the CommonJS build works from `require`.
 
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -68,7 +68,10 @@ describe("the local server (node)", { timeout: LIMIT_MS }, () => {
       process.env.AIRLOCK_BIN = need("AIRLOCK_TEST_BIN");
       assert.deepEqual(await Sandbox.list(), []);
       assert.ok(processesMentioning(join(dir, "daemon.sock")).length > 0, "a server runs on the new socket");
-      assert.match(readFileSync(join(dir, "daemon.log"), "utf8"), /serving on the Unix socket/);
+      const log = readFileSync(join(dir, "daemon.log"), "utf8");
+      assert.match(log, /serving on the Unix socket/);
+      // As the CLI starts it: with HTTP ingress on a loopback port of its own.
+      assert.match(log, /^airlock: ingress on 127\.0\.0\.1:\d+$/m);
 
       process.env.AIRLOCK_STATE_DIR = join(dir, "other");
       process.env.AIRLOCK_BIN = join(dir, "no-such-airlock");

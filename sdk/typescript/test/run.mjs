@@ -3,11 +3,11 @@
 //
 // It makes a throwaway CA and a certificate for localhost (openssl), starts
 // `airlock serve` from this checkout (target/debug/airlock, or AIRLOCK_BIN)
-// with a private state, saved and data directory, its owner's Unix socket
-// and a TLS listener on a loopback port that allows the browser example's
-// origin, makes two keys on the socket (`sdk-test`, and `sdk-limited` with
-// a 64 MiB memory quota), then runs the test files with Node's test runner
-// in passes:
+// with a private state, saved and data directory, its owner's Unix socket,
+// a TLS listener on a loopback port that allows the browser example's
+// origin and HTTP ingress on another loopback port, makes two keys on the
+// socket (`sdk-test`, and `sdk-limited` with a 64 MiB memory quota), then
+// runs the test files with Node's test runner in passes:
 //   node     Node's entry (gRPC over HTTP/2 with TLS and the key, from
 //            AIRLOCK_HOST/AIRLOCK_API_KEY/AIRLOCK_CA_CERT), every file and
 //            local.test.mjs (the Unix socket, a server started on demand,
@@ -36,7 +36,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const repo = join(here, "..", "..", "..");
 const airlock = process.env.AIRLOCK_BIN ?? join(repo, "target", "debug", "airlock");
 const chromium = process.env.CHROMIUM ?? "/usr/bin/chromium";
-const shared = ["sandbox.test.mjs", "commands.test.mjs", "files.test.mjs", "code.test.mjs"];
+const shared = ["sandbox.test.mjs", "commands.test.mjs", "files.test.mjs", "code.test.mjs", "ingress.test.mjs"];
 const PASSES = {
   node: [...shared, "local.test.mjs"],
   web: [...shared, "entries.test.mjs"],
@@ -124,25 +124,32 @@ const server = spawn(
     "--verbose", "serve", "--socket", join(state, "daemon.sock"),
     "--listen", "127.0.0.1:0", "--tls-cert", tls.cert, "--tls-key", tls.key,
     "--cors-origin", `http://localhost:${pagePort}`, "--max", "12",
+    "--ingress", "127.0.0.1:0",
     // What a test leaves running ends with the server.
     "--on-exit", "kill",
   ],
   { env: serverEnv, stdio: ["ignore", "pipe", "pipe"] },
 );
 server.stdout.pipe(log);
-const port = await new Promise((resolve) => {
+// The API's port and the ingress's address, from the lines the server
+// prints once each listener is bound.
+const { port, ingress } = await new Promise((resolve) => {
   const lines = createInterface({ input: server.stderr });
-  let found = false;
+  const found = {};
+  let done = false;
   lines.on("line", (line) => {
     log.write(`${line}\n`);
-    const match = /^airlock: listening on .*:(\d+)$/.exec(line);
-    if (match && !found) {
-      found = true;
-      resolve(Number(match[1]));
+    const listening = /^airlock: listening on .*:(\d+)$/.exec(line);
+    const ingressOn = /^airlock: ingress on (\S+)$/.exec(line);
+    found.port ??= listening ? Number(listening[1]) : undefined;
+    found.ingress ??= ingressOn ? ingressOn[1] : undefined;
+    if (!done && found.port !== undefined && found.ingress !== undefined) {
+      done = true;
+      resolve(found);
     }
   });
   server.once("exit", (code) => {
-    if (!found) {
+    if (!done) {
       fail(`airlock serve exited (${code}) before listening; its log: ${join(work, "daemon.log")}`);
     }
   });
@@ -162,6 +169,7 @@ const host = `https://localhost:${port}`;
 const common = {
   ...process.env,
   AIRLOCK_TEST_HOST: host,
+  AIRLOCK_TEST_INGRESS: ingress,
   AIRLOCK_TEST_KEY: testKey,
   AIRLOCK_TEST_LIMITED_KEY: limitedKey,
   AIRLOCK_TEST_CA: tls.ca,

@@ -2,10 +2,11 @@
  * The local server on its Unix socket, as the CLI finds and starts it: the
  * socket is `daemon.sock` in the state base (`AIRLOCK_STATE_DIR`, else
  * `$XDG_RUNTIME_DIR/airlock`, else `airlock` in the temporary directory);
- * when nobody answers there, `airlock --verbose serve --socket SOCKET`
- * runs in the background (its own process group, its output appended to
- * `daemon.log` beside the socket) and the client waits, 10 s at most, for
- * it to answer `Ping`.
+ * when nobody answers there, `airlock --verbose serve --socket SOCKET
+ * --ingress local` runs in the background (its own process group, its
+ * output appended to `daemon.log` beside the socket; HTTP ingress into
+ * sandboxes on a loopback port of its own) and the client waits, 10 s at
+ * most, for it to answer `Ping`.
  */
 
 import { spawn } from "node:child_process";
@@ -70,14 +71,14 @@ function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
-/** Starts `program --verbose serve --socket SOCKET` in the background. */
+/** Starts `program --verbose serve --socket SOCKET --ingress local` in the background. */
 function startServer(socket: string, program: string): Promise<{ exited: () => boolean }> {
   const log = join(dirname(socket), LOG_NAME);
   mkdirSync(dirname(socket), { recursive: true, mode: 0o700 });
   const fd = openSync(log, "a", 0o600);
   return new Promise((resolve, reject) => {
     let exited = false;
-    const child = spawn(program, ["--verbose", "serve", "--socket", socket], {
+    const child = spawn(program, ["--verbose", "serve", "--socket", socket, "--ingress", "local"], {
       detached: true,
       stdio: ["ignore", fd, fd],
     });

@@ -33,6 +33,8 @@ const HTTP_PORT: u16 = 8000;
 const WS_PORT: u16 = 8001;
 const SSE_PORT: u16 = 8002;
 const ECHO_PORT: u16 = 8003;
+/// The connections one sandbox may have open through the ingress.
+const MAX_CONNECTIONS: usize = airlock_server::ingress::bounds::MAX_CONNECTIONS_PER_SANDBOX;
 /// The big file `python3 -m http.server` serves.
 const BIG_BYTES: usize = 32 * 1024 * 1024;
 /// How long a server in the guest may take to listen (Python under TCG).
@@ -44,6 +46,10 @@ const WS_SERVER: &str = r#"
 import base64, hashlib, socket, struct, threading
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 def serve(c):
+    # Closed when its client is done, whatever the loop below still holds.
+    with c:
+        talk(c)
+def talk(c):
     head = b""
     while not head.endswith(b"\r\n\r\n"):
         b = c.recv(1)
@@ -79,7 +85,7 @@ def serve(c):
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("127.0.0.1", 8001))
-s.listen(16)
+s.listen(64)
 while True:
     c, _ = s.accept()
     threading.Thread(target=serve, args=(c,), daemon=True).start()
@@ -350,6 +356,10 @@ fn main() -> ExitCode {
             fifty_concurrent_clients_are_all_answered,
         ),
         on_shared(
+            "a_connection_past_the_bound_is_503_until_one_closes",
+            a_connection_past_the_bound_is_503_until_one_closes,
+        ),
+        on_shared(
             "a_sandbox_paused_to_disk_answers_its_first_request",
             a_sandbox_paused_to_disk_answers_its_first_request,
         ),
@@ -613,6 +623,87 @@ fn fifty_concurrent_clients_are_all_answered(shared: &Shared) -> Result<(), Stri
             assert_eq!(status, StatusCode::OK, "client {i}: {}", text(&body));
             assert_eq!(&body[..], b"hello\n", "client {i}");
         }
+        Ok(())
+    })
+}
+
+/// Opens a WebSocket to `exposed` (a tunnel the ingress holds open).
+async fn websocket(
+    exposed: &Exposed,
+) -> Result<tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>, String> {
+    let stream = tokio::net::TcpStream::connect(exposed.addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let request = Request::get(format!("ws://{}/echo", exposed.host))
+        .header("host", &exposed.host)
+        .header("x-airlock-token", &exposed.token)
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header(
+            "sec-websocket-key",
+            tokio_tungstenite::tungstenite::handshake::client::generate_key(),
+        )
+        .body(())
+        .map_err(|e| e.to_string())?;
+    let (socket, _) = tokio_tungstenite::client_async(request, stream)
+        .await
+        .map_err(|e| format!("the WebSocket handshake failed: {e}"))?;
+    Ok(socket)
+}
+
+/// With the most connections a sandbox may have open (WebSocket tunnels),
+/// one more request is 503 saying so, and is served again once one closes.
+fn a_connection_past_the_bound_is_503_until_one_closes(shared: &Shared) -> Result<(), String> {
+    let ws = expose(&shared.home, &shared.id, WS_PORT);
+    let http = expose(&shared.home, &shared.id, HTTP_PORT);
+    shared.runtime.block_on(async {
+        let mut open = Vec::new();
+        for i in 0..MAX_CONNECTIONS {
+            let mut socket = websocket(&ws)
+                .await
+                .map_err(|e| format!("tunnel {i}: {e}"))?;
+            // The tunnel reaches the guest's server: it echoes.
+            socket
+                .send(Message::text(format!("tunnel {i}")))
+                .await
+                .map_err(|e| e.to_string())?;
+            let echo = tokio::time::timeout(Duration::from_secs(60), socket.next())
+                .await
+                .map_err(|_| format!("no echo on tunnel {i}"))?;
+            assert!(
+                matches!(&echo, Some(Ok(m)) if *m == Message::text(format!("tunnel {i}"))),
+                "tunnel {i}: {echo:?}"
+            );
+            open.push(socket);
+        }
+        let (status, _, body) = get(&http, "/small", &token(&http)).await?;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{}", text(&body));
+        let body = text(&body);
+        assert!(
+            body.contains(&shared.id) && body.contains(&MAX_CONNECTIONS.to_string()),
+            "{body}"
+        );
+        // One closes: requests are served again.
+        let mut closed = open.pop().ok_or("no tunnel")?;
+        closed.close(None).await.map_err(|e| e.to_string())?;
+        drop(closed);
+        let began = Instant::now();
+        loop {
+            let (status, _, body) = get(&http, "/small", &token(&http)).await?;
+            if status == StatusCode::OK {
+                assert_eq!(&body[..], b"hello\n");
+                break;
+            }
+            if began.elapsed() > Duration::from_secs(30) {
+                return Err(format!(
+                    "still {status} 30 s after a tunnel closed: {}",
+                    text(&body)
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        drop(open);
         Ok(())
     })
 }

@@ -1,7 +1,7 @@
 """A web server in a sandbox, reached from the host through the server's
 HTTP ingress.
 
-``get_url`` asks the server where guest port 8000 is served: ``url`` to
+``expose`` asks the server where guest port 8000 is served: ``url`` to
 open in a browser (it carries the sandbox's traffic token), and for
 programs ``path_url`` with the token in ``headers`` (Python's ``urllib``
 cannot resolve ``*.localhost`` names, so it takes the path form). A port
@@ -20,7 +20,7 @@ opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 with Sandbox.create() as sandbox:
     sandbox.files.write("/srv/index.html", "<h1>hello from a sandbox</h1>\n")
     sandbox.commands.run("python3 -m http.server 8000 --directory /srv", background=True)
-    web = sandbox.get_url(8000)
+    web = sandbox.expose(8000)
     print("host:", sandbox.get_host(8000))
     print("in a browser:", web.url)
 

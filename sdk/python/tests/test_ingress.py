@@ -1,5 +1,5 @@
 """HTTP ingress through the SDK, against the session's server (which serves
-``--ingress 127.0.0.1:0``) with real sandboxes: ``get_host``/``get_url``,
+``--ingress 127.0.0.1:0``) with real sandboxes: ``get_host``/``expose``,
 requests from the host with Python's own ``urllib`` (by address with a
 ``Host`` header and by path: glibc does not resolve ``*.localhost``), the
 traffic token and its rotation, public ports, the audit of ingress
@@ -81,12 +81,12 @@ def web(server: Server) -> Iterator[Sandbox]:
     with Sandbox.create(metadata={"suite": "ingress"}) as sandbox:
         sandbox.files.write(f"{ROOT}/{PAGE}", BODY)
         sandbox.commands.run(f"python3 -m http.server 8000 --directory {ROOT}", background=True)
-        wait_until_served(sandbox.get_url(8000))
+        wait_until_served(sandbox.expose(8000))
         yield sandbox
 
 
-def test_get_host_and_get_url_name_the_sandbox_port_and_ingress(web: Sandbox, server: Server) -> None:
-    exposed = web.get_url(8000)
+def test_get_host_and_expose_name_the_sandbox_port_and_ingress(web: Sandbox, server: Server) -> None:
+    exposed = web.expose(8000)
     sandbox_id = web.sandbox_id
     assert web.get_host(8000) == exposed.host
     assert exposed.port == 8000
@@ -101,12 +101,12 @@ def test_get_host_and_get_url_name_the_sandbox_port_and_ingress(web: Sandbox, se
     assert exposed.headers == {"X-Airlock-Token": exposed.token}
     assert exposed.token not in repr(exposed) and "airlock_token=<hidden>" in repr(exposed)
     # Another port of the same sandbox: same token, its own host.
-    other = web.get_url(5173)
+    other = web.expose(5173)
     assert other.token == exposed.token and other.host.startswith("5173-")
 
 
 def test_a_file_in_the_sandbox_through_the_ingress_by_host_and_by_path(web: Sandbox) -> None:
-    exposed = web.get_url(8000)
+    exposed = web.expose(8000)
     assert by_host(exposed, PAGE, exposed.headers) == (200, BODY)
     assert fetch(exposed.path_url + PAGE, exposed.headers) == (200, BODY)
     # Without the token, either way: 401, and the body says what to send.
@@ -116,11 +116,11 @@ def test_a_file_in_the_sandbox_through_the_ingress_by_host_and_by_path(web: Sand
 
 
 def test_a_rotated_token_replaces_the_old_one_at_once(web: Sandbox) -> None:
-    old = web.get_url(8000)
+    old = web.expose(8000)
     assert by_host(old, PAGE, old.headers) == (200, BODY)
     new_token = web.rotate_traffic_token()
     assert new_token.startswith("at_") and new_token != old.token
-    new = web.get_url(8000)
+    new = web.expose(8000)
     assert new.token == new_token
     assert by_host(old, PAGE, old.headers)[0] == 401
     assert fetch(old.path_url + PAGE, old.headers)[0] == 401
@@ -129,7 +129,7 @@ def test_a_rotated_token_replaces_the_old_one_at_once(web: Sandbox) -> None:
 
 def test_ingress_requests_are_in_the_audit_of_a_sandbox_without_network(web: Sandbox) -> None:
     assert not web.get_info().network
-    exposed = web.get_url(8000)
+    exposed = web.expose(8000)
     after = max([r.seq for r in web.network.audit()], default=0)
     assert by_host(exposed, PAGE, exposed.headers)[0] == 200
     assert by_host(exposed, PAGE, {})[0] == 401
@@ -141,7 +141,7 @@ def test_ingress_requests_are_in_the_audit_of_a_sandbox_without_network(web: San
 
 
 def test_a_port_nothing_listens_on(web: Sandbox) -> None:
-    exposed = web.get_url(8009)
+    exposed = web.expose(8009)
     status, body = fetch(exposed.path_url, exposed.headers)
     assert status == 502 and b"nothing listens" in body
     # The API's raw connection to the same port: PORT_CLOSED, naming it.
@@ -162,7 +162,7 @@ def test_ports_are_checked_before_any_call(web: Sandbox) -> None:
             web.get_host(bad)
         assert refused.value.field == "port" and "1 to 65535" in str(refused.value)
     with pytest.raises(InvalidArgumentException) as not_int:
-        web.get_url("8000")  # type: ignore[arg-type]
+        web.expose("8000")  # type: ignore[arg-type]
     assert not_int.value.field == "port"
     with pytest.raises(InvalidArgumentException) as public:
         Sandbox.create(no_image=True, public_ports=[8000, 70000])
@@ -177,14 +177,14 @@ def test_a_public_port_answers_without_a_token(server: Server) -> None:
         sandbox.files.write(f"{ROOT}/{PAGE}", BODY)
         sandbox.commands.run(f"httpd -f -p 8000 -h {ROOT}", background=True)
         sandbox.commands.run(f"httpd -f -p 8001 -h {ROOT}", background=True)
-        public = sandbox.get_url(8000)
+        public = sandbox.expose(8000)
         assert public.public and public.token == "" and public.headers == {}
         assert "airlock_token" not in public.url
         wait_until_served(public)
         assert by_host(public, PAGE, {}) == (200, BODY)
         assert fetch(public.path_url + PAGE, {}) == (200, BODY)
         # Its other ports stay private.
-        private = sandbox.get_url(8001)
+        private = sandbox.expose(8001)
         assert not private.public and private.token
         wait_until_served(private)
         assert by_host(private, PAGE, {})[0] == 401
@@ -199,25 +199,25 @@ def test_a_server_without_ingress_says_how_to_serve_it(tls_server: Server) -> No
         assert none.value.code == "FAILED_PRECONDITION"
         assert "airlock serve --ingress" in str(none.value)
         with pytest.raises(SandboxException) as rich:
-            sandbox.get_url(8000)
+            sandbox.expose(8000)
         assert "--ingress" in str(rich.value)
 
 
-def test_asyncio_get_host_get_url_fetch_and_rotate(web: Sandbox) -> None:
+def test_asyncio_get_host_expose_fetch_and_rotate(web: Sandbox) -> None:
     loop = Loop()
 
     async def check() -> None:
         sandbox = await AsyncSandbox.connect(web.sandbox_id)
         # A second server, started through the asyncio client.
         await sandbox.commands.run(f"python3 -m http.server 8002 --directory {ROOT}", background=True)
-        exposed = await sandbox.get_url(8002)
+        exposed = await sandbox.expose(8002)
         assert await sandbox.get_host(8002) == exposed.host
         assert exposed.host.startswith("8002-") and not exposed.public
         running = asyncio.get_running_loop()
         await running.run_in_executor(None, wait_until_served, exposed)
         assert await running.run_in_executor(None, by_host, exposed, PAGE, exposed.headers) == (200, BODY)
         token = await sandbox.rotate_traffic_token()
-        assert token != exposed.token and (await sandbox.get_url(8002)).token == token
+        assert token != exposed.token and (await sandbox.expose(8002)).token == token
         assert (await running.run_in_executor(None, by_host, exposed, PAGE, exposed.headers))[0] == 401
         with pytest.raises(InvalidArgumentException):
             await sandbox.get_host(0)

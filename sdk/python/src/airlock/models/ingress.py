@@ -14,7 +14,7 @@ TOKEN_HEADER = "X-Airlock-Token"
 @dataclass(frozen=True)
 class ExposedPort:
     """Where guest port ``port`` of a sandbox is reached through the
-    server's HTTP ingress (``sandbox.get_url(port)``; the CLI's ``airlock
+    server's HTTP ingress (``sandbox.expose(port)``; the CLI's ``airlock
     sandbox expose``). Nothing needs to listen on the port yet.
 
     Three ways in, for three kinds of client:

@@ -26,7 +26,7 @@ class AuditRecord:
     at: datetime
     #: "dns", "tcp", "tls", "http" or "proxy" for the guest's own traffic;
     #: "ingress" for a request from outside to a server in the guest
-    #: (through ``get_host``/``get_url``), whose ``name`` is "from CLIENT"
+    #: (through ``get_host``/``expose``), whose ``name`` is "from CLIENT"
     #: and ``port`` the guest port.
     protocol: str
     #: The name the guest used, if known ("from CLIENT" for ingress).

@@ -1,7 +1,7 @@
 """Ingress calls of one sandbox, asyncio flavour: where a guest port is
 reached from outside through the server's HTTP ingress (``Ingress.GetHost``)
 and the replacement of its traffic token (``Ingress.RotateToken``). The
-:class:`~airlock.AsyncSandbox` methods ``get_host``, ``get_url`` and
+:class:`~airlock.AsyncSandbox` methods ``get_host``, ``expose`` and
 ``rotate_traffic_token`` are these."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ..api.v1 import ingress_pb2
 from ..models.ingress import ExposedPort
 
 
-async def get_url(client: AsyncClient, sandbox_id: str, port: int, request_timeout: Optional[float] = None) -> ExposedPort:
+async def expose(client: AsyncClient, sandbox_id: str, port: int, request_timeout: Optional[float] = None) -> ExposedPort:
     request = _convert.get_host_request(sandbox_id, port)
     async with arpc(client.endpoint):
         found = await client.ingress.GetHost(

@@ -7,7 +7,7 @@ paused one), ``Sandbox.list()`` lists yours. The instance has
 ``commands``, ``files``, ``pty``, ``network``, ``run_code`` and the code
 contexts, and the lifecycle: ``kill``, ``set_timeout``, ``get_info``,
 ``get_metrics``, ``is_running``, ``pause``, ``resume``, ``fork``, and
-the ingress: ``get_host``, ``get_url``, ``rotate_traffic_token``. The
+the ingress: ``get_host``, ``expose``, ``rotate_traffic_token``. The
 lifecycle calls also work on the class with a sandbox id first
 (``Sandbox.kill(sandbox_id)``), as E2B's do.
 """
@@ -236,7 +236,7 @@ class Sandbox:
         never inside the guest; ``cold``: boot from the kernel;
         ``workspace``: a persistent disk by name; ``public_ports``: guest
         ports the server's HTTP ingress serves without the traffic token
-        (see :meth:`get_url`; at most 16). Connection options (``host``,
+        (see :meth:`expose`; at most 16). Connection options (``host``,
         ``api_key``, ``ca_cert``, ...) default to the environment.
         """
         request = _convert.create_request(
@@ -367,14 +367,14 @@ class Sandbox:
         ``get_host`` computes its host locally; Airlock's asks the server,
         whose HTTP ingress (``airlock serve --ingress``) serves it, and
         unless the port was made public at create a request also needs the
-        sandbox's traffic token: :meth:`get_url` gives both, and the other
+        sandbox's traffic token: :meth:`expose` gives both, and the other
         ways in. A server without ingress raises ``SandboxException``
         (reason ``UNSUPPORTED``) saying how to serve it; a port outside 1 to
         65535 raises ``InvalidArgumentException``. Nothing needs to listen
         on the port yet."""
-        return (self.get_url(port, request_timeout)).host
+        return (self.expose(port, request_timeout)).host
 
-    def get_url(self, port: int, request_timeout: Optional[float] = None) -> ExposedPort:
+    def expose(self, port: int, request_timeout: Optional[float] = None) -> ExposedPort:
         """Airlock: everything needed to reach guest ``port`` through the
         server's HTTP ingress, as an :class:`~airlock.ExposedPort`: ``url``
         for a browser (with the token), ``host``, ``token`` and ``headers``
@@ -382,9 +382,10 @@ class Sandbox:
         ``address`` (connect there with ``Host: host``) and ``path_url``
         (``http://ADDRESS/_sandbox/ID/PORT/``, for clients that cannot
         resolve ``*.localhost``, such as Python's ``urllib``). What the
-        CLI's ``airlock sandbox expose ID PORT`` prints. Raises as
+        CLI's ``airlock sandbox expose ID PORT`` prints. It only reads:
+        the server's ingress serves every port already. Raises as
         :meth:`get_host` does."""
-        return ingress.get_url(self._client, self._sandbox_id, port, request_timeout)
+        return ingress.expose(self._client, self._sandbox_id, port, request_timeout)
 
     def rotate_traffic_token(self, request_timeout: Optional[float] = None) -> str:
         """Airlock: replaces the sandbox's traffic token and returns the new

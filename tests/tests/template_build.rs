@@ -226,8 +226,10 @@ async fn a_template_starts_with_its_server_running_and_a_rebuild_reruns_only_the
                 .any(|p| p.pid == pid && p.tag.as_deref() == Some("start")),
             "{listed:?}"
         );
-        // ENV reaches the sandbox's programs.
+        // ENV reaches the sandbox's programs, and they start in WORKDIR.
         assert_eq!(stdout_of(sandbox, "echo $GREETING").await, "hi\n");
+        assert_eq!(stdout_of(sandbox, "pwd").await, "/srv/app\n");
+        assert_eq!(stdout_of(sandbox, "cat version.txt").await, "v1\n");
     }
     // Each is its own machine.
     assert_ne!(

@@ -163,6 +163,10 @@ pub(crate) enum RecordedPausedCalls {
 pub(crate) struct RecordedDefaults {
     pub limits: RecordedLimits,
     pub user: Option<String>,
+    /// The directory programs start in (a template's `WORKDIR`); absent in
+    /// records written before it was kept.
+    #[serde(default)]
+    pub cwd: Option<String>,
     /// The builder's environment ([`SandboxBuilder::env`](crate::SandboxBuilder::env)), in order.
     pub env: Vec<(String, String)>,
 }
@@ -399,6 +403,7 @@ pub(crate) mod tests {
             defaults: RecordedDefaults {
                 limits: crate::Limits::new().pids(64).memory_bytes(1 << 28).into(),
                 user: Some("nobody".into()),
+                cwd: Some("/srv/app".into()),
                 env: vec![("LANG".into(), "C.UTF-8".into())],
             },
             network: Some(RecordedNetwork {
@@ -495,6 +500,14 @@ pub(crate) mod tests {
         ));
         let empty = tempfile::tempdir().unwrap();
         assert!(AdoptRecord::read(empty.path()).unwrap_err().is_missing());
+    }
+
+    #[test]
+    fn defaults_written_before_the_directory_was_kept_still_read() {
+        let older = r#"{"limits":{},"user":"nobody","env":[["LANG","C.UTF-8"]]}"#;
+        let read: RecordedDefaults = serde_json::from_str(older).unwrap();
+        assert_eq!(read.cwd, None);
+        assert_eq!(read.user.as_deref(), Some("nobody"));
     }
 
     #[test]

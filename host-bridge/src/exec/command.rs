@@ -193,6 +193,7 @@ impl Command {
         &self,
         limits: &Limits,
         user: Option<&str>,
+        cwd: Option<&str>,
         env: &[(String, String)],
     ) -> Command {
         let mut command = self.clone();
@@ -205,6 +206,9 @@ impl Command {
         command.limits = command.limits.or(limits);
         if command.user.is_none() {
             command.user = user.map(str::to_owned);
+        }
+        if command.cwd.is_none() {
+            command.cwd = cwd.map(str::to_owned);
         }
         command
     }
@@ -281,6 +285,29 @@ mod tests {
         assert_eq!(request.stdin, StdinMode::Closed as i32);
         assert_eq!(request.timeout_ms, 0);
         assert_eq!(request.pty, None);
+    }
+
+    #[test]
+    fn the_sandbox_defaults_fill_only_what_the_command_leaves_unset() {
+        let env = [("LANG".to_owned(), "C.UTF-8".to_owned())];
+        let defaults = |command: Command| {
+            command
+                .with_defaults(&Limits::default(), Some("app"), Some("/srv/app"), &env)
+                .to_request()
+        };
+        let plain = defaults(Command::new("pwd"));
+        assert_eq!(plain.cwd, "/srv/app");
+        assert_eq!(plain.user, "app");
+        assert_eq!(plain.env.get("LANG").map(String::as_str), Some("C.UTF-8"));
+        let own = defaults(
+            Command::new("pwd")
+                .cwd("/tmp")
+                .user("root")
+                .env("LANG", "C"),
+        );
+        assert_eq!(own.cwd, "/tmp");
+        assert_eq!(own.user, "root");
+        assert_eq!(own.env.get("LANG").map(String::as_str), Some("C"));
     }
 
     #[test]

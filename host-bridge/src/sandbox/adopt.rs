@@ -90,6 +90,7 @@ impl SandboxBuilder {
             defaults: RecordedDefaults {
                 limits: self.default_limits.into(),
                 user: self.default_user.clone(),
+                cwd: self.default_cwd.clone(),
                 env: self.env.clone(),
             },
             network: parts.network,
@@ -132,6 +133,7 @@ impl SandboxBuilder {
         self.console_log_budget = policy.console_log_budget;
         self.default_limits = record.defaults.limits.into();
         self.default_user = record.defaults.user.clone();
+        self.default_cwd = record.defaults.cwd.clone();
         self.env = record.defaults.env.clone();
         self.network = record
             .network
@@ -352,6 +354,7 @@ impl SandboxBuilder {
             features,
             default_limits: self.default_limits,
             default_user: self.default_user.clone(),
+            default_cwd: self.default_cwd.clone(),
             env,
             defaults_made: Arc::default(),
             network,

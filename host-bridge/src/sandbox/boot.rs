@@ -386,6 +386,7 @@ impl SandboxBuilder {
             features,
             default_limits: self.default_limits,
             default_user: self.default_user.clone(),
+            default_cwd: self.default_cwd.clone(),
             env,
             defaults_made: Arc::default(),
             network,

@@ -45,6 +45,7 @@ pub struct SandboxBuilder {
     pub(super) workspace_bytes: u64,
     pub(super) default_limits: Limits,
     pub(super) default_user: Option<String>,
+    pub(super) default_cwd: Option<String>,
     pub(super) serial_ports: Vec<SerialPort>,
     pub(super) vmm_user: VmmUser,
     pub(super) collect_orphans: bool,
@@ -110,6 +111,7 @@ impl Default for SandboxBuilder {
             workspace_bytes: DEFAULT_WORKSPACE_BYTES,
             default_limits: Limits::default(),
             default_user: None,
+            default_cwd: None,
             serial_ports: Vec::new(),
             vmm_user: VmmUser::Auto,
             collect_orphans: false,
@@ -203,6 +205,13 @@ impl SandboxBuilder {
     /// [`privileged`](crate::Command::privileged)).
     pub fn default_user(mut self, user: impl Into<String>) -> Self {
         self.default_user = Some(user.into());
+        self
+    }
+
+    /// The directory every command starts in unless it names one (an
+    /// absolute path; default: `/`). A named template's `WORKDIR` sets it.
+    pub fn default_cwd(mut self, dir: impl Into<String>) -> Self {
+        self.default_cwd = Some(dir.into());
         self
     }
 

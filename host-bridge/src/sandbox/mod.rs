@@ -86,6 +86,7 @@ pub struct Sandbox {
     features: AgentFeatures,
     default_limits: Limits,
     default_user: Option<String>,
+    default_cwd: Option<String>,
     /// What every program and context gets under its own variables: the
     /// builder's environment over the network's.
     env: Arc<[(String, String)]>,
@@ -120,6 +121,7 @@ impl Sandbox {
         let command = command.borrow().with_defaults(
             &self.default_limits,
             self.default_user.as_deref(),
+            self.default_cwd.as_deref(),
             &self.env,
         );
         self.features.require_all(command.required_feature())?;

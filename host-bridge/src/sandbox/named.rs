@@ -26,7 +26,8 @@ const LOCK_TIMEOUT: Duration = Duration::from_secs(600);
 impl SandboxBuilder {
     /// Starts from the named template `template` (`airlock template build`):
     /// its root image, memory and vCPUs, its `ENV` as the default
-    /// environment and its `USER` as the default user, and a clone of its
+    /// environment, its `USER` as the default user and its `WORKDIR` as the
+    /// default directory, and a clone of its
     /// snapshot, in which its `START` program is already running. Change
     /// none of these afterwards: the snapshot fits only the configuration
     /// it was made with, and a start that does not fit is an error.
@@ -44,6 +45,9 @@ impl SandboxBuilder {
         }
         if let Some(user) = &meta.user {
             self.default_user = Some(user.clone());
+        }
+        if let Some(dir) = &meta.workdir {
+            self.default_cwd = Some(dir.clone());
         }
         self
     }

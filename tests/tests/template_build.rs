@@ -458,3 +458,105 @@ async fn run_steps_reach_only_what_the_build_allows() {
     );
     sandbox.kill();
 }
+
+/// A root tarball in the context directory: busybox as `/bin/sh` and a few
+/// applets, nothing else.
+fn busybox_tarball(out: &Path) {
+    let busybox = Path::new(airlock_rootfs::busybox::DEFAULT_PATH);
+    assert!(
+        busybox.is_file(),
+        "{} is missing: run scripts/setup (it installs busybox-static)",
+        busybox.display()
+    );
+    let mut archive = tar::Builder::new(std::fs::File::create(out).unwrap());
+    archive
+        .append_path_with_name(busybox, "bin/busybox")
+        .unwrap();
+    for applet in ["sh", "cat", "echo", "pwd"] {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Symlink);
+        header.set_size(0);
+        header.set_mode(0o777);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_mtime(0);
+        archive
+            .append_link(&mut header, format!("bin/{applet}"), "busybox")
+            .unwrap();
+    }
+    let passwd = b"root:x:0:0:root:/root:/bin/sh\n";
+    let mut header = tar::Header::new_gnu();
+    header.set_size(passwd.len() as u64);
+    header.set_mode(0o644);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_mtime(0);
+    archive
+        .append_data(&mut header, "etc/passwd", &passwd[..])
+        .unwrap();
+    archive.finish().unwrap();
+}
+
+/// The default image's root as a tarball at `out` (as `docker export`
+/// gives one): its files read out of the ext4 image with debugfs, packed
+/// with fixed times and sorted names, so the same image gives the same
+/// bytes (and the image store's cache holds one import).
+fn default_root_tarball(scratch: &Path, out: &Path) {
+    let tree = scratch.join("root");
+    std::fs::create_dir_all(&tree).unwrap();
+    let dumped = Command::new("debugfs")
+        .arg("-R")
+        .arg(format!("rdump / {}", tree.display()))
+        .arg(airlock_tests::default_image())
+        .output()
+        .expect("debugfs runs (e2fsprogs; scripts/setup installs it)");
+    assert!(dumped.status.success(), "{dumped:?}");
+    let packed = Command::new("tar")
+        .args(["--sort=name", "--mtime=@0", "--numeric-owner", "-cf"])
+        .arg(out)
+        .arg("-C")
+        .arg(&tree)
+        .arg(".")
+        .output()
+        .expect("tar runs");
+    assert!(packed.status.success(), "{packed:?}");
+    std::fs::remove_dir_all(&tree).unwrap();
+}
+
+#[tokio::test]
+async fn a_template_builds_from_a_root_tarball_in_the_context() {
+    let home = Home::new();
+    // A root the build cannot work in (no umount, no GNU tar) is refused
+    // saying what it lacks, and leaves nothing behind.
+    busybox_tarball(&home.context.join("busybox.tar"));
+    let built = home.build("FROM ./busybox.tar\nRUN echo never\n");
+    let (stdout, stderr) = text(&built);
+    assert_eq!(built.status.code(), Some(125), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("the base image has no umount"),
+        "{stdout}\n{stderr}"
+    );
+    home.assert_nothing_left();
+
+    // A whole root (the default image's files, exported) builds, and its
+    // sandboxes run on it.
+    default_root_tarball(home._dir.path(), &home.context.join("rootfs.tar"));
+    let built = home.build(
+        "FROM ./rootfs.tar\n\
+         RUN echo built on a tarball > /etc/built\n\
+         WORKDIR /etc\n",
+    );
+    let (stdout, stderr) = text(&built);
+    assert!(built.status.success(), "{stdout}\n{stderr}");
+    let template = home.template();
+    let sandbox = from_template(&template, &home.state).await;
+    assert_eq!(
+        stdout_of(&sandbox, "cat built").await,
+        "built on a tarball\n"
+    );
+    assert_eq!(
+        stdout_of(&sandbox, "python3 -c 'print(6 * 7)'").await,
+        "42\n"
+    );
+    sandbox.kill();
+}

@@ -32,7 +32,12 @@ pub async fn flatten(sandbox: &Sandbox, scratch: &Path, out: &Path) -> Result<()
         "/",
         ".",
     ]);
-    let output = sandbox.exec(&pack).await?.output().await?;
+    let output = sandbox
+        .exec(&pack)
+        .await
+        .map_err(BuildError::tool("tar"))?
+        .output()
+        .await?;
     // GNU tar exits 1 when a file changed while it was read (logs, say).
     if !matches!(output.status, crate::ExitStatus::Code(0 | 1)) {
         return Err(BuildError::Host(format!(

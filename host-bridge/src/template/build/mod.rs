@@ -156,6 +156,13 @@ pub enum BuildError {
         #[source]
         source: std::io::Error,
     },
+    /// The base image lacks a program the build itself runs in the VM.
+    #[error(
+        "the base image has no {program}, which the build runs in it: a template's base needs a \
+         POSIX shell, coreutils, util-linux's umount and GNU tar (Debian's and Ubuntu's roots have \
+         them; a busybox-only root does not)"
+    )]
+    MissingTool { program: String },
     #[error("{0}")]
     Host(String),
 }
@@ -167,6 +174,20 @@ impl From<Error> for BuildError {
 }
 
 impl BuildError {
+    /// An error of a program the build runs in the VM: a program the base
+    /// image does not have is [`BuildError::MissingTool`].
+    pub(crate) fn tool(program: &str) -> impl FnOnce(Error) -> BuildError + '_ {
+        move |error| {
+            if error.agent_code() == Some(tonic::Code::NotFound) {
+                BuildError::MissingTool {
+                    program: program.to_owned(),
+                }
+            } else {
+                BuildError::from(error)
+            }
+        }
+    }
+
     pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
         move |source| BuildError::Io {
             path: path.to_owned(),

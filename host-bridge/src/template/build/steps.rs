@@ -54,7 +54,7 @@ impl StepVm {
             }
             Err(error) => {
                 let _ = sandbox.shutdown(SHUTDOWN_GRACE).await;
-                Err(error.into())
+                Err(BuildError::tool("umount")(error))
             }
         }
     }
@@ -180,7 +180,8 @@ async fn root_command(sandbox: &Sandbox, argv: &[&str]) -> Result<(), BuildError
                 .args(argv[1..].iter().copied())
                 .user("root"),
         )
-        .await?
+        .await
+        .map_err(BuildError::tool(argv[0]))?
         .output()
         .await?;
     if output.status.success() {

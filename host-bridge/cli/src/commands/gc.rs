@@ -42,7 +42,7 @@ pub async fn run(args: GcArgs) -> u8 {
             if text.is_empty() {
                 println!("no sandboxes under {}", base.display());
             } else {
-                print!("{text}");
+                super::stdout::print(&text);
             }
             if report.failed.is_empty() && templates {
                 0

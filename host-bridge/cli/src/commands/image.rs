@@ -22,7 +22,7 @@ pub fn run(command: ImageCommand) -> u8 {
     match command {
         ImageCommand::Ls => match store.list() {
             Ok(images) => {
-                print!("{}", table(&images, airlock::images::now_unix()));
+                super::stdout::print(&table(&images, airlock::images::now_unix()));
                 0
             }
             Err(error) => fail(&error),

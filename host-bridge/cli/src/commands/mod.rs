@@ -45,6 +45,7 @@ mod sandbox;
 mod serve;
 mod session;
 mod shell;
+mod stdout;
 mod template;
 mod template_build;
 mod terminal;

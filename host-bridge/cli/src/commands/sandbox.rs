@@ -406,9 +406,9 @@ async fn list(client: &Client, json: bool, metadata: Vec<(String, String)>) -> R
     }
     if json {
         let text = serde_json::to_string_pretty(&sandboxes).map_err(|e| e.to_string())?;
-        println!("{text}");
+        super::stdout::print(&format!("{text}\n"));
     } else {
-        print!("{}", table(&sandboxes));
+        super::stdout::print(&table(&sandboxes));
     }
     Ok(())
 }

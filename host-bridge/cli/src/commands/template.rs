@@ -4,6 +4,7 @@
 
 use airlock::template::{NamedError, NamedStore, TemplateEntry, TemplateStore};
 
+use super::stdout;
 use super::template_build::{self, BuildArgs};
 use super::EXIT_AIRLOCK_ERROR;
 
@@ -33,7 +34,11 @@ pub async fn run(command: TemplateCommand) -> u8 {
     let store = TemplateStore::new(airlock::template::default_dir());
     let result = match command {
         TemplateCommand::Build(args) => return template_build::run(args).await,
-        TemplateCommand::Ls => list_named().and_then(|_| list(&store)),
+        TemplateCommand::Ls => list_named().and_then(|named| {
+            let snapshots = list(&store)?;
+            stdout::print(&(named + &snapshots));
+            Ok(0)
+        }),
         TemplateCommand::Rm { keys, all } => remove(&store, keys, all),
     };
     match result {
@@ -46,23 +51,27 @@ pub async fn run(command: TemplateCommand) -> u8 {
 }
 
 /// The named templates' table.
-fn list_named() -> Result<u8, String> {
+fn list_named() -> Result<String, String> {
     let store = NamedStore::open_default();
     let templates = store.list().map_err(|e| airlock::error_chain(&e))?;
+    let mut text = String::new();
     if templates.is_empty() {
-        println!("no named templates in {}", store.dir().display());
+        text.push_str(&format!(
+            "no named templates in {}\n",
+            store.dir().display()
+        ));
     } else {
-        println!(
-            "{:<24}  {:>9}  {:>5}  {:<19}  {:>7}  START",
+        text.push_str(&format!(
+            "{:<24}  {:>9}  {:>5}  {:<19}  {:>7}  START\n",
             "NAME", "ON DISK", "STEPS", "BUILT (UTC)", "TOOK"
-        );
+        ));
     }
     for template in templates {
         match template {
             Ok(template) => {
                 let meta = template.meta();
-                println!(
-                    "{:<24}  {:>8}M  {:>5}  {:<19}  {:>6.1}s  {}",
+                text.push_str(&format!(
+                    "{:<24}  {:>8}M  {:>5}  {:<19}  {:>6.1}s  {}\n",
                     meta.name,
                     template.disk_bytes() >> 20,
                     meta.steps.len(),
@@ -73,13 +82,13 @@ fn list_named() -> Result<u8, String> {
                     } else {
                         &meta.start
                     }
-                );
+                ));
             }
-            Err(error) => println!("{}", airlock::error_chain(&error)),
+            Err(error) => text.push_str(&format!("{}\n", airlock::error_chain(&error))),
         }
     }
-    println!();
-    Ok(0)
+    text.push('\n');
+    Ok(text)
 }
 
 /// `YYYY-MM-DD HH:MM:SS` of a Unix time, in UTC.
@@ -104,21 +113,26 @@ fn utc(secs: u64) -> String {
     )
 }
 
-fn list(store: &TemplateStore) -> Result<u8, String> {
+/// The configuration snapshots' table.
+fn list(store: &TemplateStore) -> Result<String, String> {
     let entries = store.list().map_err(|e| airlock::error_chain(&e))?;
     if entries.is_empty() {
-        println!("no configuration snapshots in {}", store.dir().display());
-        return Ok(0);
+        return Ok(format!(
+            "no configuration snapshots in {}\n",
+            store.dir().display()
+        ));
     }
-    println!("configuration snapshots (made by the first start of each configuration):");
-    println!(
-        "{:<32}  {:<7}  {:>9}  {:>7}  {:>5}  IMAGE",
+    let mut text =
+        String::from("configuration snapshots (made by the first start of each configuration):\n");
+    text.push_str(&format!(
+        "{:<32}  {:<7}  {:>9}  {:>7}  {:>5}  IMAGE\n",
         "KEY", "STATE", "ON DISK", "MEMORY", "VCPUS"
-    );
+    ));
     for entry in &entries {
-        println!("{}", line(entry));
+        text.push_str(&line(entry));
+        text.push('\n');
     }
-    Ok(0)
+    Ok(text)
 }
 
 fn line(entry: &TemplateEntry) -> String {

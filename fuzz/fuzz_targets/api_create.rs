@@ -41,6 +41,7 @@ const FIELDS: &[&str] = &[
     "secrets",
     "workspace",
     "ca_certs",
+    "public_ports",
 ];
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);

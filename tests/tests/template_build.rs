@@ -231,6 +231,25 @@ async fn a_template_starts_with_its_server_running_and_a_rebuild_reruns_only_the
         assert_eq!(stdout_of(sandbox, "pwd").await, "/srv/app\n");
         assert_eq!(stdout_of(sandbox, "cat version.txt").await, "v1\n");
     }
+    // So do its code contexts: the default one and one made by name.
+    let cell = first
+        .run_code(airlock::Cell::new("import os\nos.getcwd()"))
+        .await
+        .unwrap()
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(cell.text(), Some("'/srv/app'"), "{cell:?}");
+    let bash = airlock::ContextOptions::new(airlock::Language::Bash).id("sh");
+    first.contexts().create(&bash).await.unwrap();
+    let cell = first
+        .run_code(airlock::Cell::new("cat version.txt").context("sh"))
+        .await
+        .unwrap()
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&cell.stdout), "v1\n", "{cell:?}");
     // Each is its own machine.
     assert_ne!(
         stdout_of(&first, "hostname").await,

@@ -81,8 +81,9 @@ impl ContextOptions {
         self
     }
 
-    /// The interpreter's working directory (default: the user's home, else
-    /// `/`).
+    /// The interpreter's working directory (default: the sandbox's default
+    /// directory, a named template's `WORKDIR`; without one, the user's
+    /// home, else `/`).
     pub fn cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
         self.cwd = Some(cwd.into());
         self
@@ -94,7 +95,8 @@ impl ContextOptions {
         self
     }
 
-    /// Who runs the interpreter (`name`, `uid`, `name:group`, `uid:gid`).
+    /// Who runs the interpreter (`name`, `uid`, `name:group`, `uid:gid`;
+    /// default: the sandbox's default user, a named template's `USER`).
     pub fn user(mut self, user: impl Into<String>) -> Self {
         self.user = Some(user.into());
         self

@@ -37,13 +37,46 @@ pub struct Contexts {
     client: CodeClient<AgentChannel>,
     features: AgentFeatures,
     vm: Arc<VmShared>,
-    /// Variables every context created here gets unless its options set
-    /// them (the builder's environment, the sandbox's network: proxy, CA,
-    /// placeholders).
-    default_env: Arc<[(String, String)]>,
+    defaults: ContextDefaults,
     /// The languages whose default context is known to have been made
-    /// with `default_env`.
+    /// with `defaults`.
     defaults_made: Arc<DefaultContexts>,
+}
+
+/// What every context created through [`Contexts`] gets unless its options
+/// say otherwise: the sandbox's own defaults, as its commands get them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ContextDefaults {
+    /// The builder's environment and the sandbox's network (proxy, CA,
+    /// placeholders).
+    pub(crate) env: Arc<[(String, String)]>,
+    /// Who runs the interpreter (a named template's `USER`).
+    pub(crate) user: Option<String>,
+    /// Where it starts (a named template's `WORKDIR`).
+    pub(crate) cwd: Option<String>,
+}
+
+impl ContextDefaults {
+    /// Nothing to add: the agent's own defaults stand.
+    fn is_empty(&self) -> bool {
+        self.env.is_empty() && self.user.is_none() && self.cwd.is_none()
+    }
+
+    /// Fills what `request` leaves unset.
+    fn apply(&self, request: &mut CreateContextRequest) {
+        for (key, value) in self.env.iter() {
+            request
+                .env
+                .entry(key.clone())
+                .or_insert_with(|| value.clone());
+        }
+        if request.user.is_empty() {
+            request.user = self.user.clone().unwrap_or_default();
+        }
+        if request.cwd.is_empty() {
+            request.cwd = self.cwd.clone().unwrap_or_default();
+        }
+    }
 }
 
 /// The languages whose default context a sandbox made itself, with its
@@ -68,14 +101,14 @@ impl Contexts {
         channel: AgentChannel,
         features: AgentFeatures,
         vm: Arc<VmShared>,
-        default_env: Arc<[(String, String)]>,
+        defaults: ContextDefaults,
         defaults_made: Arc<DefaultContexts>,
     ) -> Self {
         Contexts {
             client: CodeClient::new(channel).capped(),
             features,
             vm,
-            default_env,
+            defaults,
             defaults_made,
         }
     }
@@ -88,11 +121,11 @@ impl Contexts {
     /// Runs a cell; returns once the agent took it (the context exists and
     /// its interpreter started), streaming from there. A cell for a
     /// language's default context, in a sandbox with a default environment,
-    /// first makes that context with the environment (the agent would make
-    /// it bare).
+    /// user or working directory, first makes that context with them (the
+    /// agent would make it bare).
     pub async fn run(&self, cell: impl Into<Cell>) -> Result<CellExecution> {
         let cell = cell.into();
-        if cell.context.is_none() && !self.default_env.is_empty() {
+        if cell.context.is_none() && !self.defaults.is_empty() {
             self.make_default(cell.language.unwrap_or_default()).await?;
         }
         let request = cell.to_request();
@@ -105,16 +138,13 @@ impl Contexts {
         Ok(CellExecution::new(events, Arc::clone(&self.vm)))
     }
 
-    /// Starts a context. With a network, it gets the sandbox's proxy, CA
-    /// and placeholder variables unless `options` sets them.
+    /// Starts a context. It gets the sandbox's environment (with a network,
+    /// its proxy, CA and placeholder variables), default user and working
+    /// directory (a named template's `USER` and `WORKDIR`) unless `options`
+    /// sets them.
     pub async fn create(&self, options: &ContextOptions) -> Result<ContextInfo> {
         let mut request = options.to_request();
-        for (key, value) in self.default_env.iter() {
-            request
-                .env
-                .entry(key.clone())
-                .or_insert_with(|| value.clone());
-        }
+        self.defaults.apply(&mut request);
         let info = self
             .client()?
             .create_context(request)
@@ -125,17 +155,17 @@ impl Contexts {
     }
 
     /// Makes `language`'s default context (the agent names it after the
-    /// language) with the default environment, unless it exists.
+    /// language) with the sandbox's defaults, unless it exists.
     async fn make_default(&self, language: Language) -> Result<()> {
         if self.defaults_made.set().contains(&language) {
             return Ok(());
         }
-        let request = CreateContextRequest {
+        let mut request = CreateContextRequest {
             language: language.as_str().to_owned(),
             id: language.as_str().to_owned(),
-            env: self.default_env.iter().cloned().collect(),
             ..Default::default()
         };
+        self.defaults.apply(&mut request);
         match self.client()?.create_context(request).await {
             Ok(_) => {
                 tracing::debug!(%language, "default context made with the sandbox's environment")
@@ -196,5 +226,55 @@ impl Contexts {
             .set()
             .retain(|language| language.as_str() != context);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaults() -> ContextDefaults {
+        ContextDefaults {
+            env: Arc::from(vec![
+                ("HTTPS_PROXY".to_owned(), "http://10.0.2.2:3128".to_owned()),
+                ("LANG".to_owned(), "C.UTF-8".to_owned()),
+            ]),
+            user: Some("app".to_owned()),
+            cwd: Some("/srv/app".to_owned()),
+        }
+    }
+
+    #[test]
+    fn a_context_without_options_gets_the_sandboxs_defaults() {
+        let mut request = ContextOptions::new(Language::Python).to_request();
+        defaults().apply(&mut request);
+        assert_eq!(request.cwd, "/srv/app");
+        assert_eq!(request.user, "app");
+        assert_eq!(request.env["LANG"], "C.UTF-8");
+        assert_eq!(request.env.len(), 2);
+    }
+
+    #[test]
+    fn a_contexts_own_options_stand() {
+        let options = ContextOptions::new(Language::Bash)
+            .cwd("/tmp")
+            .user("root")
+            .env("LANG", "en_GB.UTF-8");
+        let mut request = options.to_request();
+        defaults().apply(&mut request);
+        assert_eq!(request.cwd, "/tmp");
+        assert_eq!(request.user, "root");
+        assert_eq!(request.env["LANG"], "en_GB.UTF-8");
+        assert_eq!(request.env["HTTPS_PROXY"], "http://10.0.2.2:3128");
+    }
+
+    #[test]
+    fn no_defaults_leave_the_request_bare() {
+        let empty = ContextDefaults::default();
+        assert!(empty.is_empty());
+        assert!(!defaults().is_empty());
+        let mut request = ContextOptions::new(Language::Python).to_request();
+        empty.apply(&mut request);
+        assert_eq!(request, ContextOptions::new(Language::Python).to_request());
     }
 }

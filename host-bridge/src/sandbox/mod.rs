@@ -37,7 +37,7 @@ use airlock_proto::v1::{
 use airlock_proto::Feature;
 use tokio::task::JoinHandle;
 
-use crate::code::{Cell, CellExecution, Contexts, DefaultContexts};
+use crate::code::{Cell, CellExecution, ContextDefaults, Contexts, DefaultContexts};
 use crate::error::{Error, Result};
 use crate::exec::{Command, Execution, Limits, ProcessHandle, ProcessInfo, Target};
 use crate::features::AgentFeatures;
@@ -217,7 +217,11 @@ impl Sandbox {
             self.channel.clone(),
             self.features,
             Arc::clone(&self.vm),
-            Arc::clone(&self.env),
+            ContextDefaults {
+                env: Arc::clone(&self.env),
+                user: self.default_user.clone(),
+                cwd: self.default_cwd.clone(),
+            },
             Arc::clone(&self.defaults_made),
         )
     }

@@ -6,14 +6,18 @@
 //! page in `/srv`, `START python3 -m http.server 8000` and
 //! `READY port 8000`. Three ways to reach an answering server:
 //! - from the named template (`SandboxBuilder::template`): start, then ask;
-//! - a cold boot of the same root image, then START (the loopback raised,
-//!   as the build does, and the same command in the background), then ask
-//!   until it answers;
+//! - a cold boot of the same root image, then START (the same command in
+//!   the background), then ask until it answers;
 //! - a clone of the image's configuration snapshot (what `airlock run`
-//!   does by default), then START, then ask until it answers.
+//!   does by default), then START, then ask until it answers;
+//! - the API's create from the named template (what `airlock sandbox
+//!   create --template` asks a server; here a server in this process),
+//!   then a GET from the host through the server's HTTP ingress: a user's
+//!   whole path to the server's answer.
 //!
 //! "Ask" is one HTTP/1.0 GET over bash's `/dev/tcp` in the guest, retried
-//! every 20 ms until the status line arrives. Each row is the median of
+//! every 20 ms until the status line arrives (through the ingress: an
+//! HTTP/1.1 GET on a new connection, retried every 20 ms until it is 200). Each row is the median of
 //! `AIRLOCK_BENCH_STARTS` starts (default 10), with the slowest; the ratio
 //! is against the template's row, measured in the same run.
 //!
@@ -22,13 +26,25 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use airlock::template::named::NAMED_DIR_ENV;
 use airlock::template::{BuildOptions, NamedStore, NamedTemplate, Ready, TemplateSpec};
 use airlock::{Command, Sandbox, SandboxBuilder};
+use airlock_client::{api, Client, Endpoint};
+use airlock_server::{IngressListener, Listeners, OnExit, ServerConfig, TcpEndpoint, UnixSocket};
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
 use serde_json::json;
 
 const START: &str = "python3 -m http.server 8000";
+/// START's port.
+const PORT: u16 = 8000;
 /// One GET; exits 0 once the status line arrives.
 const ASK: &str = "exec 3<>/dev/tcp/127.0.0.1/8000 && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 \
                    && head -c 12 <&3 | grep -q '^HTTP/1.0 200'";
@@ -42,6 +58,9 @@ async fn main() {
         .filter(|&n| n > 0)
         .unwrap_or(10);
     let dir = tempfile::tempdir().unwrap();
+    // The server started below finds its named templates here (set before
+    // any other thread reads the environment).
+    std::env::set_var(NAMED_DIR_ENV, dir.path().join("named"));
     let template = build(dir.path()).await;
     let snapshots = dir.path().join("snapshots");
 
@@ -76,6 +95,10 @@ async fn main() {
     rows.push((
         "configuration clone, then START until it answers",
         timed(n, || started_then_asked(plain(true))).await,
+    ));
+    rows.push((
+        "API create --template, first answer via ingress",
+        through_the_api(n, dir.path(), &template).await,
     ));
 
     let floor = median(&rows[0].1);
@@ -122,6 +145,97 @@ async fn build(dir: &std::path::Path) -> NamedTemplate {
         began.elapsed().as_secs_f64()
     );
     template
+}
+
+/// `n` creates of the named template through a server's API (in this
+/// process, on its Unix socket, with its HTTP ingress on loopback), each
+/// timed from the create to the guest server's first 200 through the
+/// ingress, then killed. The port is public, so no token is asked for.
+async fn through_the_api(n: usize, dir: &Path, template: &NamedTemplate) -> Vec<Duration> {
+    let socket = dir.join("server.sock");
+    let ingress = TcpEndpoint::bind("127.0.0.1:0".parse().unwrap(), None, true)
+        .await
+        .unwrap();
+    let ingress_addr = ingress.local_addr().unwrap();
+    let listeners = Listeners {
+        unix: Some(UnixSocket::bind(&socket).await.unwrap()),
+        tcp: None,
+        ingress: Some(IngressListener {
+            endpoint: ingress,
+            domain: airlock_server::DEFAULT_INGRESS_DOMAIN.to_owned(),
+        }),
+    };
+    let config = ServerConfig {
+        data_dir: dir.join("server"),
+        builder: Arc::new(airlock_tests::builder),
+        on_exit: OnExit::Kill,
+        ..ServerConfig::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(airlock_server::serve(config, listeners, async {
+        let _ = stopped.await;
+    }));
+    let client = Endpoint::Local { socket }.connect().await.expect("client");
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let began = Instant::now();
+        let id = client
+            .sandboxes()
+            .create(api::CreateSandboxRequest {
+                template: template.meta().name.clone(),
+                memory_mib: template.meta().memory_mib,
+                public_ports: vec![u32::from(PORT)],
+                ..api::CreateSandboxRequest::default()
+            })
+            .await
+            .expect("create from the named template")
+            .into_inner()
+            .sandbox_id;
+        let host = format!("{PORT}-{id}.{}", airlock_server::DEFAULT_INGRESS_DOMAIN);
+        get_until_ok(ingress_addr, &host).await;
+        times.push(began.elapsed());
+        kill(&client, id).await;
+    }
+    let _ = stop.send(());
+    let _ = server.await;
+    times.sort();
+    times
+}
+
+/// GETs `/` from `host` through the ingress at `addr`, each on a new
+/// connection, until one is 200 (at most 60 s).
+async fn get_until_ok(addr: SocketAddr, host: &str) {
+    let began = Instant::now();
+    loop {
+        let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .expect("handshake");
+        tokio::spawn(connection);
+        let request = Request::get("/")
+            .header("host", host)
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let response = sender.send_request(request).await.expect("request");
+        let status = response.status();
+        let _ = response.into_body().collect().await;
+        if status == StatusCode::OK {
+            return;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "the server never answered through the ingress: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn kill(client: &Client, id: String) {
+    client
+        .sandboxes()
+        .kill(api::KillSandboxRequest { sandbox_id: id })
+        .await
+        .expect("kill");
 }
 
 /// Starts `builder`, starts the server in `/srv` in

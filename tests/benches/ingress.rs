@@ -14,12 +14,11 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use airlock_client::{api, Client, Endpoint};
-use airlock_server::{IngressListener, Listeners, OnExit, ServerConfig, TcpEndpoint, UnixSocket};
+use airlock_client::{api, Client};
 use bytes::Bytes;
+use common::ingress_server::IngressServer;
 use common::{echo_binary, echo_throughput, ms, percentile, with_echo_port, ECHO_PORT_NAME, MIB};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
@@ -41,31 +40,12 @@ async fn main() {
     let size = size_mib * MIB;
     let dir = tempfile::tempdir().expect("temp dir");
     let echo_socket = dir.path().join("echo.sock");
-    let socket = dir.path().join("server.sock");
-    let ingress = TcpEndpoint::bind("127.0.0.1:0".parse().unwrap(), None, true)
-        .await
-        .unwrap();
-    let ingress_addr = ingress.local_addr().unwrap();
-    let listeners = Listeners {
-        unix: Some(UnixSocket::bind(&socket).await.unwrap()),
-        tcp: None,
-        ingress: Some(IngressListener {
-            endpoint: ingress,
-            domain: airlock_server::DEFAULT_INGRESS_DOMAIN.to_owned(),
-        }),
-    };
     let echo = echo_socket.clone();
-    let config = ServerConfig {
-        data_dir: dir.path().join("data"),
-        builder: Arc::new(move || with_echo_port(airlock_tests::builder(), &echo)),
-        on_exit: OnExit::Kill,
-        ..ServerConfig::default()
-    };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(airlock_server::serve(config, listeners, async {
-        let _ = stopped.await;
-    }));
-    let client = Endpoint::Local { socket }.connect().await.expect("client");
+    let server = IngressServer::start(dir.path(), move || {
+        with_echo_port(airlock_tests::builder(), &echo)
+    })
+    .await;
+    let (client, ingress_addr) = (server.client.clone(), server.ingress);
     let id = client
         .sandboxes()
         .create(api::CreateSandboxRequest {
@@ -182,8 +162,7 @@ async fn main() {
         ms(percentile(&firsts, 95)),
         ""
     );
-    let _ = stop.send(());
-    let _ = server.await;
+    server.stop().await;
 }
 
 /// Writes `data` to `path` in the sandbox (mode 0755).

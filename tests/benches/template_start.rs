@@ -26,17 +26,19 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+#[allow(dead_code)]
+mod common;
+
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock::template::named::NAMED_DIR_ENV;
 use airlock::template::{BuildOptions, NamedStore, NamedTemplate, Ready, TemplateSpec};
 use airlock::{Command, Sandbox, SandboxBuilder};
-use airlock_client::{api, Client, Endpoint};
-use airlock_server::{IngressListener, Listeners, OnExit, ServerConfig, TcpEndpoint, UnixSocket};
+use airlock_client::{api, Client};
 use bytes::Bytes;
+use common::ingress_server::IngressServer;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
@@ -152,30 +154,8 @@ async fn build(dir: &std::path::Path) -> NamedTemplate {
 /// timed from the create to the guest server's first 200 through the
 /// ingress, then killed. The port is public, so no token is asked for.
 async fn through_the_api(n: usize, dir: &Path, template: &NamedTemplate) -> Vec<Duration> {
-    let socket = dir.join("server.sock");
-    let ingress = TcpEndpoint::bind("127.0.0.1:0".parse().unwrap(), None, true)
-        .await
-        .unwrap();
-    let ingress_addr = ingress.local_addr().unwrap();
-    let listeners = Listeners {
-        unix: Some(UnixSocket::bind(&socket).await.unwrap()),
-        tcp: None,
-        ingress: Some(IngressListener {
-            endpoint: ingress,
-            domain: airlock_server::DEFAULT_INGRESS_DOMAIN.to_owned(),
-        }),
-    };
-    let config = ServerConfig {
-        data_dir: dir.join("server"),
-        builder: Arc::new(airlock_tests::builder),
-        on_exit: OnExit::Kill,
-        ..ServerConfig::default()
-    };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(airlock_server::serve(config, listeners, async {
-        let _ = stopped.await;
-    }));
-    let client = Endpoint::Local { socket }.connect().await.expect("client");
+    let server = IngressServer::start(dir, airlock_tests::builder).await;
+    let (client, ingress_addr) = (&server.client, server.ingress);
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
         let began = Instant::now();
@@ -194,10 +174,9 @@ async fn through_the_api(n: usize, dir: &Path, template: &NamedTemplate) -> Vec<
         let host = format!("{PORT}-{id}.{}", airlock_server::DEFAULT_INGRESS_DOMAIN);
         get_until_ok(ingress_addr, &host).await;
         times.push(began.elapsed());
-        kill(&client, id).await;
+        kill(client, id).await;
     }
-    let _ = stop.send(());
-    let _ = server.await;
+    server.stop().await;
     times.sort();
     times
 }

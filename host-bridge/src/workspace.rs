@@ -4,10 +4,10 @@
 //! mounts it as the writable upper layer of its overlay root, so whatever a
 //! run writes outside `/tmp` is there in the next run that attaches it.
 //!
-//! [`Workspace::open`] creates and formats the file on first use
+//! `Workspace::open` creates and formats the file on first use
 //! (`mkfs.ext4` on a sparse file of the requested size), refuses a file that
 //! is not ext4, and takes an exclusive `flock` that is held as long as the
-//! [`Workspace`] lives: a second sandbox on the same file gets
+//! `Workspace` lives: a second sandbox on the same file gets
 //! [`WorkspaceError::Busy`] instead of two kernels corrupting one filesystem.
 //!
 //! A file it creates is the caller's alone (mode 0600), or, when the VMM

@@ -59,7 +59,11 @@ pub mod v1 {
 ///   `WriteFileRequest.end`).
 /// - 3: ingress (the `Ingress` service, `CreateSandboxRequest.public_ports`,
 ///   `SandboxInfo.public_ports`, `ErrorReason.PORT_CLOSED`).
-pub const REVISION: u32 = 3;
+/// - 4: named workspaces (the `Workspaces` service,
+///   `CreateSandboxRequest.workspace_size_mib`, `SandboxInfo.workspace`,
+///   `KeyQuota.max_workspaces` and `max_workspace_mib`, `KeyInfo.workspaces`
+///   and `workspace_bytes`).
+pub const REVISION: u32 = 4;
 
 /// Names of optional parts a server may serve, as `Ping` lists them.
 pub mod features {

@@ -34,6 +34,15 @@ pub const MIN_MEMORY_MIB: u32 = 64;
 pub const MAX_MEMORY_MIB: u32 = 65536;
 /// Virtual CPUs.
 pub const MAX_VCPUS: u32 = 64;
+/// A named workspace's size, MiB (a create's `workspace_size_mib`), and the
+/// size of one made without it (4 GiB; sparse, so it costs what is written).
+pub const MIN_WORKSPACE_MIB: u64 = 16;
+pub const MAX_WORKSPACE_MIB: u64 = 256 * 1024;
+pub const DEFAULT_WORKSPACE_MIB: u64 = 4096;
+/// A key's named workspaces, and the sum of their sizes in MiB, unless its
+/// quota says: eight of the default size.
+pub const DEFAULT_MAX_WORKSPACES: u32 = 8;
+pub const DEFAULT_MAX_WORKSPACE_MIB: u64 = 32 * 1024;
 /// A sandbox's timeout, and an idle timeout, in seconds (30 days, 7 days).
 pub const MAX_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
 pub const MAX_IDLE_SECS: u64 = 7 * 24 * 3600;

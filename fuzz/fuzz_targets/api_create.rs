@@ -6,7 +6,7 @@
 //! Input: the protobuf bytes of a `CreateSandboxRequest`. Invariants: a
 //! refusal carries a reason, and an `INVALID_ARGUMENT` names a field of the
 //! request; an accepted request stays within the limits a client is told
-//! (memory, vCPUs, lifetime, rules, labels, roots), a key's sandbox always
+//! (memory, vCPUs, lifetime, rules, labels, roots, workspace size), a key's sandbox always
 //! has a lifetime, and a key's named workspace is a file in that key's own
 //! directory, never elsewhere.
 #![no_main]
@@ -42,6 +42,7 @@ const FIELDS: &[&str] = &[
     "workspace",
     "ca_certs",
     "public_ports",
+    "workspace_size_mib",
 ];
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -124,6 +125,10 @@ fn accepted(create: &Create, principal: &Principal, data_dir: &Path) {
     assert!(create.envs.len() <= limits::MAX_ENVS);
     assert!(machine.ca_certs.len() <= airlock_proto::contract::trust::MAX_ROOTS);
     assert_eq!(machine.image.is_empty(), machine.image_path.is_none());
+    if let Some(mib) = machine.workspace_size_mib {
+        assert!(machine.workspace.is_some(), "a size without a workspace");
+        assert!((limits::MIN_WORKSPACE_MIB..=limits::MAX_WORKSPACE_MIB).contains(&mib));
+    }
     if let Principal::Key(name) = principal {
         assert!(machine.timeout.is_some(), "a key's sandbox without a lifetime");
         if let Some(workspace) = &machine.workspace {

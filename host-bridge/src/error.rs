@@ -253,6 +253,7 @@ impl Error {
             Error::Transport(_) => K::Unavailable,
             Error::BootTimeout { .. } => K::Timeout,
             Error::Workspace(WorkspaceError::Busy(_)) => K::Precondition,
+            Error::Workspace(WorkspaceError::Missing(_)) => K::NotFound,
             Error::Workspace(WorkspaceError::TooSmall(_) | WorkspaceError::NotExt4(_)) => {
                 K::Invalid
             }

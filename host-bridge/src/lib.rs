@@ -33,7 +33,8 @@
 //!   shares without depending on this library.
 //! - `manager`: [`Sandboxes`], many sandboxes under one maximum, with a warm
 //!   pool of frozen ones to hand out.
-//! - `workspace`: the persistent, exclusively locked disk behind `.workspace()`.
+//! - `workspace`: the persistent, exclusively locked disk behind `.workspace()`
+//!   (and [`workspace::remove`]).
 //! - [`template`]: snapshots of booted guests that starts clone, and named
 //!   templates: a [`template::TemplateSpec`] (read from a Dockerfile subset
 //!   or built in code) built by [`template::build()`] into an environment whose
@@ -81,7 +82,7 @@ pub mod template;
 pub mod transport;
 pub mod trust;
 mod vmm;
-mod workspace;
+pub mod workspace;
 
 pub use accel::{detect as detect_accel, Accel, ParseAccelError, ACCEL_ENV};
 /// The image store (the `airlock-images` crate).

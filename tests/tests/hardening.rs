@@ -1,6 +1,8 @@
 //! The VMM is hardened: QEMU runs under its seccomp filter and, when the
 //! host library runs as root, QEMU and vhost-device-vsock run as an
-//! unprivileged user that cannot touch the state directory's owner record.
+//! unprivileged user that cannot touch the state directory's owner record,
+//! also with a workspace the library made (one an embedder made is used as
+//! it is: the VMM drops privileges once its user can write the file).
 
 // A test panics with its reason; that is what expect is for here.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -19,7 +21,7 @@ async fn the_vmm_runs_unprivileged_and_under_seccomp() {
     );
     // Copies of the guest artifacts and the device program where any user
     // can reach them (the originals are under root's 0700 home here).
-    let reachable = Reachable::new();
+    let reachable = Reachable::new().with_device();
     let base = reachable.dir.path().join("state");
 
     // Auto: nobody/nogroup, since every file is within its reach.
@@ -69,6 +71,71 @@ async fn the_vmm_runs_unprivileged_and_under_seccomp() {
     let message = airlock::error_chain(&error);
     assert!(message.contains("cannot read"), "{message}");
     assert!(message.contains(&kernel.display().to_string()), "{message}");
+}
+
+#[tokio::test]
+async fn a_workspace_the_library_makes_is_used_by_an_unprivileged_vmm() {
+    assert!(
+        nix_is_root(),
+        "this test checks the switch to an unprivileged VMM user, which needs root"
+    );
+    let reachable = Reachable::new();
+    let base = reachable.dir.path().join("state");
+    let image = airlock_tests::default_image();
+    let with = |workspace: &Path| {
+        reachable
+            .builder(&base)
+            .image(&image)
+            .workspace(workspace)
+            .workspace_size(64 << 20)
+    };
+
+    // Made by the library: the VMM's group's, so QEMU drops to nobody.
+    let made = reachable.dir.path().join("made.img");
+    let sandbox = with(&made).start().await.expect("start on a new workspace");
+    check_vm(&sandbox, 65534, 65534).await;
+    let meta = std::fs::metadata(&made).unwrap();
+    assert_eq!(
+        (meta.uid(), meta.gid(), meta.mode() & 0o777),
+        (0, 65534, 0o660)
+    );
+    drop(sandbox);
+
+    // The embedder's own file is used as it is: root's 0644 keeps a root
+    // VMM (the unprivileged user could not write it)...
+    let own = reachable.dir.path().join("own.img");
+    std::fs::File::create(&own)
+        .and_then(|file| file.set_len(32 << 20))
+        .unwrap();
+    let mkfs = std::process::Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&own)
+        .status()
+        .expect("mkfs.ext4 (e2fsprogs)");
+    assert!(mkfs.success());
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let sandbox = with(&own)
+        .start()
+        .await
+        .expect("start on the embedder's file");
+    let qemu = airlock_tests::processes_mentioning(sandbox.state_dir());
+    assert_eq!(qemu.len(), 1, "{qemu:?}");
+    let owner = std::fs::metadata(format!("/proc/{}", qemu[0]))
+        .unwrap()
+        .uid();
+    assert_eq!(owner, 0, "QEMU stays root for a file its user cannot write");
+    drop(sandbox);
+    assert_eq!(
+        std::fs::metadata(&own).unwrap().mode() & 0o777,
+        0o644,
+        "left as it was"
+    );
+
+    // ... until the embedder shares it with the VMM's group.
+    std::os::unix::fs::chown(&own, None, Some(65534)).unwrap();
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o660)).unwrap();
+    let sandbox = with(&own).start().await.expect("start on the shared file");
+    check_vm(&sandbox, 65534, 65534).await;
 }
 
 /// Checks that the VM works and that its VMM processes run as `uid`:`gid`
@@ -143,12 +210,6 @@ impl Reachable {
             std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode)).unwrap();
             to
         };
-        // Built with the test (scripts/setup installs it); the test
-        // binaries' PATH and cargo home find it as the library does.
-        let device = which("vhost-device-vsock");
-        let device_copy = copy(&device, "vhost-device-vsock", 0o755);
-        // Process-wide: one test in this binary uses it.
-        std::env::set_var("AIRLOCK_VHOST_DEVICE_VSOCK", device_copy);
         let kernel = copy(&airlock::artifacts::default_kernel(), "vmlinuz", 0o644);
         let initramfs = copy(
             &airlock::artifacts::default_initramfs(),
@@ -160,6 +221,19 @@ impl Reachable {
             kernel,
             initramfs,
         }
+    }
+
+    /// Names a copy of vhost-device-vsock here for the library, in the
+    /// process's environment (so for one test of this binary only).
+    fn with_device(self) -> Self {
+        // Built with the test (scripts/setup installs it); the test
+        // binaries' PATH and cargo home find it as the library does.
+        let device = which("vhost-device-vsock");
+        let to = self.dir.path().join("vhost-device-vsock");
+        std::fs::copy(&device, &to).unwrap_or_else(|e| panic!("copy {}: {e}", device.display()));
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::env::set_var("AIRLOCK_VHOST_DEVICE_VSOCK", to);
+        self
     }
 
     fn builder(&self, base: &Path) -> airlock::SandboxBuilder {

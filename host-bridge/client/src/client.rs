@@ -11,7 +11,8 @@ use airlock_api::limits::MAX_MESSAGE_BYTES;
 use airlock_api::v1::{
     code_client::CodeClient, files_client::FilesClient, ingress_client::IngressClient,
     keys_client::KeysClient, network_client::NetworkClient, processes_client::ProcessesClient,
-    sandboxes_client::SandboxesClient, PingRequest, PingResponse,
+    sandboxes_client::SandboxesClient, workspaces_client::WorkspacesClient, PingRequest,
+    PingResponse,
 };
 
 use crate::error::ClientError;
@@ -124,6 +125,11 @@ impl Client {
         /// API keys (the owner's, on the Unix socket).
         keys,
         KeysClient
+    );
+    service!(
+        /// Named workspaces: make, list, remove.
+        workspaces,
+        WorkspacesClient
     );
 
     /// The server's version, API revision and features, and who this

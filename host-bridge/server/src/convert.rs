@@ -107,6 +107,7 @@ pub fn sandbox_info(entry: &Entry) -> api::SandboxInfo {
         owner: record.owner.clone().unwrap_or_default(),
         env_names: record.envs.keys().cloned().collect(),
         public_ports: record.public_ports.iter().map(|&p| u32::from(p)).collect(),
+        workspace: record.workspace.clone(),
     }
 }
 

@@ -25,6 +25,8 @@
 //! - `registry`, `record`: the server's sandboxes with owners and labels,
 //!   tenancy and quotas, and their records on disk.
 //! - `state`: what calls share (the manager, calls in flight per key).
+//! - `workspaces`: the keys' named workspaces, their quota, claims and
+//!   removal.
 //! - `service`: one module per service of the API.
 //! - `validate`, `convert`, `status`: requests checked, answers and errors
 //!   mapped, each in one place.
@@ -53,6 +55,7 @@ mod service;
 mod state;
 mod status;
 mod validate;
+mod workspaces;
 
 pub use config::{default_data_dir, BuilderFactory, OnExit, ServerConfig, DATA_DIR_ENV};
 pub use error::ServerError;

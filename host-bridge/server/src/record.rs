@@ -64,6 +64,9 @@ pub struct Record {
     /// record from before ingress: the server makes one on reading it).
     #[serde(default)]
     pub ingress_token: String,
+    /// The named workspace it holds ("" for none, or a host path's).
+    #[serde(default)]
+    pub workspace: String,
 }
 
 impl Record {
@@ -86,6 +89,7 @@ impl Record {
             pooled: false,
             public_ports: Vec::new(),
             ingress_token: String::new(),
+            workspace: String::new(),
         }
     }
 }

@@ -230,6 +230,21 @@ impl Registry {
         self.entries().values().cloned().collect()
     }
 
+    /// The live sandbox of `owner` (`None`: the machine's owner) that
+    /// holds its named workspace `name`, if one does (one on disk
+    /// included: its restore opens the workspace again).
+    pub fn workspace_holder(&self, owner: Option<&str>, name: &str) -> Option<String> {
+        self.sweep();
+        self.entries()
+            .values()
+            .find(|e| {
+                e.ended_at.is_none()
+                    && e.record.owner.as_deref() == owner
+                    && e.record.workspace == name
+            })
+            .map(|e| e.record.id.clone())
+    }
+
     /// The ids of `key`'s live sandboxes.
     pub fn owned_by(&self, key: &str) -> Vec<String> {
         self.entries()

@@ -26,7 +26,7 @@ use airlock_api::v1 as api;
 use airlock_api::v1::{
     code_server::CodeServer, files_server::FilesServer, ingress_server::IngressServer,
     keys_server::KeysServer, network_server::NetworkServer, processes_server::ProcessesServer,
-    sandboxes_server::SandboxesServer,
+    sandboxes_server::SandboxesServer, workspaces_server::WorkspacesServer,
 };
 
 use crate::auth::{KeyAuth, OwnerOnly};
@@ -78,6 +78,7 @@ macro_rules! routes {
             .add_service(service!(NetworkServer))
             .add_service(service!(IngressServer))
             .add_service(service!(KeysServer))
+            .add_service(service!(WorkspacesServer))
     }};
 }
 

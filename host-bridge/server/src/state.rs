@@ -23,6 +23,7 @@ use crate::service::files::Trackers;
 use crate::service::relay::Relays;
 use crate::status::error_status;
 use crate::validate;
+use crate::workspaces::WorkspaceStore;
 
 /// Calls in flight the owner may have (the Unix socket).
 const OWNER_CALLS: u32 = 4096;
@@ -44,6 +45,8 @@ pub struct State {
     pub policy_changes: tokio::sync::Mutex<()>,
     /// The HTTP ingress, when the server serves one.
     pub ingress: Option<Arc<crate::ingress::Ingress>>,
+    /// The keys' named workspaces.
+    pub workspaces: WorkspaceStore,
     calls: Mutex<HashMap<Principal, Arc<Semaphore>>>,
     tasks: Mutex<JoinSet<()>>,
 }
@@ -61,6 +64,7 @@ impl State {
         pool: Option<Machine>,
     ) -> Self {
         State {
+            workspaces: WorkspaceStore::new(&config.data_dir),
             config,
             sandboxes,
             registry,

@@ -169,7 +169,7 @@ async fn a_quota_refusal_gives_the_figures_and_the_next_call_works() {
             api::KeyQuota {
                 max_sandboxes: 1,
                 max_memory_mib: 768,
-                max_concurrent_calls: 0,
+                ..api::KeyQuota::default()
             },
         )
         .await;

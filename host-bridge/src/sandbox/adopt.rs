@@ -190,7 +190,8 @@ impl SandboxBuilder {
                     path.display()
                 )))
             }
-            Some(path) => Some(Workspace::open(path, builder.workspace_bytes)?),
+            // It exists, so no group is given.
+            Some(path) => Some(Workspace::open(path, builder.workspace_bytes, None)?),
             None => None,
         };
         let vm_gone = |error: VmmError| match error {

@@ -139,7 +139,11 @@ impl SandboxBuilder {
             .map_err(|e| Error::Config(e.to_string()))?;
         // The lock is taken before anything starts, and lives in the Sandbox.
         let workspace = match &self.workspace {
-            Some(path) => Some(Workspace::open(path, self.workspace_bytes)?),
+            Some(path) => Some(Workspace::open(
+                path,
+                self.workspace_bytes,
+                self.workspace_group(accel),
+            )?),
             None => None,
         };
         let mut disks = self.disks();

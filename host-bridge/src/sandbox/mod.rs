@@ -22,6 +22,8 @@
 //!   (ingress).
 //! - `adopt`: taking over a sandbox whose owner died or detached it, and
 //!   detaching one (see [`crate::adopt`]).
+//! - `workspace`: [`SandboxBuilder::create_workspace`], and the group a
+//!   workspace the library creates is given to.
 //! - this file: [`Sandbox`], the handle on a running VM.
 
 use std::sync::Arc;
@@ -61,6 +63,7 @@ mod named;
 mod network;
 mod restore;
 mod trust;
+mod workspace;
 
 pub use boot::{BootTimings, Origin};
 pub use builder::{

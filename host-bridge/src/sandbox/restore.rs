@@ -54,7 +54,8 @@ impl SandboxBuilder {
                     path.display()
                 )))
             }
-            Some(path) => Some(Workspace::open(path, self.workspace_bytes)?),
+            // It exists, so no group is given.
+            Some(path) => Some(Workspace::open(path, self.workspace_bytes, None)?),
             None => None,
         };
         let snapshot = store.open_newest(&record, &crate::vmm::qemu_version()?)?;

@@ -79,6 +79,35 @@ impl Access {
 }
 
 impl VmmUser {
+    /// The user and group the VMM would switch to, before any file is
+    /// checked (`None`: it runs as the caller).
+    fn candidate(self, kvm: bool) -> Option<Credentials> {
+        let root = nix::unistd::geteuid().is_root();
+        match self {
+            VmmUser::Caller => None,
+            VmmUser::Auto if !root => None,
+            VmmUser::Auto => {
+                let gid = if kvm {
+                    kvm_group().unwrap_or(NOBODY)
+                } else {
+                    NOBODY
+                };
+                Some(Credentials { uid: NOBODY, gid })
+            }
+            VmmUser::Id { uid, gid } => Some(Credentials { uid, gid }),
+        }
+    }
+
+    /// The group a file made for the VMM is given to: the group the VMM
+    /// runs with when the caller is root and it switches users; `None`
+    /// when it runs as the caller, who owns the file anyway.
+    pub(crate) fn group(self, kvm: bool) -> Option<u32> {
+        if !nix::unistd::geteuid().is_root() {
+            return None;
+        }
+        self.candidate(kvm).map(|credentials| credentials.gid)
+    }
+
     /// The credentials to start the VMM with (`None`: as the caller), given
     /// the paths it needs and whether it uses `/dev/kvm`.
     pub(crate) fn resolve(
@@ -86,25 +115,15 @@ impl VmmUser {
         needs: &[(PathBuf, Access)],
         kvm: bool,
     ) -> Result<Option<Credentials>, VmmError> {
-        let root = nix::unistd::geteuid().is_root();
-        let credentials = match self {
-            VmmUser::Caller => return Ok(None),
-            VmmUser::Auto if !root => return Ok(None),
-            VmmUser::Auto => {
-                let gid = if kvm {
-                    kvm_group().unwrap_or(NOBODY)
-                } else {
-                    NOBODY
-                };
-                Credentials { uid: NOBODY, gid }
-            }
-            VmmUser::Id { uid, gid } => {
-                if !root {
-                    return Err(VmmError::UserNeedsRoot { uid });
-                }
-                Credentials { uid, gid }
-            }
+        let credentials = match self.candidate(kvm) {
+            None => return Ok(None),
+            Some(credentials) => credentials,
         };
+        if !nix::unistd::geteuid().is_root() {
+            return Err(VmmError::UserNeedsRoot {
+                uid: credentials.uid,
+            });
+        }
         let kvm_need = kvm.then(|| (PathBuf::from("/dev/kvm"), Access::ReadWrite));
         let blocked = needs
             .iter()
@@ -211,6 +230,22 @@ mod tests {
             gid: meta.gid(),
         };
         assert!(owner.can(&file, Access::ReadWrite));
+    }
+
+    #[test]
+    fn files_made_for_the_vmm_go_to_the_group_it_runs_with() {
+        assert_eq!(VmmUser::Caller.group(false), None);
+        let explicit = VmmUser::Id {
+            uid: 4242,
+            gid: 4243,
+        };
+        if nix::unistd::geteuid().is_root() {
+            assert_eq!(VmmUser::Auto.group(false), Some(NOBODY));
+            assert_eq!(explicit.group(true), Some(4243));
+        } else {
+            assert_eq!(VmmUser::Auto.group(false), None);
+            assert_eq!(explicit.group(false), None, "no switch, so no group");
+        }
     }
 
     #[test]

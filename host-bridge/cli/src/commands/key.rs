@@ -3,6 +3,7 @@
 //! manages them, on the server's Unix socket.
 
 use airlock_client::api;
+use airlock_client::limits;
 use clap::Subcommand;
 
 use super::remote::message;
@@ -35,6 +36,13 @@ pub enum KeyCommand {
         /// Calls it may have in flight at once (default: the server's).
         #[arg(long, value_name = "N", default_value_t = 0)]
         max_calls: u32,
+        /// Named workspaces it may keep (default: 8).
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        max_workspaces: u32,
+        /// The sum of its workspaces' sizes, MiB: what its guests can fill
+        /// on the host's disk (default: 32768).
+        #[arg(long, value_name = "MIB", default_value_t = 0)]
+        max_workspace_mib: u64,
     },
     /// List the keys (never the keys themselves).
     Ls,
@@ -61,6 +69,8 @@ pub async fn run(args: KeyArgs) -> u8 {
             max_sandboxes,
             max_memory,
             max_calls,
+            max_workspaces,
+            max_workspace_mib,
         } => keys
             .create_key(api::CreateKeyRequest {
                 name,
@@ -68,6 +78,8 @@ pub async fn run(args: KeyArgs) -> u8 {
                     max_sandboxes,
                     max_memory_mib: max_memory,
                     max_concurrent_calls: max_calls,
+                    max_workspaces,
+                    max_workspace_mib,
                 }),
             })
             .await
@@ -80,8 +92,8 @@ pub async fn run(args: KeyArgs) -> u8 {
             }),
         KeyCommand::Ls => keys.list_keys(api::ListKeysRequest {}).await.map(|answer| {
             println!(
-                "{:<24}  {:>9}  {:>10}  {:>9}",
-                "NAME", "SANDBOXES", "MAX", "MAX MIB"
+                "{:<24}  {:>9}  {:>10}  {:>9}  {:>10}  {:>14}",
+                "NAME", "SANDBOXES", "MAX", "MAX MIB", "WORKSPACES", "WORKSPACE MIB"
             );
             for key in answer.into_inner().keys {
                 let quota = key.quota.unwrap_or_default();
@@ -92,12 +104,26 @@ pub async fn run(args: KeyArgs) -> u8 {
                         n.to_string()
                     }
                 };
+                // Workspaces: held of the most (0: the server's default).
+                let of = |held: u64, max: u64, default: u64| {
+                    format!("{held}/{}", if max == 0 { default } else { max })
+                };
                 println!(
-                    "{:<24}  {:>9}  {:>10}  {:>9}",
+                    "{:<24}  {:>9}  {:>10}  {:>9}  {:>10}  {:>14}",
                     key.name,
                     key.sandboxes,
                     limit(u64::from(quota.max_sandboxes)),
-                    limit(quota.max_memory_mib)
+                    limit(quota.max_memory_mib),
+                    of(
+                        u64::from(key.workspaces),
+                        u64::from(quota.max_workspaces),
+                        u64::from(limits::DEFAULT_MAX_WORKSPACES)
+                    ),
+                    of(
+                        key.workspace_bytes >> 20,
+                        quota.max_workspace_mib,
+                        limits::DEFAULT_MAX_WORKSPACE_MIB
+                    ),
                 );
             }
         }),

@@ -10,7 +10,8 @@
 //!   `sandbox` and `key`: clients of it (crate `airlock-client`), local or
 //!   remote (`remote` says where the server is and maps its messages);
 //!   `run_code` is `sandbox run-code`, a cell of code in a sandbox's
-//!   persistent context; `copy` is `sandbox cp`.
+//!   persistent context; `copy` is `sandbox cp`; `workspace` is `workspace
+//!   create|ls|rm`, the server's named workspaces.
 //! - `mcp`: the MCP server (crate `airlock-mcp`) over stdio or streamable
 //!   HTTP, a client of the same server.
 //! - `program_options`: [`ProgramOptions`], how to run the program (env,
@@ -51,6 +52,7 @@ mod template_build;
 mod terminal;
 mod transfer;
 mod vm_options;
+mod workspace;
 
 use std::path::PathBuf;
 
@@ -101,6 +103,9 @@ pub enum Commands {
     Serve(serve::ServeArgs),
     /// Manage the API keys remote clients present (the local owner's).
     Key(key::KeyArgs),
+    /// The named workspaces a server keeps for you (what `sandbox create
+    /// --workspace NAME` attaches): create, ls, rm.
+    Workspace(workspace::WorkspaceArgs),
     /// Serve the Model Context Protocol, so agent hosts run code in
     /// sandboxes: over stdio (what desktop and IDE hosts start), or with
     /// --http over streamable HTTP for callers with an API key.
@@ -225,6 +230,7 @@ pub async fn main(args: Args) -> u8 {
         Commands::Sandbox(sandbox_args) => sandbox::run(sandbox_args).await,
         Commands::Serve(serve_args) => serve::run(serve_args).await,
         Commands::Key(key_args) => key::run(key_args).await,
+        Commands::Workspace(args) => workspace::run(args).await,
         Commands::Mcp(mcp_args) => mcp::run(*mcp_args).await,
     }
 }

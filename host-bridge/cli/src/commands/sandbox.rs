@@ -152,6 +152,13 @@ pub struct CreateArgs {
     #[arg(long = "public-port", value_name = "PORT",
           value_parser = clap::value_parser!(u16).range(1..))]
     pub public_ports: Vec<u16>,
+
+    /// The size of a workspace this create makes, e.g. 512M, 4G (default
+    /// 4G; sparse: the host's disk holds what the guest writes, up to
+    /// this, and the key's quota counts the whole size).
+    #[arg(long, value_name = "SIZE", requires = "workspace",
+          value_parser = super::parse_size)]
+    pub workspace_size: Option<u64>,
 }
 
 /// `KEY=VALUE`.
@@ -336,6 +343,10 @@ fn create_request(args: CreateArgs) -> Result<api::CreateSandboxRequest, String>
             .map(|file| file.certs.iter().map(CaCert::to_pem).collect())
             .collect(),
         public_ports: args.public_ports.iter().map(|&p| u32::from(p)).collect(),
+        workspace_size_mib: match args.workspace_size {
+            None => 0,
+            Some(bytes) => super::workspace::whole_mib(bytes)?,
+        },
         ..api::CreateSandboxRequest::default()
     };
     Ok(api::CreateSandboxRequest {

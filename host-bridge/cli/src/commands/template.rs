@@ -92,7 +92,7 @@ fn list_named() -> Result<String, String> {
 }
 
 /// `YYYY-MM-DD HH:MM:SS` of a Unix time, in UTC.
-fn utc(secs: u64) -> String {
+pub(super) fn utc(secs: u64) -> String {
     let days = secs / 86_400;
     let rem = secs % 86_400;
     // Civil from days (Howard Hinnant's algorithm).

@@ -12,4 +12,4 @@
 
 mod store;
 
-pub use store::{KeyError, KeyInfo, KeyStore, Quota};
+pub use store::{is_valid_name, KeyError, KeyInfo, KeyStore, Quota, OWNER_NAME};

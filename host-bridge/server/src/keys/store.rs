@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use airlock_api::auth::{self, KEY_BYTES, KEY_PREFIX};
-use airlock_api::limits::MAX_KEY_NAME_BYTES;
+use airlock_api::limits::{DEFAULT_MAX_WORKSPACES, DEFAULT_MAX_WORKSPACE_MIB, MAX_KEY_NAME_BYTES};
 
 /// The file's name in the data directory.
 const FILE: &str = "keys.json";
@@ -34,7 +34,8 @@ pub enum KeyError {
     #[error("no key named {0}")]
     NoSuchKey(String),
     #[error(
-        "a key's name is 1 to {MAX_KEY_NAME_BYTES} bytes of letters, digits, '.', '_' and '-'"
+        "a key's name is 1 to {MAX_KEY_NAME_BYTES} bytes of letters, digits, '.', '_' and '-', \
+         and not {OWNER_NAME}, '.' or '..'"
     )]
     BadName,
 }
@@ -48,6 +49,31 @@ pub struct Quota {
     pub max_memory_mib: u64,
     /// Calls in flight (0: the server's default).
     pub max_concurrent_calls: u32,
+    /// Named workspaces (0: [`DEFAULT_MAX_WORKSPACES`]).
+    #[serde(default)]
+    pub max_workspaces: u32,
+    /// The sum of their sizes, MiB (0: [`DEFAULT_MAX_WORKSPACE_MIB`]).
+    #[serde(default)]
+    pub max_workspace_mib: u64,
+}
+
+impl Quota {
+    /// The most named workspaces the key may keep.
+    pub fn workspaces(&self) -> u32 {
+        match self.max_workspaces {
+            0 => DEFAULT_MAX_WORKSPACES,
+            n => n,
+        }
+    }
+
+    /// The most bytes its named workspaces may take in all (their sizes).
+    pub fn workspace_bytes(&self) -> u64 {
+        let mib = match self.max_workspace_mib {
+            0 => DEFAULT_MAX_WORKSPACE_MIB,
+            n => n,
+        };
+        mib.saturating_mul(1 << 20)
+    }
 }
 
 /// A key as listed: never its secret, never its hash.
@@ -240,9 +266,15 @@ fn info(key: &StoredKey) -> KeyInfo {
     }
 }
 
-/// Whether `name` can name a key.
+/// The name the owner's own named workspaces are kept under, beside the
+/// keys' (so no key may have it).
+pub const OWNER_NAME: &str = "_owner";
+
+/// Whether `name` can name a key: a directory name of its own under the
+/// workspaces' (never `.`, `..` or the owner's).
 pub fn is_valid_name(name: &str) -> bool {
-    !name.is_empty()
+    !matches!(name, "." | ".." | OWNER_NAME)
+        && !name.is_empty()
         && name.len() <= MAX_KEY_NAME_BYTES
         && name
             .bytes()
@@ -318,6 +350,8 @@ mod tests {
             max_sandboxes: 2,
             max_memory_mib: 1024,
             max_concurrent_calls: 0,
+            max_workspaces: 3,
+            max_workspace_mib: 512,
         };
         let secret = {
             let store = KeyStore::open(dir.path()).unwrap();
@@ -326,6 +360,12 @@ mod tests {
                 Err(KeyError::BadName)
             ));
             assert!(matches!(store.create("", quota), Err(KeyError::BadName)));
+            for taken in ["_owner", ".", ".."] {
+                assert!(
+                    matches!(store.create(taken, quota), Err(KeyError::BadName)),
+                    "{taken}"
+                );
+            }
             let (_, secret) = store.create("ci", quota).unwrap();
             assert!(matches!(
                 store.create("ci", quota),
@@ -338,6 +378,20 @@ mod tests {
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].quota, quota);
         assert!(store.verify(&secret).is_some());
+    }
+
+    #[test]
+    fn a_key_file_from_before_workspace_quotas_gets_the_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = r#"{"version": 1, "keys": [{"name": "old", "sha256": "00",
+            "quota": {"max_sandboxes": 1, "max_memory_mib": 0, "max_concurrent_calls": 0},
+            "created_at_ms": 1}]}"#;
+        std::fs::write(dir.path().join(FILE), file).unwrap();
+        let store = KeyStore::open(dir.path()).unwrap();
+        let quota = store.get("old").unwrap().quota;
+        assert_eq!(quota.max_sandboxes, 1);
+        assert_eq!(quota.workspaces(), DEFAULT_MAX_WORKSPACES);
+        assert_eq!(quota.workspace_bytes(), DEFAULT_MAX_WORKSPACE_MIB << 20);
     }
 
     #[test]

@@ -40,6 +40,9 @@ pub struct Machine {
     /// and logs; they are in `network`).
     pub secret_names: Vec<(String, Vec<String>)>,
     pub workspace: Option<PathBuf>,
+    /// The size of a workspace the start makes, in MiB (none: the
+    /// default, [`limits::DEFAULT_WORKSPACE_MIB`]).
+    pub workspace_size_mib: Option<u64>,
     /// Roots the guest trusts besides its image's (none: the server's
     /// default, `AIRLOCK_CA_CERTS` where it is set).
     pub ca_certs: Vec<CaCert>,
@@ -57,6 +60,9 @@ pub struct Create {
     pub template: String,
     /// Guest ports the ingress serves without the token.
     pub public_ports: Vec<u16>,
+    /// The named workspace (kept by the server; `machine.workspace` is
+    /// its file), if the request names one.
+    pub named_workspace: Option<String>,
 }
 
 impl Machine {
@@ -91,7 +97,10 @@ impl Machine {
             builder = builder.image(path.clone());
         }
         if let Some(path) = &self.workspace {
-            builder = builder.workspace(path.clone());
+            let mib = self
+                .workspace_size_mib
+                .unwrap_or(limits::DEFAULT_WORKSPACE_MIB);
+            builder = builder.workspace(path.clone()).workspace_size(mib << 20);
         }
         if let Some((after, policy)) = self.idle {
             builder = builder.idle_timeout(after, policy);
@@ -109,9 +118,10 @@ impl Machine {
     }
 }
 
-/// Where a key's named workspaces live.
+/// Where a key's named workspaces live (as [`crate::workspaces`] keeps
+/// them).
 pub fn workspace_dir(data_dir: &std::path::Path, principal: &Principal) -> PathBuf {
-    let owner = principal.key().unwrap_or("_owner");
+    let owner = principal.key().unwrap_or(crate::keys::OWNER_NAME);
     data_dir.join("workspaces").join(owner)
 }
 
@@ -237,22 +247,40 @@ pub fn check(
             Some(template)
         }
     };
-    let workspace = match request.workspace.as_str() {
-        "" => None,
+    let (workspace, named_workspace) = match request.workspace.as_str() {
+        "" => (None, None),
         path if path.starts_with('/') => {
             principal.require_owner("a workspace given as a host path")?;
             if request.no_image {
                 return Err(invalid("workspace", "a workspace needs a root image"));
             }
-            Some(PathBuf::from(path))
+            (Some(PathBuf::from(path)), None)
         }
         name => {
             validate::name("workspace", name)?;
             if request.no_image {
                 return Err(invalid("workspace", "a workspace needs a root image"));
             }
-            Some(workspace_dir(data_dir, principal).join(format!("{name}.ext4")))
+            (
+                Some(workspace_dir(data_dir, principal).join(format!("{name}.ext4"))),
+                Some(name.to_owned()),
+            )
         }
+    };
+    let workspace_size_mib = match request.workspace_size_mib {
+        0 => None,
+        _ if workspace.is_none() => {
+            return Err(invalid(
+                "workspace_size_mib",
+                "a workspace size needs a workspace",
+            ))
+        }
+        mib => Some(validate::within(
+            "workspace_size_mib",
+            mib,
+            limits::MIN_WORKSPACE_MIB,
+            limits::MAX_WORKSPACE_MIB,
+        )?),
     };
     validate::count("allow_net", &request.allow_net, limits::MAX_RULES)?;
     let rules = request
@@ -337,6 +365,7 @@ pub fn check(
             .map(|s| (s.name.clone(), s.hosts.clone()))
             .collect(),
         workspace,
+        workspace_size_mib,
         ca_certs,
         template,
     };
@@ -347,5 +376,6 @@ pub fn check(
         envs,
         template: request.template,
         public_ports,
+        named_workspace,
     })
 }

@@ -15,17 +15,27 @@ fn quota(quota: Quota) -> api::KeyQuota {
         max_sandboxes: quota.max_sandboxes,
         max_memory_mib: quota.max_memory_mib,
         max_concurrent_calls: quota.max_concurrent_calls,
+        max_workspaces: quota.max_workspaces,
+        max_workspace_mib: quota.max_workspace_mib,
     }
 }
 
 impl Services {
     fn key_info(&self, key: &KeyInfo) -> api::KeyInfo {
         let held = self.state.registry.holding(Some(&key.name));
+        let whose = Principal::Key(std::sync::Arc::clone(&key.name));
+        let (workspaces, workspace_bytes) =
+            self.state.workspaces.totals(&whose).unwrap_or_else(|status| {
+                tracing::warn!(name = %key.name, error = status.message(), "cannot count a key's workspaces");
+                (0, 0)
+            });
         api::KeyInfo {
             name: key.name.to_string(),
             quota: Some(quota(key.quota)),
             created_at_ms: key.created_at_ms,
             sandboxes: held.sandboxes,
+            workspaces,
+            workspace_bytes,
         }
     }
 }
@@ -57,6 +67,8 @@ impl keys_server::Keys for Services {
                     max_sandboxes: asked.max_sandboxes,
                     max_memory_mib: asked.max_memory_mib,
                     max_concurrent_calls: asked.max_concurrent_calls,
+                    max_workspaces: asked.max_workspaces,
+                    max_workspace_mib: asked.max_workspace_mib,
                 },
             )
             .map_err(|error| key_status(&error))?;

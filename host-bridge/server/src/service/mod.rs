@@ -11,6 +11,7 @@
 //! - `ingress`: a guest port's address and token, and forwarded
 //!   connections.
 //! - `keys`: API keys (the owner's).
+//! - `workspaces`: named workspaces (make, list, remove).
 
 pub mod code;
 pub mod create;
@@ -21,6 +22,7 @@ pub mod network;
 pub mod processes;
 pub mod relay;
 pub mod sandboxes;
+pub mod workspaces;
 
 use std::sync::Arc;
 

@@ -44,6 +44,7 @@ impl Services {
         record.secrets = create.machine.secret_names.clone();
         record.pooled = pooled;
         record.public_ports = create.public_ports.clone();
+        record.workspace = create.named_workspace.clone().unwrap_or_default();
         record
     }
 }
@@ -103,7 +104,30 @@ impl sandboxes_server::Sandboxes for Services {
             1,
             create.machine.memory_mib,
         )?;
-        if let Some(parent) = create.machine.workspace.as_ref().and_then(|w| w.parent()) {
+        // A named workspace is counted against the key's quota and made
+        // (if new) before the sandbox starts, and held until it is listed.
+        let claim = match &create.named_workspace {
+            Some(name) => Some(
+                state
+                    .workspaces
+                    .claim(
+                        &principal,
+                        name,
+                        create.machine.workspace_size_mib,
+                        "workspace_size_mib",
+                        state.quota(&principal),
+                        state.builder(),
+                    )
+                    .await?,
+            ),
+            None => None,
+        };
+        let host_path = create
+            .machine
+            .workspace
+            .as_ref()
+            .filter(|_| claim.is_none());
+        if let Some(parent) = host_path.and_then(|w| w.parent()) {
             std::fs::create_dir_all(parent).map_err(|e| {
                 reason::status(
                     ErrorReason::Internal,
@@ -126,11 +150,18 @@ impl sandboxes_server::Sandboxes for Services {
                 .builder(state.builder(), create.network.clone());
             state.sandboxes.start(builder).await
         };
-        let handle = started.map_err(|error| error_status(&error))?;
+        let handle = match started {
+            Ok(handle) => handle,
+            Err(error) => {
+                claim.into_iter().for_each(|claim| claim.discard());
+                return Err(error_status(&error));
+            }
+        };
         let record = self.record_for(handle.id(), &principal, &create, pooled);
         tracing::info!(id = handle.id(), %principal, pooled, "created");
         let id = record.id.clone();
         state.registry.insert(record, Some(handle));
+        drop(claim);
         drop(reservation);
         Ok(Response::new(self.info_of(&principal, &id)?))
     }

@@ -195,7 +195,9 @@ pub fn check_rules<'a>(
 /// gives none: loopback, link-local and unspecified are refused all the
 /// same.
 pub fn own_addresses() -> Vec<IpAddr> {
-    static KEPT: OnceLock<Mutex<Option<(Instant, Vec<IpAddr>)>>> = OnceLock::new();
+    /// A reading of the host's interface addresses, and when it was made.
+    type Reading = Option<(Instant, Vec<IpAddr>)>;
+    static KEPT: OnceLock<Mutex<Reading>> = OnceLock::new();
     let mut kept = KEPT
         .get_or_init(Mutex::default)
         .lock()

@@ -196,6 +196,15 @@ pub enum Error {
     /// A sandbox could not be adopted or detached (see [`crate::adopt`]).
     #[error(transparent)]
     Adopt(#[from] crate::adopt::AdoptError),
+
+    /// A network rule would open the host itself to the guest, and the
+    /// sandbox's host access is denied (see [`crate::network::host`]);
+    /// `index` is the rule's place in the policy.
+    #[error("{error}")]
+    HostRule {
+        index: usize,
+        error: crate::network::host::HostRuleError,
+    },
 }
 
 impl From<TrustError> for Error {
@@ -238,7 +247,7 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         use ErrorKind as K;
         match self {
-            Error::Config(_) | Error::Trust(_) => K::Invalid,
+            Error::Config(_) | Error::Trust(_) | Error::HostRule { .. } => K::Invalid,
             Error::NoSuchSandbox { .. } => K::NotFound,
             Error::TooManySandboxes { .. } => K::Exhausted,
             Error::VmGone { .. }

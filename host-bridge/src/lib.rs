@@ -112,7 +112,7 @@ pub use network::audit::{AuditRecord, Protocol as NetProtocol, Refusal, Verdict}
 pub use network::policy::{NetRule, NetworkPolicy};
 pub use network::resolver::{Resolve, StaticResolver, SystemResolver};
 pub use network::secrets::Secret;
-pub use network::{GuestPort, NetworkOptions};
+pub use network::{GuestPort, HostAccess, NetworkOptions};
 pub use sandbox::{
     BootTimings, GuestChannel, Origin, Sandbox, SandboxBuilder, DEFAULT_CONSOLE_LOG_BUDGET,
     DEFAULT_MAX_LIFETIME, DEFAULT_UNRESPONSIVE_AFTER,

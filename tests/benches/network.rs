@@ -43,6 +43,7 @@ async fn main() {
                 .allow("bench.test".parse().unwrap())
                 .allow("127.0.0.1/32".parse().unwrap()),
         )
+        .host_access(airlock::HostAccess::Allowed)
         .resolver(Arc::new(
             StaticResolver::new().with("bench.test", IpAddr::V4(Ipv4Addr::LOCALHOST)),
         ));

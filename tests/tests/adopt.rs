@@ -121,6 +121,9 @@ async fn hold_a_sandbox(role: &str) {
             let upstream_ca = std::fs::read(upstream_ca).expect("the test CA");
             let options = NetworkOptions::new()
                 .policy(NetworkPolicy::new().allow("127.0.0.1/32".parse().unwrap()))
+                // The test servers are on the host's loopback; the
+                // adopter gets this from the record.
+                .host_access(airlock::HostAccess::Allowed)
                 .resolver(resolver())
                 .secret(
                     Secret::new("API_KEY", SECRET_VALUE)

@@ -16,8 +16,8 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use airlock::{
-    CaCert, NetProtocol, NetRule, NetworkOptions, NetworkPolicy, Refusal, Sandbox, Secret,
-    StaticResolver, Verdict,
+    CaCert, HostAccess, NetProtocol, NetRule, NetworkOptions, NetworkPolicy, Refusal, Sandbox,
+    Secret, StaticResolver, Verdict,
 };
 use airlock_tests::shared_vm::{Order, Suite};
 use airlock_tests::stdout_of;
@@ -110,8 +110,10 @@ async fn boot() -> Sandbox {
     let untrusted_secret = Secret::new("UNTRUSTED_KEY", "sk-for-the-untrusted-server")
         .expect("secret")
         .host(&untrusted.name);
+    // The test servers are on the host's loopback.
     let options = NetworkOptions::new()
         .policy(policy())
+        .host_access(HostAccess::Allowed)
         .resolver(Arc::new(resolver))
         .secret(secret)
         .secret(untrusted_secret)

@@ -100,8 +100,10 @@ async fn boot() -> Sandbox {
         .allow("plain.test".parse().unwrap())
         .allow("down.test".parse().unwrap())
         .allow("127.0.0.1/32".parse().unwrap());
+    // The test servers are on the host's loopback.
     let options = NetworkOptions::new()
         .policy(policy)
+        .host_access(airlock::HostAccess::Allowed)
         .resolver(Arc::new(resolver))
         .max_connections(MAX_CONNECTIONS);
     match airlock_tests::builder()

@@ -464,6 +464,54 @@ fn bad_input_is_refused_by_field_and_the_server_serves_on() {
     });
 }
 
+/// `count` connections from `id` to 192.0.2.9:80, which no rule allows.
+fn refused_connections(home: &DaemonHome, server: &TlsServer, key: &str, id: &str, count: u32) {
+    let script = format!(
+        "import socket\n\
+         for _ in range({count}):\n\
+         \x20   s = socket.create_connection(('192.0.2.9', 80), timeout=30)\n\
+         \x20   s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); print(s.recv(100).split(b'\\r\\n')[0].decode())"
+    );
+    let out = remote_ok(
+        home,
+        server,
+        key,
+        &["sandbox", "exec", id, "--", "python3", "-c", &script],
+    );
+    assert_eq!(
+        out.lines().filter(|l| l.contains(" 403 ")).count(),
+        count as usize,
+        "{out}"
+    );
+}
+
+/// `id`'s audit as `(seq, at_unix_ms, destination and verdict)`.
+fn audit(home: &DaemonHome, server: &TlsServer, key: &str, id: &str) -> Vec<(u64, u64, String)> {
+    let listing = remote_ok(home, server, key, &["sandbox", "net", id, "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&listing).expect("JSON");
+    json["audit"]
+        .as_array()
+        .expect("an audit")
+        .iter()
+        .map(|r| {
+            (
+                r["seq"].as_u64().unwrap_or_default(),
+                r["at_unix_ms"].as_u64().unwrap_or_default(),
+                format!(
+                    "{} {}:{} {}",
+                    r["protocol"].as_str().unwrap_or_default(),
+                    r["addr"]
+                        .as_str()
+                        .or(r["name"].as_str())
+                        .unwrap_or_default(),
+                    r["port"],
+                    r["verdict"].as_str().unwrap_or_default()
+                ),
+            )
+        })
+        .collect()
+}
+
 /// The counter a background loop in `id` has written.
 fn count(home: &DaemonHome, server: &TlsServer, key: &str, id: &str) -> u64 {
     remote_ok(
@@ -529,9 +577,15 @@ fn a_server_killed_with_sigkill_is_replaced_by_one_that_adopts_its_sandboxes() {
             "512",
             "--metadata",
             "role=files",
+            "--allow-net",
+            "192.0.2.1:80",
         ],
     );
     let files = files.trim().to_owned();
+    // Refused connections make audit records, kept with the sandbox.
+    refused_connections(&home, &server, &key, &files, 3);
+    let audit_before = audit(&home, &server, &key, &files);
+    assert!(audit_before.len() >= 3, "{audit_before:?}");
     remote_ok(
         &home,
         &server,
@@ -608,6 +662,25 @@ fn a_server_killed_with_sigkill_is_replaced_by_one_that_adopts_its_sandboxes() {
         ),
         "precious\n"
     );
+    // The audit made before the kill is back, in order, and goes on.
+    let audit_after = audit(&home, &server, &key, &files);
+    assert_eq!(
+        audit_after[..audit_before.len().min(audit_after.len())],
+        audit_before[..],
+        "the audit before the kill"
+    );
+    refused_connections(&home, &server, &key, &files, 1);
+    let audit_now = audit(&home, &server, &key, &files);
+    let last = audit_before.last().map_or(0, |record| record.0);
+    let new: Vec<_> = audit_now.iter().filter(|r| r.0 > last).collect();
+    assert!(!new.is_empty(), "{audit_now:?}");
+    assert_eq!(new[0].0, last + 1, "numbering goes on: {audit_now:?}");
+    assert!(
+        new.iter().any(|r| r.2.contains("192.0.2.9:80")),
+        "{audit_now:?}"
+    );
+    let seqs: Vec<u64> = audit_now.iter().map(|r| r.0).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
     // The network policy is in force again.
     let net = remote_ok(
         &home,

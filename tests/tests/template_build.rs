@@ -439,6 +439,8 @@ async fn run_steps_reach_only_what_the_build_allows() {
         options.store = NamedStore::new(&home.templates);
         options.sandbox = airlock_tests::builder().state_dir_base(&home.state);
         options.allow_net = rules.iter().map(|r| r.parse().unwrap()).collect();
+        // The package server is on the host's loopback.
+        options.host_access = airlock::HostAccess::Allowed;
         options.resolver = Some(std::sync::Arc::new(
             airlock::StaticResolver::new().with("pkgs.test", std::net::Ipv4Addr::LOCALHOST.into()),
         ));

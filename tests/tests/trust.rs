@@ -64,6 +64,7 @@ async fn builder() -> airlock::SandboxBuilder {
         .network(
             NetworkOptions::new()
                 .policy(policy)
+                .host_access(airlock::HostAccess::Allowed)
                 .resolver(Arc::new(resolver)),
         )
         // None unless the test adds one, whatever AIRLOCK_CA_CERTS says.

@@ -99,6 +99,9 @@ fn spawn_server(
         // HTTP ingress into sandboxes on a loopback port of its own.
         .arg("--ingress")
         .arg("local")
+        // The owner's alone (no TCP listener, no keys): its sandboxes may
+        // reach the host as `airlock run`'s do.
+        .arg("--host-access")
         .process_group(0)
         .stdin(Stdio::null())
         .stdout(log_file)

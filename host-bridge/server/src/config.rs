@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use airlock::{Sandbox, SandboxBuilder};
+use airlock::{HostAccess, Sandbox, SandboxBuilder};
 
 /// The environment variable naming the server's data directory.
 pub const DATA_DIR_ENV: &str = "AIRLOCK_SERVER_DIR";
@@ -75,6 +75,10 @@ pub struct ServerConfig {
     pub default_timeout: Duration,
     /// Origins whose browser pages may call the TCP listener (gRPC-Web).
     pub cors_origins: Vec<String>,
+    /// Whether the owner's sandboxes may reach the host itself (loopback,
+    /// link-local, the host's own addresses) where their rules say. A
+    /// key's never may, whatever this says.
+    pub owner_host_access: HostAccess,
 }
 
 impl fmt::Debug for ServerConfig {
@@ -88,6 +92,7 @@ impl fmt::Debug for ServerConfig {
             .field("max_calls_per_key", &self.max_calls_per_key)
             .field("default_timeout", &self.default_timeout)
             .field("cors_origins", &self.cors_origins)
+            .field("owner_host_access", &self.owner_host_access)
             .finish_non_exhaustive()
     }
 }
@@ -104,6 +109,7 @@ impl Default for ServerConfig {
             max_calls_per_key: 64,
             default_timeout: airlock::DEFAULT_MAX_LIFETIME,
             cors_origins: Vec::new(),
+            owner_host_access: HostAccess::Denied,
         }
     }
 }

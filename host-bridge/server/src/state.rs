@@ -10,7 +10,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tonic::Status;
 
-use airlock::{Sandbox, SandboxBuilder, SandboxState, Sandboxes};
+use airlock::{HostAccess, Sandbox, SandboxBuilder, SandboxState, Sandboxes};
 use airlock_api::reason;
 use airlock_api::v1::ErrorReason;
 
@@ -83,6 +83,15 @@ impl State {
     /// A builder as the server starts every sandbox from.
     pub fn builder(&self) -> SandboxBuilder {
         (self.config.builder)()
+    }
+
+    /// Whether `principal`'s sandboxes may reach the host itself: a key's
+    /// never, the owner's as the server is configured.
+    pub fn host_access(&self, principal: &Principal) -> HostAccess {
+        match principal {
+            Principal::Owner => self.config.owner_host_access,
+            Principal::Key(_) => HostAccess::Denied,
+        }
     }
 
     /// The quota of a key (the owner has none).

@@ -22,8 +22,11 @@
 //!   processes from adopting one sandbox at once.
 //! - this file: [`AdoptError`], what an orphan is, [`orphans`].
 //!
-//! What does not survive an adoption: the network's audit log (it starts
-//! empty), the fake addresses the guest's DNS answers held (a program that
+//! The audit log survives: an adoptable sandbox's is kept in its state
+//! directory beside the record (`audit.jsonl`, see
+//! [`crate::network::audit`]), and the adopter reads it back and numbers
+//! on from its last record. What does not survive an adoption: the fake
+//! addresses the guest's DNS answers held (a program that
 //! connects to an address resolved before the adoption is refused until it
 //! resolves the name again), and connections carried at the moment the
 //! owner died.

@@ -185,6 +185,10 @@ pub(crate) struct RecordedNetwork {
     pub idle_timeout_ms: u64,
     pub head_timeout_ms: u64,
     pub max_header_bytes: usize,
+    /// Whether the guest may reach the host itself; a record without it
+    /// (written before it was kept) is denied.
+    #[serde(default)]
+    pub host_access: bool,
 }
 
 /// A secret, its hosts and the placeholder the guest holds for it.
@@ -429,6 +433,7 @@ pub(crate) mod tests {
                 idle_timeout_ms: 300_000,
                 head_timeout_ms: 10_000,
                 max_header_bytes: 65_536,
+                host_access: false,
             }),
         }
     }

@@ -5,6 +5,9 @@
 //! becomes of them:
 //! - [`policy`]: the allow rules (domains, CIDRs, ports) and the addresses
 //!   a name may never resolve to without a CIDR rule;
+//! - [`host`]: the host's own addresses (loopback, link-local, its
+//!   interfaces'), which no rule reaches unless the sandbox's
+//!   [`HostAccess`] allows it;
 //! - [`audit`]: a bounded record of every allowed and refused connection;
 //! - [`fake_ip`] and [`dns`]: the guest's resolver, answered on the host
 //!   with addresses that stand for names, never with real ones;
@@ -38,6 +41,7 @@ pub mod dns;
 pub mod fake_ip;
 mod gateway;
 mod guest_port;
+pub mod host;
 mod options;
 pub mod policy;
 pub mod prefixed;
@@ -53,6 +57,7 @@ pub(crate) use carry::CarrierPool;
 pub(crate) use gateway::Gateway;
 pub use gateway::GatewayError;
 pub use guest_port::GuestPort;
+pub use host::HostAccess;
 pub use options::{
     NetworkOptions, DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_HEADER_BYTES,

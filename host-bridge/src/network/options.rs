@@ -4,11 +4,13 @@
 //! are the sandbox's own CA certificates:
 //! [`SandboxBuilder::ca_cert`](crate::SandboxBuilder::ca_cert).)
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::pki_types::CertificateDer;
 
+use super::host::HostAccess;
 use super::policy::NetworkPolicy;
 use super::resolver::{Resolve, SystemResolver};
 use super::secrets::Secret;
@@ -28,8 +30,12 @@ pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
 #[derive(Debug, Clone)]
 pub struct NetworkOptions {
     pub(crate) policy: NetworkPolicy,
+    pub(crate) host_access: HostAccess,
     pub(crate) secrets: Vec<Secret>,
     pub(crate) resolver: Arc<dyn Resolve>,
+    /// Set at start for an adoptable sandbox: its state directory, where
+    /// the audit log is kept on disk as well.
+    pub(crate) audit_dir: Option<PathBuf>,
     /// Set at start from the sandbox's CA certificates.
     pub(crate) upstream_roots: Vec<CertificateDer<'static>>,
     pub(crate) max_connections: usize,
@@ -42,8 +48,10 @@ impl Default for NetworkOptions {
     fn default() -> Self {
         Self {
             policy: NetworkPolicy::default(),
+            host_access: HostAccess::default(),
             secrets: Vec::new(),
             resolver: Arc::new(SystemResolver),
+            audit_dir: None,
             upstream_roots: Vec::new(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
@@ -64,6 +72,14 @@ impl NetworkOptions {
     /// Allows what `policy` allows, replacing earlier rules.
     pub fn policy(mut self, policy: NetworkPolicy) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// Whether the guest may reach the host itself (loopback, link-local,
+    /// the host's own addresses): [`HostAccess::Denied`] unless told. See
+    /// [`crate::network::host`].
+    pub fn host_access(mut self, access: HostAccess) -> Self {
+        self.host_access = access;
         self
     }
 

@@ -75,6 +75,10 @@ pub fn sentence(refusal: &Refusal, destination: &str) -> String {
             "{destination} resolves to a restricted address (loopback, private, link-local \
              or metadata) and no CIDR rule allows it"
         ),
+        Refusal::HostAddress { kind, .. } => format!(
+            "{destination} is {kind}: this sandbox may not reach the host it runs on, whatever \
+             its rules say (only the machine's owner may allow it)"
+        ),
         Refusal::ServerNameMismatch {
             server_name: Some(name),
         } => format!(
@@ -122,6 +126,7 @@ pub fn status(refusal: &Refusal) -> StatusCode {
     match refusal {
         Refusal::NotAllowed
         | Refusal::RestrictedAddress { .. }
+        | Refusal::HostAddress { .. }
         | Refusal::ServerNameMismatch { .. }
         | Refusal::PlaceholderElsewhere { .. } => StatusCode::FORBIDDEN,
         Refusal::HostMismatch { .. } => StatusCode::MISDIRECTED_REQUEST,

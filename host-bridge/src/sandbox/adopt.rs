@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::boot::{default_env, BootTimings, Launched, Origin};
+use super::boot::{default_env, ingress_audit, BootTimings, Launched, Origin};
 use super::builder::{GuestChannel, SandboxBuilder, ROOT_DISK};
 use super::connect::Deadline;
 use super::network::{recorded_options, SandboxNetwork};
@@ -274,9 +274,10 @@ impl SandboxBuilder {
         } = launched;
         let features = AgentFeatures::new(health.protocol_revision);
         let network = match (&record.network, &self.network) {
-            (Some(recorded), Some(options)) => {
-                Some(SandboxNetwork::restore(&channel, features, recorded, options.clone()).await?)
-            }
+            (Some(recorded), Some(options)) => Some(
+                SandboxNetwork::restore(&channel, features, recorded, options.clone(), dir.path())
+                    .await?,
+            ),
             _ => None,
         };
         let persistence = match &record.backend {
@@ -358,8 +359,8 @@ impl SandboxBuilder {
             default_cwd: self.default_cwd.clone(),
             env,
             defaults_made: Arc::default(),
+            ingress_audit: Arc::new(ingress_audit(network.is_none(), dir.path())),
             network,
-            ingress_audit: Arc::default(),
             builder: self,
             state_dir: dir,
             _workspace: workspace,

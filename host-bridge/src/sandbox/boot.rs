@@ -22,6 +22,7 @@ use crate::features::AgentFeatures;
 use crate::lifecycle::channel::AgentChannel;
 use crate::lifecycle::vm::{relaunch, Persistence, VmShared};
 use crate::lifecycle::watchdog;
+use crate::network::audit::AuditLog;
 use crate::saved::{GoodSnapshot, Restored, SavedRecord, SavedStore, SavedUsage, SavedVm};
 use crate::state_dir;
 use crate::transport::{CapMessages, Quiesce};
@@ -286,7 +287,17 @@ impl SandboxBuilder {
         };
         let network = match &self.network {
             Some(options) => {
-                Some(SandboxNetwork::enable(&channel, features, options, roots.as_deref()).await?)
+                let audit_dir = self.adoptable.then(|| dir.path());
+                Some(
+                    SandboxNetwork::enable(
+                        &channel,
+                        features,
+                        options,
+                        roots.as_deref(),
+                        audit_dir,
+                    )
+                    .await?,
+                )
             }
             None => None,
         };
@@ -393,8 +404,11 @@ impl SandboxBuilder {
             default_cwd: self.default_cwd.clone(),
             env,
             defaults_made: Arc::default(),
+            ingress_audit: Arc::new(ingress_audit(
+                self.adoptable && network.is_none(),
+                dir.path(),
+            )),
             network,
-            ingress_audit: Arc::default(),
             builder: self,
             state_dir: dir,
             _workspace: workspace,
@@ -585,4 +599,14 @@ pub struct BootTimings {
     /// Host: from `start()` until the sandbox was ready (after the answer,
     /// the guest's identity, entropy and clock, and its network if any).
     pub ready: Duration,
+}
+
+/// The audit log of a sandbox without a network (its ingress records):
+/// kept in its state directory `dir` too when `on_disk` (an adoptable
+/// sandbox's), as a network's is.
+pub(super) fn ingress_audit(on_disk: bool, dir: &std::path::Path) -> AuditLog {
+    match on_disk {
+        true => AuditLog::kept_in(dir),
+        false => AuditLog::default(),
+    }
 }

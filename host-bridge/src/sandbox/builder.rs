@@ -549,6 +549,10 @@ impl SandboxBuilder {
                     .into(),
             ));
         }
+        if let Some(network) = &self.network {
+            crate::network::host::check_rules(network.policy.rules(), network.host_access)
+                .map_err(|(index, error)| Error::HostRule { index, error })?;
+        }
         if let Some((key, _)) = self
             .env
             .iter()

@@ -4,6 +4,7 @@
 //! sandbox's record keeps it (see [`crate::adopt`]).
 
 use std::net::IpAddr;
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::features::AgentFeatures;
 use crate::network::audit::{AuditRecord, Protocol, Verdict};
 use crate::network::fake_ip::GATEWAY_ADDR;
+use crate::network::host::{check_rules, HostAccess};
 use crate::network::policy::{NetRule, NetworkPolicy};
 use crate::network::secrets::{CaParts, SandboxCa, Secret, Secrets};
 use crate::network::{CarrierPool, Gateway, GatewayError, NetworkOptions};
@@ -40,13 +42,17 @@ impl SandboxNetwork {
     /// Makes the gateway, turns the guest's side on and opens carriers.
     /// The gateway checks the servers of secret-bound hosts against the
     /// public roots and `roots`, the ones the guest was given.
+    /// With `audit_dir` (an adoptable sandbox's state directory) the audit
+    /// log is kept there too.
     pub(super) async fn enable(
         channel: &Channel,
         features: AgentFeatures,
         options: &NetworkOptions,
         roots: Option<&GuestRoots>,
+        audit_dir: Option<&Path>,
     ) -> Result<Self> {
         let mut options = options.clone();
+        options.audit_dir = audit_dir.map(Path::to_owned);
         options.upstream_roots = roots
             .map(|roots| roots.certs.iter().map(|c| c.der().clone()).collect())
             .unwrap_or_default();
@@ -57,13 +63,16 @@ impl SandboxNetwork {
     /// Turns the guest's side on again for an adopted sandbox, with the
     /// gateway its record describes: the same rules, secrets,
     /// placeholders and CA (so the guest's CA bundle is rewritten as it
-    /// was). The audit log starts empty.
+    /// was). The audit log is read back from `audit_dir` (its state
+    /// directory) and goes on there.
     pub(super) async fn restore(
         channel: &Channel,
         features: AgentFeatures,
         recorded: &RecordedNetwork,
-        options: NetworkOptions,
+        mut options: NetworkOptions,
+        audit_dir: &Path,
     ) -> Result<Self> {
+        options.audit_dir = Some(audit_dir.to_owned());
         let gateway = recorded_gateway(recorded, options)?;
         Self::enable_with(channel, features, gateway).await
     }
@@ -146,6 +155,7 @@ impl SandboxNetwork {
             idle_timeout_ms: ms(options.idle_timeout),
             head_timeout_ms: ms(options.head_timeout),
             max_header_bytes: options.max_header_bytes,
+            host_access: options.host_access.is_allowed(),
         }
     }
 }
@@ -191,6 +201,10 @@ pub(super) fn recorded_options(
     options.idle_timeout = Duration::from_millis(recorded.idle_timeout_ms);
     options.head_timeout = Duration::from_millis(recorded.head_timeout_ms);
     options.max_header_bytes = recorded.max_header_bytes;
+    options.host_access = match recorded.host_access {
+        true => HostAccess::Allowed,
+        false => HostAccess::Denied,
+    };
     Ok(options)
 }
 
@@ -237,8 +251,9 @@ impl Sandbox {
     }
 
     /// Every allowed and refused connection and DNS query so far (the
-    /// newest 4096), oldest first. An adopted sandbox's log starts at its
-    /// adoption.
+    /// newest 4096), oldest first. An adoptable sandbox's log is kept in
+    /// its state directory too, so an adopted sandbox's goes on from its
+    /// previous owner's (see [`crate::network::audit`]).
     pub fn network_audit(&self) -> Result<Vec<AuditRecord>> {
         Ok(self.network_on()?.gateway.audit())
     }
@@ -270,6 +285,15 @@ impl Sandbox {
         }
     }
 
+    /// Whether the guest may reach the host itself (see
+    /// [`crate::network::host`]); a sandbox without a network reaches
+    /// nothing.
+    pub fn host_access(&self) -> HostAccess {
+        self.network.as_ref().map_or(HostAccess::Denied, |network| {
+            network.gateway.options().host_access
+        })
+    }
+
     /// The network policy in force.
     pub fn network_policy(&self) -> Result<NetworkPolicy> {
         Ok(self.network_on()?.gateway.policy())
@@ -278,8 +302,14 @@ impl Sandbox {
     /// Replaces the network policy; connections already open stay open,
     /// new ones and new DNS queries follow `policy`. An adoptable
     /// sandbox's record keeps the new policy.
+    ///
+    /// Refused with [`Error::HostRule`] when a rule's whole range is the
+    /// host's own (loopback, link-local, an address of its interfaces) and
+    /// the sandbox's [host access](Sandbox::host_access) is denied.
     pub fn set_network_policy(&self, policy: NetworkPolicy) -> Result<()> {
         let network = self.network_on()?;
+        check_rules(policy.rules(), network.gateway.options().host_access)
+            .map_err(|(index, error)| Error::HostRule { index, error })?;
         let rules: Vec<String> = policy.rules().iter().map(ToString::to_string).collect();
         network.gateway.set_policy(policy);
         if let Some(keeper) = self.vm.adoption() {

@@ -14,7 +14,7 @@
 use std::fmt;
 
 use airlock::network::secrets::Secrets;
-use airlock::{NetRule, NetworkOptions, NetworkPolicy, Secret};
+use airlock::{HostAccess, NetRule, NetworkOptions, NetworkPolicy, Secret};
 use clap::builder::TypedValueParser;
 use clap::error::ErrorKind;
 
@@ -66,9 +66,15 @@ impl NetOptions {
         // Checked here, before a boot, rather than when the gateway is made.
         Secrets::new(secrets.clone()).map_err(|e| airlock::error_chain(&e))?;
         let policy = NetworkPolicy::from_rules(self.allow_net.iter().cloned());
-        let options = secrets
-            .into_iter()
-            .fold(NetworkOptions::new().policy(policy), NetworkOptions::secret);
+        // A sandbox the CLI starts itself is the machine's owner's, run by
+        // them at their own host: its rules may name the host's loopback
+        // (a server decides for its own sandboxes: `serve --host-access`).
+        let options = secrets.into_iter().fold(
+            NetworkOptions::new()
+                .policy(policy)
+                .host_access(HostAccess::Allowed),
+            NetworkOptions::secret,
+        );
         Ok(Some(options))
     }
 }

@@ -99,6 +99,15 @@ pub struct ServeArgs {
     #[arg(long, value_name = "WHAT", default_value = "leave")]
     pub on_exit: OnExit,
 
+    /// Let the owner's sandboxes (those made on the Unix socket) reach the
+    /// host itself where their rules say: its loopback, link-local
+    /// addresses and its own addresses (`--allow-net 127.0.0.1:5432`). Off
+    /// by default, when such a rule is refused and no connection reaches
+    /// the host whatever the rules. A key's sandboxes never may. The server
+    /// the CLI starts on demand (the owner's alone) has it on.
+    #[arg(long)]
+    pub host_access: bool,
+
     /// Where keys, sandbox records and named workspaces are kept (default:
     /// AIRLOCK_SERVER_DIR, else server/ in the Airlock home).
     #[arg(long, value_name = "DIR")]
@@ -212,6 +221,10 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         pool_warm_up: pool_warm_up(args.pool_warm),
         on_exit: args.on_exit,
         cors_origins: args.cors_origins,
+        owner_host_access: match args.host_access {
+            true => airlock::HostAccess::Allowed,
+            false => airlock::HostAccess::Denied,
+        },
         data_dir: args
             .data_dir
             .unwrap_or_else(airlock_server::default_data_dir),

@@ -83,6 +83,8 @@ async fn build(args: BuildArgs) -> Result<(), String> {
     };
     let mut options = BuildOptions::new(&name, &context);
     options.allow_net = args.allow_net.clone();
+    // Built here by the machine's owner, as `airlock run` runs.
+    options.host_access = airlock::HostAccess::Allowed;
     options.memory_mib = args.memory;
     options.vcpus = args.vcpus;
     options.resolve_base = Some(rootfs_resolver());

@@ -10,7 +10,9 @@ use tonic::Status;
 
 use airlock::network::secrets::Secrets;
 use airlock::template::{NamedError, NamedStore, NamedTemplate};
-use airlock::{CaCert, IdlePolicy, NetRule, NetworkOptions, NetworkPolicy, SandboxBuilder, Secret};
+use airlock::{
+    CaCert, HostAccess, IdlePolicy, NetRule, NetworkOptions, NetworkPolicy, SandboxBuilder, Secret,
+};
 use airlock_api::limits;
 use airlock_api::reason::{self, invalid};
 use airlock_api::v1::{self as api, ErrorReason};
@@ -123,6 +125,26 @@ impl Machine {
 pub fn workspace_dir(data_dir: &std::path::Path, principal: &Principal) -> PathBuf {
     let owner = principal.key().unwrap_or(crate::keys::OWNER_NAME);
     data_dir.join("workspaces").join(owner)
+}
+
+/// Refuses a rule of `rules` whose whole range is the host's own
+/// (loopback, link-local, an address of the host's interfaces) when
+/// `access` is denied: INVALID_ARGUMENT naming `field[INDEX]` and why.
+pub fn host_rules(field: &str, rules: &[NetRule], access: HostAccess) -> Result<(), Status> {
+    airlock::network::host::check_rules(rules, access)
+        .map_err(|(index, error)| invalid(&format!("{field}[{index}]"), error))
+}
+
+/// Gives `create`'s network the host access of its principal (`access`:
+/// a key's is always denied), refusing its rules that reach only the host
+/// when that is denied.
+pub fn apply_host_access(create: &mut Create, access: HostAccess) -> Result<(), Status> {
+    host_rules("allow_net", &create.machine.rules, access)?;
+    create.network = create
+        .network
+        .take()
+        .map(|network| network.host_access(access));
+    Ok(())
 }
 
 /// Checks `request` and makes it a [`Create`]. `images` resolves image

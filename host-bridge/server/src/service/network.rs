@@ -1,6 +1,8 @@
 //! `airlock.api.v1.Network`: a sandbox's rules and audit log. A change is
 //! one read, edit and write of the policy under the server's lock, so two
-//! clients changing rules at once both get their way.
+//! clients changing rules at once both get their way. A rule that reaches
+//! only the host itself is refused unless the sandbox's host access (its
+//! principal's, fixed at create) allows it.
 
 use tonic::{Request, Response, Status};
 
@@ -13,6 +15,7 @@ use super::Services;
 use crate::convert;
 use crate::principal::Principal;
 use crate::registry::Entry;
+use crate::service::create::host_rules;
 use crate::status::error_status;
 use crate::validate;
 
@@ -123,6 +126,7 @@ impl network_server::Network for Services {
             .await?;
         let _held = self.state.policy_changes.lock().await;
         policy_of(&handle)?;
+        host_rules("rules", &rules, handle.host_access())?;
         let policy = NetworkPolicy::from_rules(rules);
         handle
             .set_network_policy(policy.clone())
@@ -145,6 +149,9 @@ impl network_server::Network for Services {
             .await?;
         let _held = self.state.policy_changes.lock().await;
         let policy = policy_of(&handle)?;
+        // A key's sandbox never reaches the host: its host access is
+        // denied at create, whatever rule it asks for later.
+        host_rules("allow", &allow, handle.host_access())?;
         let new = changed(&policy, &allow, &deny)?;
         if new != policy {
             handle

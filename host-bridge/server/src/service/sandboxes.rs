@@ -91,13 +91,14 @@ impl sandboxes_server::Sandboxes for Services {
         let principal = Principal::of(&request)?;
         let _call = self.state.admit(&principal)?;
         let state = &self.state;
-        let create = create::check(
+        let mut create = create::check(
             request.into_inner(),
             &principal,
             &state.images,
             &state.config.data_dir,
             state.config.default_timeout,
         )?;
+        create::apply_host_access(&mut create, state.host_access(&principal))?;
         let reservation = state.registry.reserve(
             &principal,
             state.quota(&principal),

@@ -6,8 +6,10 @@
 //!    resolved, [`GATEWAY_ADDR`]:[`PROXY_PORT`] is the HTTP proxy (whose
 //!    `CONNECT` or absolute-form request names the destination), anything
 //!    else is a raw address;
-//! 2. the policy: a name needs a domain rule for its port, a raw address a
-//!    CIDR rule; the host resolves the name itself and refuses a restricted
+//! 2. the policy: the host itself (loopback, link-local, its own
+//!    addresses) is refused first unless the sandbox's host access allows
+//!    it (`super::host`); a name needs a domain rule for its port, a raw
+//!    address a CIDR rule; the host resolves the name itself and refuses a restricted
 //!    address (loopback, private, link-local, metadata) without a CIDR rule;
 //!    the proxy decides (and dials the upstream) before it answers, so a
 //!    refused `CONNECT` gets the refusal, never `200`;
@@ -38,6 +40,7 @@ use tokio::sync::Semaphore;
 use super::audit::{AuditLog, AuditRecord, Protocol, Refusal, Verdict};
 use super::dns;
 use super::fake_ip::{FakeIps, GATEWAY_ADDR};
+use super::host::{host_kind, HostAccess};
 use super::options::NetworkOptions;
 use super::policy::{is_restricted, normalize_name, NetworkPolicy};
 use super::prefixed::Prefixed;
@@ -123,7 +126,10 @@ impl Gateway {
             upstream_client_config(&options.upstream_roots).map_err(GatewayError::Roots)?;
         Ok(Self {
             policy: RwLock::new(options.policy.clone()),
-            audit: Arc::new(AuditLog::default()),
+            audit: Arc::new(match &options.audit_dir {
+                Some(dir) => AuditLog::kept_in(dir),
+                None => AuditLog::default(),
+            }),
             fake: Mutex::new(FakeIps::new()),
             open: Arc::new(Semaphore::new(options.max_connections)),
             options,
@@ -350,8 +356,17 @@ impl Gateway {
     async fn admit(&self, target: &Target, protocol: Protocol) -> Result<IpAddr, Refused> {
         let policy = self.policy();
         let refused = |addr, refusal| Refused::new(protocol, target, addr, refusal);
+        // The host itself is refused before any rule is read: no rule
+        // reaches it unless the sandbox's host access is allowed.
+        let host_kind = |addr: IpAddr| match self.options.host_access {
+            HostAccess::Allowed => None,
+            HostAccess::Denied => host_kind(addr),
+        };
         match target {
             Target::Raw(addr, port) => {
+                if let Some(kind) = host_kind(*addr) {
+                    return Err(refused(None, Refusal::HostAddress { addr: *addr, kind }));
+                }
                 if policy.allows_addr(*addr, *port) {
                     Ok(*addr)
                 } else {
@@ -374,14 +389,22 @@ impl Gateway {
                     .iter()
                     .copied()
                     .filter(IpAddr::is_ipv4)
+                    .filter(|addr| host_kind(*addr).is_none())
                     .find(|addr| !is_restricted(*addr) || policy.allows_addr(*addr, *port));
-                match (usable, addrs.first()) {
-                    (Some(addr), _) => Ok(addr),
-                    (None, Some(first)) => Err(refused(
+                // Refused for the host when it was among the answers.
+                let host = addrs
+                    .iter()
+                    .find_map(|addr| Some((*addr, host_kind(*addr)?)));
+                match (usable, addrs.first(), host) {
+                    (Some(addr), _, _) => Ok(addr),
+                    (None, _, Some((addr, kind))) => {
+                        Err(refused(Some(addr), Refusal::HostAddress { addr, kind }))
+                    }
+                    (None, Some(first), None) => Err(refused(
                         Some(*first),
                         Refusal::RestrictedAddress { addr: *first },
                     )),
-                    (None, None) => Err(refused(
+                    (None, None, None) => Err(refused(
                         None,
                         Refusal::Resolve {
                             message: "no address".to_owned(),
@@ -778,6 +801,66 @@ mod tests {
         assert_eq!(ended, Ok(()));
         assert_eq!(told.len(), 1, "{told:?}");
         assert!(told[0].reason.starts_with(&why), "{told:?}");
+    }
+
+    #[tokio::test]
+    async fn without_host_access_no_rule_reaches_the_host() {
+        let server = keep_alive_server().await;
+        let policy = NetworkPolicy::new()
+            .allow("0.0.0.0/0".parse().unwrap())
+            .allow("localhost".parse().unwrap());
+        let denied = Arc::new(gateway_with(policy.clone(), HostAccess::Denied, 8));
+        let request = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        // A raw loopback address, through the proxy too, and a name that
+        // resolves to loopback: each refused for the host, and recorded.
+        let loopback = SocketAddrV4::new(Ipv4Addr::LOCALHOST, server.port());
+        let (read, _, _) = exchange(&denied, loopback, request).await;
+        assert!(
+            read.starts_with("HTTP/1.1 403 airlock: 127.0.0.1:"),
+            "{read}"
+        );
+        assert!(read.contains("is the host's loopback"), "{read}");
+        let connect = format!(
+            "CONNECT 127.0.0.1:{0} HTTP/1.1\r\nHost: 127.0.0.1:{0}\r\n\r\n",
+            server.port()
+        );
+        let (read, _, _) = exchange(&denied, proxy(), connect.as_bytes()).await;
+        assert!(read.starts_with("HTTP/1.1 403 "), "{read}");
+        assert!(!read.contains(" 200 "), "{read}");
+        let fake = resolve(&denied, "localhost");
+        let (read, _, _) = exchange(
+            &denied,
+            SocketAddrV4::new(fake, server.port()),
+            b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        )
+        .await;
+        assert!(read.contains("is the host's loopback"), "{read}");
+        let refusals: Vec<_> = denied
+            .audit()
+            .into_iter()
+            .filter_map(|record| record.verdict.refusal().cloned())
+            .collect();
+        let host = |refusal: &Refusal| matches!(refusal, Refusal::HostAddress { .. });
+        assert_eq!(
+            refusals.iter().filter(|r| host(r)).count(),
+            3,
+            "{refusals:?}"
+        );
+        assert!(!denied
+            .audit()
+            .iter()
+            .any(|r| r.verdict.is_allowed() && r.port == server.port()));
+
+        // The same rules with host access allowed reach the server (which
+        // keeps the connection open: its first answer is enough).
+        let allowed = Arc::new(gateway_with(policy, HostAccess::Allowed, 8));
+        let (tell, _) = collector();
+        let (mut guest, host_side) = tokio::io::duplex(64 << 10);
+        tokio::spawn(async move { allowed.connection(host_side, loopback, &tell).await });
+        guest.write_all(request).await.unwrap();
+        let mut answer = [0u8; 12];
+        guest.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"HTTP/1.1 200");
     }
 
     #[test]

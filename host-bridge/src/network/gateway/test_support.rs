@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 
 use super::Gateway;
 use crate::network::fake_ip::GATEWAY_ADDR;
+use crate::network::host::HostAccess;
 use crate::network::options::NetworkOptions;
 use crate::network::policy::NetworkPolicy;
 use crate::network::proxy::PROXY_PORT;
@@ -59,15 +60,28 @@ pub(super) async fn closed_port() -> u16 {
         .port()
 }
 
+/// A gateway allowing `plain.test` (on loopback, as the test servers are)
+/// and `127.0.0.1/32`, with host access allowed, as the owner's.
 pub(super) fn gateway(limit: usize) -> Gateway {
+    gateway_with(
+        NetworkPolicy::new()
+            .allow("plain.test".parse().unwrap())
+            .allow("127.0.0.1/32".parse().unwrap()),
+        HostAccess::Allowed,
+        limit,
+    )
+}
+
+/// A gateway of `policy` and `access`, resolving `plain.test` and
+/// `localhost` to loopback.
+pub(super) fn gateway_with(policy: NetworkPolicy, access: HostAccess, limit: usize) -> Gateway {
     let options = NetworkOptions::new()
-        .policy(
-            NetworkPolicy::new()
-                .allow("plain.test".parse().unwrap())
-                .allow("127.0.0.1/32".parse().unwrap()),
-        )
+        .policy(policy)
+        .host_access(access)
         .resolver(Arc::new(
-            StaticResolver::new().with("plain.test", IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            StaticResolver::new()
+                .with("plain.test", IpAddr::V4(Ipv4Addr::LOCALHOST))
+                .with("localhost", IpAddr::V4(Ipv4Addr::LOCALHOST)),
         ))
         .max_connections(limit);
     Gateway::new(options).unwrap()

@@ -50,6 +50,10 @@ pub struct BuildOptions {
     pub context_dir: PathBuf,
     /// Network rules for `RUN` steps, besides the spec's.
     pub allow_net: Vec<NetRule>,
+    /// Whether `RUN` steps may reach the host itself (its loopback, its
+    /// own addresses): denied unless set, and then a rule of the host's
+    /// own addresses is refused ([`crate::network::host`]).
+    pub host_access: crate::HostAccess,
     /// How the host resolves the names `RUN` steps reach (default: the
     /// system's resolver).
     pub resolver: Option<Arc<dyn crate::Resolve>>,
@@ -80,6 +84,7 @@ impl BuildOptions {
             name: name.into(),
             context_dir: context_dir.into(),
             allow_net: Vec::new(),
+            host_access: crate::HostAccess::Denied,
             resolver: None,
             memory_mib: 512,
             vcpus: 1,
@@ -227,7 +232,9 @@ pub async fn build(
             .vcpus(options.vcpus)
             .from_template(false),
         network: (!rules.is_empty()).then(|| {
-            let network = NetworkOptions::new().policy(NetworkPolicy::from_rules(rules));
+            let network = NetworkOptions::new()
+                .policy(NetworkPolicy::from_rules(rules))
+                .host_access(options.host_access);
             match &options.resolver {
                 Some(resolver) => network.resolver(Arc::clone(resolver)),
                 None => network,

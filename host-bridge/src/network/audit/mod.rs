@@ -7,18 +7,32 @@
 //! [`DEFAULT_AUDIT_CAPACITY`] records (or the capacity it was made with) and
 //! counts the ones pushed out in [`AuditLog::dropped`]. Each record is also
 //! a `tracing` event: debug for allowed, info for refused.
+//!
+//! An adoptable sandbox's log is also kept on disk, in its state directory
+//! (`disk`: appended as records are made, bounded, read back by the
+//! process that adopts the sandbox, which goes on numbering from the
+//! last).
+
+mod disk;
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use disk::AuditFile;
+pub use disk::{AUDIT_FILE, AUDIT_FILE_OLD, DEFAULT_AUDIT_FILE_CAP};
 
 /// How many records an [`AuditLog`] keeps unless told otherwise.
 pub const DEFAULT_AUDIT_CAPACITY: usize = 4096;
 
 /// What kind of traffic a record is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Protocol {
     /// A DNS query to the guest's resolver.
@@ -50,7 +64,8 @@ impl fmt::Display for Protocol {
 }
 
 /// Why a connection or query was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Refusal {
     /// No rule allows the destination.
@@ -60,6 +75,15 @@ pub enum Refusal {
     RestrictedAddress {
         /// The restricted address.
         addr: IpAddr,
+    },
+    /// The destination is the host itself (loopback, link-local, the
+    /// unspecified address or one of the host's own addresses) and the
+    /// sandbox's host access is denied, whatever the rules say.
+    HostAddress {
+        /// The host's address.
+        addr: IpAddr,
+        /// What it is of the host's.
+        kind: super::host::HostKind,
     },
     /// The TLS ClientHello named another server than the name connected to
     /// (or none).
@@ -130,6 +154,11 @@ impl fmt::Display for Refusal {
                 f,
                 "resolves to restricted address {addr} and no CIDR rule allows it"
             ),
+            Refusal::HostAddress { addr, kind } => write!(
+                f,
+                "{addr} is {kind}; this sandbox may not reach the host (only the machine's owner \
+                 may allow it)"
+            ),
             Refusal::ServerNameMismatch {
                 server_name: Some(name),
             } => write!(f, "TLS server name {name:?} is not the allowed name"),
@@ -170,7 +199,8 @@ impl fmt::Display for Refusal {
 }
 
 /// The decision on one connection or query.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// It went ahead.
     Allowed,
@@ -265,6 +295,8 @@ struct Inner {
     next_seq: u64,
     dropped: u64,
     records: VecDeque<AuditRecord>,
+    /// Where records are appended as well, for an adoptable sandbox.
+    disk: Option<AuditFile>,
 }
 
 const _: () = {
@@ -288,8 +320,49 @@ impl AuditLog {
                 next_seq: 1,
                 dropped: 0,
                 records: VecDeque::with_capacity(capacity.min(DEFAULT_AUDIT_CAPACITY)),
+                disk: None,
             }),
         }
+    }
+
+    /// A log of [`DEFAULT_AUDIT_CAPACITY`] records kept in `dir` (a
+    /// sandbox's state directory) as well: the records its files hold
+    /// already come first (the newest that fit), numbering goes on from
+    /// the last, and every new record is appended. A file that cannot be
+    /// opened is logged, and the log is kept in memory only.
+    pub fn kept_in(dir: &Path) -> Self {
+        Self::kept_in_with(dir, DEFAULT_AUDIT_CAPACITY, DEFAULT_AUDIT_FILE_CAP)
+    }
+
+    /// [`kept_in`](AuditLog::kept_in) with a capacity of `capacity` records
+    /// and files of at most `file_cap` bytes each.
+    pub fn kept_in_with(dir: &Path, capacity: usize, file_cap: u64) -> Self {
+        let log = Self::new(capacity);
+        let (file, records) = match AuditFile::open(dir, file_cap) {
+            Ok(opened) => opened,
+            Err(error) => {
+                tracing::warn!(
+                    dir = %dir.display(),
+                    %error,
+                    "cannot keep the audit log on disk; it is kept in memory only"
+                );
+                return log;
+            }
+        };
+        {
+            let mut inner = log.lock();
+            if let Some(last) = records.last() {
+                inner.next_seq = last.seq + 1;
+            }
+            let skip = records.len().saturating_sub(capacity);
+            inner.dropped = records
+                .first()
+                .map_or(0, |first| first.seq.saturating_sub(1))
+                + skip as u64;
+            inner.records.extend(records.into_iter().skip(skip));
+            inner.disk = Some(file);
+        }
+        log
     }
 
     /// Records a decision and returns its sequence number. When the log is
@@ -328,6 +401,16 @@ impl AuditLog {
                 %refusal,
                 "network: refused"
             ),
+        }
+        if let Some(disk) = &mut inner.disk {
+            if let Err(error) = disk.append(&record) {
+                tracing::warn!(
+                    seq,
+                    %error,
+                    "cannot append to the audit file; the log is kept in memory only from here"
+                );
+                inner.disk = None;
+            }
         }
         if inner.capacity == 0 {
             inner.dropped += 1;

@@ -230,6 +230,65 @@ fn a_keys_workspace_runs_an_unprivileged_vmm_and_keeps_its_files() {
         &["sandbox", "exec", &second, "--", "cat", "/root/note"],
     );
     assert_eq!(out, "kept\n");
+
+    // A sandbox ended by its lifetime lets the workspace go at once, though
+    // the server keeps listing it as ended for minutes.
+    remote_ok(&home, &server, &alice, &["sandbox", "kill", &second]);
+    let short = remote_ok(
+        &home,
+        &server,
+        &alice,
+        &[
+            "sandbox",
+            "create",
+            "--memory",
+            "256",
+            "--workspace",
+            "notes",
+            "--max-lifetime",
+            "4",
+        ],
+    )
+    .trim()
+    .to_owned();
+    let held = |workspaces: &[serde_json::Value]| {
+        !(workspaces[0]["sandbox"].is_null() || workspaces[0]["sandbox"] == "")
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let workspaces = listed(&home, &server, &alice);
+        assert_eq!(workspaces.len(), 1, "{workspaces:?}");
+        if !held(&workspaces) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{short} outlived its 4 s lifetime: {workspaces:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let third = remote_ok(
+        &home,
+        &server,
+        &alice,
+        &[
+            "sandbox",
+            "create",
+            "--memory",
+            "256",
+            "--workspace",
+            "notes",
+        ],
+    )
+    .trim()
+    .to_owned();
+    let out = remote_ok(
+        &home,
+        &server,
+        &alice,
+        &["sandbox", "exec", &third, "--", "cat", "/root/note"],
+    );
+    assert_eq!(out, "kept\n");
 }
 
 #[test]

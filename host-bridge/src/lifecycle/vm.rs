@@ -29,6 +29,7 @@ use crate::error::{Error, Result};
 use crate::features::AgentFeatures;
 use crate::transport::{AgentTransport, CapMessages, Quiesce};
 use crate::vmm::{Backend, Quit};
+use crate::workspace::Workspace;
 
 mod ownership;
 mod persist;
@@ -133,6 +134,10 @@ pub(crate) struct VmShared {
     features: AgentFeatures,
     /// A manager's slot, given back when the VM ends.
     slot: Mutex<Option<OwnedSemaphorePermit>>,
+    /// The workspace's lock, let go when the VM ends (not when the last
+    /// handle goes: a server keeps ended sandboxes listed for a while, and
+    /// the next sandbox may take the workspace at once).
+    workspace: Mutex<Option<Workspace>>,
     /// How to save the VM to disk and start it again (QEMU on the serial
     /// channel only).
     persistence: Option<Persistence>,
@@ -194,6 +199,7 @@ impl VmShared {
             quiesce,
             features,
             slot: Mutex::new(slot),
+            workspace: Mutex::new(None),
             persistence,
             last_restore: Mutex::new(None),
             keep_saved: AtomicBool::new(false),
@@ -207,6 +213,13 @@ impl VmShared {
     pub fn hold_slot(&self, slot: OwnedSemaphorePermit) {
         if self.end_reason().is_none() {
             *lock(&self.slot) = Some(slot);
+        }
+    }
+
+    /// Holds the workspace's lock until the VM ends.
+    pub fn hold_workspace(&self, workspace: Option<Workspace>) {
+        if self.end_reason().is_none() {
+            *lock(&self.workspace) = workspace;
         }
     }
 
@@ -555,6 +568,7 @@ impl VmShared {
             true
         });
         lock(&self.slot).take();
+        lock(&self.workspace).take();
         if !self.keep_saved.load(Ordering::SeqCst) {
             self.forget_saved();
         }

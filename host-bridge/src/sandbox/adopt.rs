@@ -321,6 +321,7 @@ impl SandboxBuilder {
         // end it at its first tick), the directory too.
         vm.own_vmm(true);
         dir.keep(false);
+        vm.hold_workspace(workspace);
         let watchdog = watchdog::spawn(&vm, self.watchdog_policy());
         let answered = answered.saturating_duration_since(begin);
         let timings = BootTimings {
@@ -363,7 +364,6 @@ impl SandboxBuilder {
             network,
             builder: self,
             state_dir: dir,
-            _workspace: workspace,
         })
     }
 
@@ -461,8 +461,8 @@ impl Sandbox {
 
     /// [`detach`](Sandbox::detach) through a shared handle (a manager's):
     /// every handle sees the sandbox ended
-    /// ([`EndReason::Detached`](crate::EndReason::Detached)); the workspace
-    /// lock goes with the last handle.
+    /// ([`EndReason::Detached`](crate::EndReason::Detached)) and the
+    /// workspace lock goes at once.
     pub(crate) async fn detach_in_place(&self) -> Result<()> {
         if !self.is_adoptable() {
             return Err(AdoptError::NotAdoptable {

@@ -387,6 +387,7 @@ impl SandboxBuilder {
             }
             vm.set_adoption(keeper);
         }
+        vm.hold_workspace(workspace);
         let watchdog = watchdog::spawn(&vm, self.watchdog_policy());
         let env = default_env(&self.env, network.as_ref().map(|n| n.env.as_slice()));
         Ok(Sandbox {
@@ -411,7 +412,6 @@ impl SandboxBuilder {
             network,
             builder: self,
             state_dir: dir,
-            _workspace: workspace,
         })
     }
 

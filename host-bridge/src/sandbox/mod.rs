@@ -48,7 +48,6 @@ use crate::lifecycle::channel::AgentChannel;
 use crate::lifecycle::vm::VmShared;
 use crate::lifecycle::{EndReason, SandboxState, SandboxUsage};
 use crate::transport::{self, AgentTransport, CapMessages};
-use crate::workspace::Workspace;
 use crate::Accel;
 use network::SandboxNetwork;
 
@@ -103,8 +102,6 @@ pub struct Sandbox {
     /// What it was started with: a fork's children get the same policies.
     builder: SandboxBuilder,
     state_dir: StateDir,
-    /// Holds the workspace lock until the VM is gone.
-    _workspace: Option<Workspace>,
 }
 
 impl Sandbox {

@@ -75,6 +75,7 @@ pub mod gc;
 mod lifecycle;
 mod manager;
 pub mod network;
+pub mod random;
 mod sandbox;
 pub mod saved;
 pub mod state_dir;

@@ -548,8 +548,7 @@ async fn personalize(channel: &Channel, id: &str) -> Result<()> {
 /// `/dev/urandom`, the host's clock, `id` as hostname and id.
 pub(super) fn personalize_request(id: &str) -> Result<PersonalizeRequest> {
     let mut entropy = vec![0u8; ENTROPY_BYTES];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut random| std::io::Read::read_exact(&mut random, &mut entropy))
+    crate::random::fill(&mut entropy)
         .map_err(|e| Error::Protocol(format!("no entropy from the host's /dev/urandom: {e}")))?;
     let unix_nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)

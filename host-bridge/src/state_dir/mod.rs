@@ -26,6 +26,9 @@ pub const STATE_DIR_ENV: &str = "AIRLOCK_STATE_DIR";
 
 /// Every state directory's name starts with this.
 pub const DIR_PREFIX: &str = "sandbox-";
+/// Random bytes in a new sandbox's id (128 bits, in hex after the prefix):
+/// an id is never guessed, so a stranger probing ids learns nothing.
+pub const ID_RANDOM_BYTES: usize = 16;
 
 /// The parent of all sandboxes' state directories.
 pub fn default_base() -> PathBuf {
@@ -81,21 +84,26 @@ impl Drop for StateDir {
     }
 }
 
-/// Creates a fresh private directory under `base`, recording the calling
-/// process as its owner.
+/// Creates a fresh private directory under `base` named by a new id
+/// ([`DIR_PREFIX`] and [`ID_RANDOM_BYTES`] random bytes in hex), recording
+/// the calling process as its owner.
 pub(crate) fn create(base: &Path) -> Result<StateDir> {
-    make(base, DIR_PREFIX, true)
+    let random = crate::random::hex::<ID_RANDOM_BYTES>().map_err(|source| Error::StateDir {
+        base: base.to_owned(),
+        source,
+    })?;
+    make(base, &format!("{DIR_PREFIX}{random}"))
 }
 
 /// Creates the private directory `base/name` (a sandbox restored under
 /// its id), which must not exist yet, recording the calling process as its
 /// owner.
 pub(crate) fn create_named(base: &Path, name: &str) -> Result<StateDir> {
-    make(base, name, false)
+    make(base, name)
 }
 
-/// `base/<prefix><random>`, or exactly `base/<prefix>` without `random`.
-fn make(base: &Path, prefix: &str, random: bool) -> Result<StateDir> {
+/// The private directory `base/name`, made here (never one that exists).
+fn make(base: &Path, name: &str) -> Result<StateDir> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     let fail = |source| Error::StateDir {
         base: base.to_owned(),
@@ -108,11 +116,9 @@ fn make(base: &Path, prefix: &str, random: bool) -> Result<StateDir> {
         .map_err(fail)?;
     let mut builder = tempfile::Builder::new();
     builder
-        .prefix(prefix)
+        .prefix(name)
+        .rand_bytes(0)
         .permissions(std::fs::Permissions::from_mode(0o700));
-    if !random {
-        builder.rand_bytes(0);
-    }
     let dir = builder.tempdir_in(base).map_err(fail)?;
     OwnerRecord::for_current_process()
         .and_then(|record| record.write(dir.path()))
@@ -155,11 +161,17 @@ mod tests {
         let path = dir.path().to_owned();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
         assert_eq!(mode, 0o700);
-        assert!(path
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .starts_with(DIR_PREFIX));
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let random = name.strip_prefix(DIR_PREFIX).unwrap();
+        assert_eq!(random.len(), 2 * ID_RANDOM_BYTES, "{name}");
+        assert!(
+            random
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
+            "{name}"
+        );
+        let other = create(&base.path().join("nested")).unwrap();
+        assert_ne!(other.path(), path, "each id is new");
         let record = OwnerRecord::read(&path).unwrap();
         assert_eq!(record.owner.pid, std::process::id());
         assert!(record.owner.is_running());

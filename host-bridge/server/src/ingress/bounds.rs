@@ -14,3 +14,7 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a tunnel (an upgraded connection: WebSocket) may move no byte
 /// either way before it is closed.
 pub const TUNNEL_IDLE: Duration = Duration::from_secs(600);
+/// Refusals (404 and 401) an address gets before its requests are answered
+/// 429 for a while (doubling with each refusal past these; one forgiven
+/// every two minutes): probing for ids and tokens is slow.
+pub const FREE_REFUSALS: u32 = 20;

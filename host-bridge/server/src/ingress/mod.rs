@@ -4,7 +4,9 @@
 //! ```text
 //! client ─ HTTP/1.1 or HTTP/2 (TLS) ─> listener (`serve`)
 //!   ─> route (`route`): `{port}-{id}.{domain}` or `/_sandbox/{id}/{port}/`
-//!   ─> sandbox (404), token (`token`; 401) unless the port is public
+//!   ─> an address refused too often lately: 429 (`probes`)
+//!   ─> one Host (400), sandbox (404), one token (`token`; 400, 401) unless
+//!      the port is public
 //!   ─> Sandbox::connect_port (resumes a paused one; 502 when nothing listens)
 //!   ─> the request, HTTP/1.1 to the guest's server (`proxy`), the response
 //!      streamed back; an Upgrade (WebSocket) becomes a tunnel both ways
@@ -51,6 +53,9 @@ pub struct Ingress {
     pub tls: bool,
     /// Connections open per sandbox.
     open: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Refusals (404, 401, 400) per client address: past
+    /// [`bounds::FREE_REFUSALS`] an address is answered 429 for a while.
+    probes: airlock_api::throttle::Throttle,
 }
 
 impl Ingress {
@@ -60,6 +65,7 @@ impl Ingress {
             domain,
             tls,
             open: Mutex::new(HashMap::new()),
+            probes: airlock_api::throttle::Throttle::with_free_failures(bounds::FREE_REFUSALS),
         }
     }
 

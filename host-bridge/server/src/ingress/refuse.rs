@@ -1,4 +1,4 @@
-//! The answers the ingress gives itself: refusals (404, 401, 502, 503),
+//! The answers the ingress gives itself: refusals (400, 404, 401, 429, 502, 503),
 //! the token's redirect, each a short text that says what happened and
 //! what to do.
 
@@ -25,6 +25,26 @@ pub fn text(status: StatusCode, message: String) -> Response<Body> {
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
+    response
+}
+
+/// 400: a request that names its host or token more than once.
+pub fn bad_request(message: String) -> Response<Body> {
+    text(StatusCode::BAD_REQUEST, message)
+}
+
+/// 429: an address refused too often lately, with when to retry.
+pub fn too_many_refusals(client: std::net::IpAddr, retry: std::time::Duration) -> Response<Body> {
+    let secs = retry.as_secs().max(1);
+    let mut response = text(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "too many refused requests from {client} (unknown addresses or missing tokens);              retry in {secs} s"
+        ),
+    );
+    if let Ok(value) = header::HeaderValue::from_str(&secs.to_string()) {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
     response
 }
 

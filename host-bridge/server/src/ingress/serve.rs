@@ -87,6 +87,32 @@ async fn handle(
     client: SocketAddr,
     request: Request<Incoming>,
 ) -> Response<Body> {
+    if let Some(retry) = ingress.probes.blocked_for(client.ip()) {
+        return refuse::too_many_refusals(client.ip(), retry);
+    }
+    match route_and_carry(state, ingress, client, request).await {
+        Ok(response) => response,
+        Err(refused) => {
+            ingress.probes.failed(client.ip());
+            refused
+        }
+    }
+}
+
+/// Route, sandbox, token, connection, then the guest's answer; `Err` is a
+/// refusal that counts against the client's address (no such route or
+/// sandbox, a missing, wrong or doubled token, a doubled Host).
+async fn route_and_carry(
+    state: &State,
+    ingress: &Ingress,
+    client: SocketAddr,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Response<Body>> {
+    if request.headers().get_all(header::HOST).iter().count() > 1 {
+        return Err(refuse::bad_request(
+            "more than one Host header: send one".to_owned(),
+        ));
+    }
     let host = request
         .uri()
         .authority()
@@ -99,14 +125,14 @@ async fn handle(
                 .map(str::to_owned)
         });
     let Some(route) = route::parse(host.as_deref(), request.uri().path(), &ingress.domain) else {
-        return refuse::not_found(format!(
+        return Err(refuse::not_found(format!(
             "not a sandbox's address: open PORT-SANDBOX_ID.{} or /_sandbox/SANDBOX_ID/PORT/ \
              (`airlock sandbox expose SANDBOX_ID PORT` prints it)",
             ingress.domain
-        ));
+        )));
     };
     let Some(entry) = state.registry.for_ingress(&route.sandbox) else {
-        return refuse::not_found(format!("no sandbox {}", route.sandbox));
+        return Err(refuse::not_found(format!("no sandbox {}", route.sandbox)));
     };
     let id = entry.record.id.clone();
     let port = route.port;
@@ -119,21 +145,35 @@ async fn handle(
     // The token, unless the port is public.
     let query = request.uri().query().map(str::to_owned);
     if !entry.record.public_ports.contains(&port) {
-        let presented = token::presented(request.headers(), query.as_deref());
+        let presented = match token::presented(request.headers(), query.as_deref()) {
+            Ok(presented) => presented,
+            Err(ambiguous) => {
+                record(None, Verdict::Refused(Refusal::WrongToken));
+                return Err(refuse::bad_request(format!(
+                    "sandbox {id} port {port}: {ambiguous}: send the traffic token once"
+                )));
+            }
+        };
         let accepted = presented
-            .iter()
-            .any(|p| token::matches(&entry.record.ingress_token, p));
+            .as_deref()
+            .is_some_and(|p| token::matches(&entry.record.ingress_token, p));
         if !accepted {
-            let refusal = if presented.is_empty() {
+            let refusal = if presented.is_none() {
                 Refusal::NoToken
             } else {
                 Refusal::WrongToken
             };
             record(None, Verdict::Refused(refusal));
-            return refuse::unauthorized(&id, port, !presented.is_empty());
+            return Err(refuse::unauthorized(&id, port, presented.is_some()));
         }
         if let Some(query) = query.as_deref().filter(|q| token::query_token(q).is_some()) {
-            return redirect_without_token(ingress, &route, request.uri().path(), query, &entry);
+            return Ok(redirect_without_token(
+                ingress,
+                &route,
+                request.uri().path(),
+                query,
+                &entry,
+            ));
         }
     }
 
@@ -144,13 +184,13 @@ async fn handle(
                 limit: bounds::MAX_CONNECTIONS_PER_SANDBOX,
             }),
         );
-        return refuse::unavailable(
+        return Ok(refuse::unavailable(
             &id,
             format!(
                 "{} connections are open, the most a sandbox may have; retry shortly",
                 bounds::MAX_CONNECTIONS_PER_SANDBOX
             ),
-        );
+        ));
     };
 
     // The sandbox's handle (restoring one saved to disk) and the guest
@@ -159,13 +199,13 @@ async fn handle(
     let paused = entry.state().is_paused();
     let handle = match state.ingress_handle(&entry).await {
         Ok(handle) => handle,
-        Err(status) => return refuse::unavailable(&id, status.message().to_owned()),
+        Err(status) => return Ok(refuse::unavailable(&id, status.message().to_owned())),
     };
     let guest = match handle.connect_port(port).await {
         Ok(guest) => guest,
         Err(airlock::Error::PortRefused { reason, .. }) => {
             record(Some(&handle), Verdict::Refused(Refusal::PortClosed));
-            return refuse::bad_gateway(&id, port, &reason);
+            return Ok(refuse::bad_gateway(&id, port, &reason));
         }
         Err(error) => {
             let message = airlock::error_chain(&error);
@@ -175,7 +215,7 @@ async fn handle(
                     message: message.clone(),
                 }),
             );
-            return refuse::bad_gateway(&id, port, &message);
+            return Ok(refuse::bad_gateway(&id, port, &message));
         }
     };
     let resumed = paused.then(|| started.elapsed());
@@ -196,12 +236,12 @@ async fn handle(
     };
     let mut response = match proxy::forward(guest, request, &guest_path, &origin, permit).await {
         Ok(response) => response,
-        Err(error) => return refuse::bad_gateway(&id, port, &error.to_string()),
+        Err(error) => return Ok(refuse::bad_gateway(&id, port, &error.to_string())),
     };
     if let Some(resumed) = resumed {
         server_timing(&mut response, resumed);
     }
-    response
+    Ok(response)
 }
 
 /// `Server-Timing: resume;dur=MS` for a request that resumed its sandbox.

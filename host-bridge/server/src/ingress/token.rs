@@ -3,8 +3,6 @@
 //! `airlock_token` cookie or query parameter) and compared in constant
 //! time.
 
-use std::io::Read;
-
 use base64::Engine as _;
 use http::header::COOKIE;
 use http::HeaderMap;
@@ -24,9 +22,8 @@ const PREFIX: &str = "at_";
 /// to nothing: a server that cannot read `/dev/urandom` makes none, and
 /// an empty token matches no request.
 pub fn new() -> String {
-    let mut bytes = [0u8; TOKEN_BYTES];
-    match std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)) {
-        Ok(()) => format!(
+    match airlock::random::bytes::<TOKEN_BYTES>() {
+        Ok(bytes) => format!(
             "{PREFIX}{}",
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
         ),
@@ -42,29 +39,55 @@ pub fn matches(token: &str, presented: &str) -> bool {
     !token.is_empty() && bool::from(token.as_bytes().ct_eq(presented.as_bytes()))
 }
 
-/// Every token a request presents: its header, its cookies of that name
-/// (a browser may send several, one per path) and `query`'s parameter.
-pub fn presented(headers: &HeaderMap, query: Option<&str>) -> Vec<String> {
-    let mut found = Vec::new();
-    for value in headers.get_all(HEADER) {
-        if let Ok(text) = value.to_str() {
-            found.push(text.trim().to_owned());
-        }
+/// A request that names its token more than once in one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Ambiguous {
+    #[error("more than one X-Airlock-Token header")]
+    Headers,
+    #[error("more than one airlock_token query parameter")]
+    Query,
+}
+
+/// The one token a request presents, if any: its `X-Airlock-Token`
+/// header, else its query's `airlock_token`, else its first cookie of that
+/// name (a browser sends the cookie of the longest path first). Two headers
+/// or two query parameters are refused rather than tried in turn.
+pub fn presented(headers: &HeaderMap, query: Option<&str>) -> Result<Option<String>, Ambiguous> {
+    let mut in_headers = headers.get_all(HEADER).iter();
+    let header = in_headers.next();
+    if in_headers.next().is_some() {
+        return Err(Ambiguous::Headers);
     }
-    for value in headers.get_all(COOKIE) {
-        let Ok(text) = value.to_str() else { continue };
-        for pair in text.split(';') {
-            if let Some((name, value)) = pair.trim().split_once('=') {
-                if name == PARAM {
-                    found.push(value.to_owned());
-                }
-            }
-        }
+    let mut in_query = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter_map(|pair| pair.split_once('='))
+        .filter(|(name, _)| *name == PARAM)
+        .map(|(_, value)| value);
+    let from_query = in_query.next();
+    if in_query.next().is_some() {
+        return Err(Ambiguous::Query);
     }
-    if let Some(value) = query.and_then(query_token) {
-        found.push(value);
+    if let Some(value) = header {
+        // A header that is not text matches no token.
+        return Ok(Some(
+            value
+                .to_str()
+                .map_or_else(|_| String::new(), |t| t.trim().to_owned()),
+        ));
     }
-    found
+    if let Some(value) = from_query {
+        return Ok(Some(value.to_owned()));
+    }
+    let cookie = headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|text| text.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == PARAM)
+        .map(|(_, value)| value.to_owned());
+    Ok(cookie)
 }
 
 /// The token in a query string, if it has one.
@@ -125,8 +148,22 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(HEADER, "at_h".parse().unwrap());
         headers.insert(COOKIE, "a=1; airlock_token=at_c; b=2".parse().unwrap());
-        let found = presented(&headers, Some("x=1&airlock_token=at_q"));
-        assert_eq!(found, ["at_h", "at_c", "at_q"]);
+        assert_eq!(
+            presented(&headers, Some("x=1&airlock_token=at_q")),
+            Ok(Some("at_h".to_owned()))
+        );
+        let mut cookies = HeaderMap::new();
+        cookies.append(
+            COOKIE,
+            "airlock_token=at_c1; airlock_token=at_c2".parse().unwrap(),
+        );
+        cookies.append(COOKIE, "airlock_token=at_c3".parse().unwrap());
+        assert_eq!(
+            presented(&cookies, Some("airlock_token=at_q")),
+            Ok(Some("at_q".to_owned()))
+        );
+        assert_eq!(presented(&cookies, None), Ok(Some("at_c1".to_owned())));
+        assert_eq!(presented(&HeaderMap::new(), Some("x=1")), Ok(None));
         strip(&mut headers);
         assert!(headers.get(HEADER).is_none());
         assert_eq!(headers.get(COOKIE).unwrap(), "a=1; b=2");
@@ -135,5 +172,17 @@ mod tests {
             Some("x=1")
         );
         assert_eq!(query_without_token("airlock_token=at_q"), None);
+    }
+
+    #[test]
+    fn a_token_named_twice_in_one_place_is_refused() {
+        let mut headers = HeaderMap::new();
+        headers.append(HEADER, "at_wrong".parse().unwrap());
+        headers.append(HEADER, "at_right".parse().unwrap());
+        assert_eq!(presented(&headers, None), Err(Ambiguous::Headers));
+        assert_eq!(
+            presented(&HeaderMap::new(), Some("airlock_token=a&airlock_token=b")),
+            Err(Ambiguous::Query)
+        );
     }
 }

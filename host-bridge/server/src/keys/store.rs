@@ -1,6 +1,6 @@
 //! [`KeyStore`]: the API keys' hashes, names and quotas, on disk.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -162,7 +162,7 @@ impl KeyStore {
         }
         let secret = new_secret().map_err(|source| KeyError::Io {
             action: "read random bytes from",
-            path: "/dev/urandom".into(),
+            path: airlock::random::SOURCE.into(),
             source,
         })?;
         let stored = StoredKey {
@@ -283,8 +283,7 @@ pub fn is_valid_name(name: &str) -> bool {
 
 /// A new key: the prefix and 256 random bits in base64url.
 fn new_secret() -> std::io::Result<String> {
-    let mut bytes = [0u8; KEY_BYTES];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    let bytes = airlock::random::bytes::<KEY_BYTES>()?;
     let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
     Ok(format!("{KEY_PREFIX}{encoded}"))
 }

@@ -338,3 +338,91 @@ async fn the_unchanged_uid_is_refused_naming_start_user() {
     }
     server.stop().await;
 }
+
+/// A codec that sends its bytes as they are (a message that may not
+/// decode) and takes the answer's bytes.
+#[derive(Debug, Default, Clone, Copy)]
+struct Raw;
+
+impl tonic::codec::Codec for Raw {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = Raw;
+    type Decoder = Raw;
+
+    fn encoder(&mut self) -> Raw {
+        Raw
+    }
+
+    fn decoder(&mut self) -> Raw {
+        Raw
+    }
+}
+
+impl tonic::codec::Encoder for Raw {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use bytes::BufMut;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for Raw {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
+        use bytes::Buf;
+        Ok(Some(src.copy_to_bytes(src.remaining()).to_vec()))
+    }
+}
+
+#[tokio::test]
+async fn a_message_that_does_not_decode_is_invalid_argument() {
+    let server = TestServer::start(Options::default()).await;
+    let key = server.key("prober", api::KeyQuota::default()).await;
+    let other = server
+        .remote(Some(&server.key("other", api::KeyQuota::default()).await))
+        .await;
+    let others = create_sandbox(&other, create()).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.tcp))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    // Field 2 (`path`) as a string longer than the message; then a
+    // field with wire type 7, which no message has.
+    for garbage in [vec![0x12, 0x7f, b'/'], vec![0x0f, 0x01]] {
+        grpc.ready().await.unwrap();
+        let mut request = tonic::Request::new(garbage);
+        request.metadata_mut().insert(
+            airlock_api::auth::HEADER,
+            format!("{}{key}", airlock_api::auth::SCHEME)
+                .parse()
+                .unwrap(),
+        );
+        let status = grpc
+            .unary(
+                request,
+                http::uri::PathAndQuery::from_static("/airlock.api.v1.Files/Stat"),
+                Raw,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains("does not decode"), "{status:?}");
+        other_tenant_served(&other, &others).await;
+    }
+    server.stop().await;
+}

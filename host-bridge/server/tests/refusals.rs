@@ -426,3 +426,50 @@ async fn a_message_that_does_not_decode_is_invalid_argument() {
     }
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_guest_symlink_downloads_with_its_targets_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = TestServer::start(Options::default()).await;
+    let key = server.key("alice", api::KeyQuota::default()).await;
+    let alice = server.remote(Some(&key)).await;
+    let id = create_sandbox(&alice, create()).await;
+    let other = server
+        .remote(Some(&server.key("other", api::KeyQuota::default()).await))
+        .await;
+    let others = create_sandbox(&other, create()).await;
+    // The process backend's guest is this host: its files are these.
+    let guest = tempfile::tempdir().unwrap();
+    std::fs::write(guest.path().join("secret"), "only mine").unwrap();
+    std::fs::set_permissions(
+        guest.path().join("secret"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("secret", guest.path().join("link")).unwrap();
+    std::os::unix::fs::symlink(guest.path().join("link"), guest.path().join("chain")).unwrap();
+    let host = tempfile::tempdir().unwrap();
+    let cli = common::agent_bin().with_file_name("airlock");
+    for name in ["link", "chain"] {
+        let dest = host.path().join(name);
+        let mut command = std::process::Command::new(&cli);
+        command
+            .args(["sandbox", "cp"])
+            .arg(format!("{id}:{}", guest.path().join(name).display()))
+            .arg(&dest)
+            .env(airlock_client::HOST_ENV, format!("http://{}", server.tcp))
+            .env(airlock_client::API_KEY_ENV, &key);
+        // Off the test's runtime: the server answers on it meanwhile.
+        let out = tokio::task::spawn_blocking(move || command.output())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {out:?}");
+        let meta = std::fs::symlink_metadata(&dest).unwrap();
+        assert!(meta.is_file(), "{name}");
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o600, "{name}");
+        assert_eq!(std::fs::read(&dest).unwrap(), b"only mine");
+        other_tenant_served(&other, &others).await;
+    }
+    server.stop().await;
+}

@@ -25,6 +25,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let descriptors = protox::compile(PROTOS, [&root])?;
     tonic_prost_build::configure()
         .build_transport(false)
+        // Undecodable messages are the client's fault (`src/codec.rs`).
+        .codec_path("crate::codec::Codec")
         .bytes(".airlock.api.v1")
         // Written by hand (in `lib.rs`), without the values.
         .skip_debug([

@@ -13,6 +13,8 @@
 //!   [`v1::ErrorReason`], and the `airlock-error` / `airlock-field` metadata);
 //! - [`limits`]: the bounds the server enforces and clients may check first;
 //! - [`auth`]: the `authorization` header and the keys' form;
+//! - [`codec`]: the generated code's codec (a message that does not decode
+//!   is INVALID_ARGUMENT);
 //! - [`REVISION`] and [`features`]: what `Ping` reports.
 //!
 //! Nothing here is the guest's: the guest agent speaks `airlock.agent.v1`
@@ -22,6 +24,7 @@
 #![allow(missing_debug_implementations)]
 
 pub mod auth;
+pub mod codec;
 pub mod limits;
 pub mod reason;
 pub mod throttle;

@@ -203,6 +203,25 @@ pub fn count<T>(field: &str, items: &[T], max: usize) -> Result<(), Status> {
     Ok(())
 }
 
+/// A guest user: a name or a numeric id, optionally with `:group`. An id
+/// is at most 4294967294: 4294967295 is `(uid_t)-1`, which the kernel reads
+/// as "leave unchanged", never as a user.
+pub fn user(field: &str, user: &str) -> Result<(), Status> {
+    if user.len() > limits::MAX_NAME_BYTES || user.contains('\0') {
+        return Err(invalid(field, "not a user name or uid"));
+    }
+    for part in user.split(':') {
+        let numeric = !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+        if numeric && part.parse::<u32>().map_or(true, |id| id == u32::MAX) {
+            return Err(invalid(
+                field,
+                format!("{part} is not a uid or gid (0 to {})", u32::MAX - 1),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Bytes of data in one message.
 pub fn chunk(field: &str, data: &[u8]) -> Result<(), Status> {
     if data.len() > limits::MAX_CHUNK_BYTES {
@@ -250,6 +269,13 @@ mod tests {
             assert_eq!(field_of(status), Some(field), "{status:?}");
             assert!(status.message().starts_with(field), "{status:?}");
         }
+        for spec in ["4294967295", "0:4294967295", "99999999999"] {
+            assert_eq!(
+                field_of(&user("start.user", spec).unwrap_err()),
+                Some("start.user")
+            );
+        }
+        assert!(user("start.user", "4294967294:nogroup").is_ok());
         assert!(sandbox_id("sandbox_id", "sandbox-Ab12").is_ok());
         assert!(guest_path("path", "/tmp/x").is_ok());
     }

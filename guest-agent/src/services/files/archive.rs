@@ -92,12 +92,64 @@ impl<T> Write for ChannelWriter<T> {
     }
 }
 
+/// A reader that notes whether its source ran dry: a tar archive ends
+/// with its end-of-archive blocks, which the `tar` crate stops at without
+/// reading on, so an archive that reached the end of its stream instead
+/// was cut.
+struct EndWatch<R> {
+    inner: R,
+    ran_dry: std::rc::Rc<std::cell::Cell<bool>>,
+}
+
+impl<R: Read> Read for EndWatch<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 && !buf.is_empty() {
+            self.ran_dry.set(true);
+        }
+        Ok(n)
+    }
+}
+
 /// Extracts a tar stream into `target`, created if missing. Returns the
-/// number of entries.
+/// number of entries. The archive must be whole: one cut short (in an
+/// entry, or before its end-of-archive blocks) is [`FilesError::BadTar`],
+/// and the entries this call created are removed again (an entry it
+/// replaced stays replaced).
 pub fn extract(reader: impl Read, target: &Path, actor: &Actor) -> Result<u64, FilesError> {
+    let mut created = Vec::new();
+    let result = extract_noting(reader, target, actor, &mut created);
+    if result.is_err() {
+        for path in created.iter().rev() {
+            let removed = match std::fs::symlink_metadata(path) {
+                Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
+                Ok(_) => std::fs::remove_file(path),
+                Err(_) => Ok(()),
+            };
+            if let Err(e) = removed {
+                tracing::warn!(path = %path.display(), error = %e, "removing a cut upload's entry");
+            }
+        }
+    }
+    result
+}
+
+fn extract_noting(
+    reader: impl Read,
+    target: &Path,
+    actor: &Actor,
+    created: &mut Vec<PathBuf>,
+) -> Result<u64, FilesError> {
+    if std::fs::symlink_metadata(target).is_err() {
+        created.push(first_missing(target));
+    }
     super::tree::make_dirs(target, 0o755, actor)?;
     actor.check_dir_writable(target)?;
-    let mut archive = tar::Archive::new(reader);
+    let ran_dry = std::rc::Rc::new(std::cell::Cell::new(false));
+    let mut archive = tar::Archive::new(EndWatch {
+        inner: reader,
+        ran_dry: std::rc::Rc::clone(&ran_dry),
+    });
     archive.set_preserve_permissions(true);
     archive.set_overwrite(true);
     let mut count = 0;
@@ -124,13 +176,42 @@ pub fn extract(reader: impl Read, target: &Path, actor: &Actor) -> Result<u64, F
         if dest == target {
             continue; // the `./` entry
         }
-        entry
-            .unpack_in(target)
-            .map_err(|e| FilesError::io("extract", &dest, e))?;
+        if std::fs::symlink_metadata(&dest).is_err() {
+            created.push(first_missing(&dest));
+        }
+        entry.unpack_in(target).map_err(|e| {
+            // An entry whose data the stream did not hold: a cut archive.
+            if ran_dry.get() || e.kind() == std::io::ErrorKind::UnexpectedEof {
+                FilesError::BadTar(e)
+            } else {
+                FilesError::io("extract", &dest, e)
+            }
+        })?;
         actor.own(&dest)?;
         count += 1;
     }
+    if ran_dry.get() {
+        return Err(FilesError::BadTar(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the archive ended before its end-of-archive blocks (a cut upload)",
+        )));
+    }
     Ok(count)
+}
+
+/// The outermost missing directory on the way to `path` (`path` itself if
+/// its parent exists): what making `path` creates first.
+fn first_missing(path: &Path) -> PathBuf {
+    let mut first = path.to_owned();
+    let mut at = path.parent();
+    while let Some(dir) = at {
+        if std::fs::symlink_metadata(dir).is_ok() {
+            break;
+        }
+        first = dir.to_owned();
+        at = dir.parent();
+    }
+    first
 }
 
 /// `target/relative` if `relative` has no root and no `..`.
@@ -272,6 +353,39 @@ mod tests {
             assert!(err.to_string().contains(name), "{err}");
         }
         assert!(!dir.path().join("evil").exists());
+    }
+
+    #[test]
+    fn a_cut_archive_is_refused_and_leaves_nothing_it_made() {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, data) in [("sub/a", &b"aaaa"[..]), ("sub/big", &[7u8; 4096][..])] {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_path(name).unwrap();
+            h.set_cksum();
+            b.append(&h, data).unwrap();
+        }
+        let whole = b.into_inner().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("kept"), "kept").unwrap();
+        // In the middle of an entry, and at an entry's end without the
+        // end-of-archive blocks.
+        for cut in [whole.len() - 1024 - 2048, 1024] {
+            let err = extract(&whole[..cut], dir.path(), &Actor::default()).unwrap_err();
+            assert!(matches!(err, FilesError::BadTar(_)), "{cut}: {err}");
+            assert_eq!(err.code(), tonic::Code::InvalidArgument);
+            let names: Vec<_> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(names, ["kept"], "{cut}");
+        }
+        let fresh = dir.path().join("new/target");
+        extract(&whole[..1024], &fresh, &Actor::default()).unwrap_err();
+        assert!(!dir.path().join("new").exists());
+        assert_eq!(extract(&whole[..], &fresh, &Actor::default()).unwrap(), 2);
+        assert_eq!(std::fs::read(fresh.join("sub/big")).unwrap(), [7u8; 4096]);
     }
 
     #[test]

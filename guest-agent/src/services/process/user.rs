@@ -109,6 +109,11 @@ fn resolve_in(spec: &str, passwd: &str, group: &str) -> Result<Credentials, Proc
             Err(_) => return Err(bad()),
         },
     };
+    // (uid_t)-1 is "leave unchanged" to setresuid and setresgid: never a
+    // user to run as.
+    if uid == u32::MAX || gid == u32::MAX {
+        return Err(bad());
+    }
     let mut supplementary = vec![gid];
     if let Some(e) = &entry {
         for g in &groups {
@@ -194,6 +199,17 @@ wheel:x:10: bob
 
     fn resolve(spec: &str) -> Result<Credentials, ProcessError> {
         resolve_in(spec, PASSWD_TEXT, GROUP_TEXT)
+    }
+
+    #[test]
+    fn the_unchanged_id_is_not_a_user() {
+        for spec in ["4294967295", "0:4294967295", "alice:4294967295"] {
+            assert!(
+                matches!(resolve(spec), Err(ProcessError::BadUser(_))),
+                "{spec}"
+            );
+        }
+        assert_eq!(resolve("4294967294").unwrap().uid, 4_294_967_294);
     }
 
     #[test]

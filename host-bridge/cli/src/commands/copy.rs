@@ -142,16 +142,41 @@ async fn upload(client: &Client, id: &str, host: &Path, guest: &str) -> Result<(
     Ok(())
 }
 
+/// Symlinks `cp` follows to a file, as the kernel does at most.
+const MAX_LINKS: usize = 40;
+
+/// What the guest path names, through symlinks, as `cp` reads it: the
+/// target's type and mode, not the link's own (0777), so a 0600 file
+/// behind a link lands as 0600.
+async fn followed(client: &Client, id: &str, guest: &str) -> Result<api::FileInfo, String> {
+    let mut path = PathBuf::from(guest);
+    for _ in 0..=MAX_LINKS {
+        let info = client
+            .files()
+            .stat(api::StatRequest {
+                sandbox_id: id.to_owned(),
+                path: path.to_string_lossy().into_owned(),
+            })
+            .await
+            .map_err(|status| message(status.into()))?
+            .into_inner();
+        if info.r#type() != api::FileType::Symlink {
+            return Ok(info);
+        }
+        // A relative target is relative to the link's directory.
+        let target = Path::new(&info.symlink_target);
+        path = match path.parent() {
+            Some(dir) => dir.join(target),
+            None => target.to_owned(),
+        };
+    }
+    Err(format!(
+        "{guest}: more than {MAX_LINKS} symlinks on the way to a file"
+    ))
+}
+
 async fn download(client: &Client, id: &str, guest: &str, host: &Path) -> Result<(), String> {
-    let info = client
-        .files()
-        .stat(api::StatRequest {
-            sandbox_id: id.to_owned(),
-            path: guest.to_owned(),
-        })
-        .await
-        .map_err(|status| message(status.into()))?
-        .into_inner();
+    let info = followed(client, id, guest).await?;
     if info.r#type() == api::FileType::Directory {
         let stream = client
             .files()

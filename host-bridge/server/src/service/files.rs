@@ -101,26 +101,72 @@ fn chunks(stream: ReadStream) -> Chunks {
     }))
 }
 
+/// Where a client stream's reader leaves the refusal that stopped it, so
+/// the call answers that (INVALID_ARGUMENT naming the field) rather than
+/// the library's read error.
+#[derive(Debug, Clone, Default)]
+struct Refusal(std::sync::Arc<Mutex<Option<Status>>>);
+
+impl Refusal {
+    /// Keeps `status` and gives the reader its error.
+    fn refuse(&self, status: Status) -> std::io::Error {
+        let error = std::io::Error::new(std::io::ErrorKind::InvalidData, status.message());
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(status);
+        error
+    }
+
+    /// The status for a call whose library call failed with `error`: the
+    /// refusal if the stream was refused, else the error's.
+    fn or(&self, error: &airlock::Error) -> Status {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .unwrap_or_else(|| error_status(error))
+    }
+}
+
+/// The refusal for a client stream that failed to deliver a message: one
+/// that does not decode or is too large names `data`; a client gone keeps
+/// its status.
+fn stream_failure(status: Status) -> Status {
+    match status.code() {
+        tonic::Code::OutOfRange | tonic::Code::InvalidArgument | tonic::Code::Internal => {
+            invalid("data", status.message())
+        }
+        _ => status,
+    }
+}
+
+fn oversized() -> Status {
+    invalid(
+        "data",
+        format!("more than {} bytes in one message", limits::MAX_CHUNK_BYTES),
+    )
+}
+
 /// The data messages of a client stream (after its header) as a reader;
-/// a message that is not data, or too large, fails the read.
-fn reader<T, F>(stream: Streaming<T>, data: F) -> impl AsyncRead + Send + Unpin + 'static
+/// a message that is not data, or too large, fails the read, its refusal
+/// kept in `refusal`.
+fn reader<T, F>(
+    stream: Streaming<T>,
+    data: F,
+    refusal: Refusal,
+) -> impl AsyncRead + Send + Unpin + 'static
 where
     T: Send + 'static,
     F: Fn(T) -> Option<Bytes> + Send + 'static,
 {
+    let failed = refusal.clone();
     let bytes = stream
-        .map_err(|status| std::io::Error::other(status.message().to_owned()))
+        .map_err(move |status| failed.refuse(stream_failure(status)))
         .and_then(move |message| {
             let chunk = match data(message) {
                 Some(chunk) if chunk.len() <= limits::MAX_CHUNK_BYTES => Ok(chunk),
-                Some(_) => Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("a chunk of more than {} bytes", limits::MAX_CHUNK_BYTES),
-                )),
-                None => Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "a second header",
-                )),
+                Some(_) => Err(refusal.refuse(oversized())),
+                None => {
+                    Err(refusal.refuse(invalid("header", "only the first message may be a header")))
+                }
             };
             futures::future::ready(chunk)
         });
@@ -132,44 +178,46 @@ where
 /// with `require_end` is a cut upload: a read error, so the library sends
 /// the agent no `end` and the guest keeps nothing (with `append`, what was
 /// added stays). Another header, an empty message, or a chunk too large
-/// fails the read.
+/// fails the read; each failure's status is kept in `refusal`.
 fn write_data(
     stream: Streaming<api::WriteFileRequest>,
     require_end: bool,
+    refusal: Refusal,
 ) -> impl AsyncRead + Send + Unpin + 'static {
     use api::write_file_request::Part;
-    let invalid_data = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
-    let chunks = futures::stream::unfold(Some(stream), move |stream| async move {
-        let mut stream = stream?;
-        let chunk = match stream.message().await {
-            Ok(Some(api::WriteFileRequest {
-                part: Some(Part::Data(data)),
-            })) if data.len() <= limits::MAX_CHUNK_BYTES => Ok(data),
-            Ok(Some(api::WriteFileRequest {
-                part: Some(Part::Data(_)),
-            })) => Err(invalid_data(format!(
-                "a chunk of more than {} bytes",
-                limits::MAX_CHUNK_BYTES
-            ))),
-            Ok(Some(api::WriteFileRequest {
-                part: Some(Part::End(_)),
-            })) => return None,
-            Ok(Some(api::WriteFileRequest {
-                part: Some(Part::Header(_)),
-            })) => Err(invalid_data("a second header".to_owned())),
-            Ok(Some(api::WriteFileRequest { part: None })) => {
-                Err(invalid_data("a message with no part".to_owned()))
-            }
-            Ok(None) if require_end => Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the write ended without `end` (a cut upload); nothing is kept",
-            )),
-            Ok(None) => return None,
-            Err(status) => Err(std::io::Error::other(status.message().to_owned())),
-        };
-        // After a failure the stream is not read again.
-        let rest = chunk.is_ok().then_some(stream);
-        Some((chunk, rest))
+    let chunks = futures::stream::unfold(Some(stream), move |stream| {
+        let refusal = refusal.clone();
+        async move {
+            let mut stream = stream?;
+            let chunk = match stream.message().await {
+                Ok(Some(api::WriteFileRequest {
+                    part: Some(Part::Data(data)),
+                })) if data.len() <= limits::MAX_CHUNK_BYTES => Ok(data),
+                Ok(Some(api::WriteFileRequest {
+                    part: Some(Part::Data(_)),
+                })) => Err(refusal.refuse(oversized())),
+                Ok(Some(api::WriteFileRequest {
+                    part: Some(Part::End(_)),
+                })) => return None,
+                Ok(Some(api::WriteFileRequest {
+                    part: Some(Part::Header(_)),
+                })) => {
+                    Err(refusal.refuse(invalid("header", "only the first message may be a header")))
+                }
+                Ok(Some(api::WriteFileRequest { part: None })) => {
+                    Err(refusal.refuse(invalid("part", "a message with no part")))
+                }
+                Ok(None) if require_end => Err(refusal.refuse(invalid(
+                    "end",
+                    "the write ended without `end` (a cut upload); nothing is kept",
+                ))),
+                Ok(None) => return None,
+                Err(status) => Err(refusal.refuse(stream_failure(status))),
+            };
+            // After a failure the stream is not read again.
+            let rest = chunk.is_ok().then_some(stream);
+            Some((chunk, rest))
+        }
     });
     tokio_util::io::StreamReader::new(Box::pin(chunks))
 }
@@ -227,17 +275,19 @@ impl files_server::Files for Services {
             options = options.mode(validate::within("header.mode", header.mode, 0, 0o7777)?);
         }
         if !header.user.is_empty() {
+            validate::user("header.user", &header.user)?;
             options = options.user(header.user.clone());
         }
         if header.append {
             options = options.append();
         }
-        let data = write_data(stream, header.require_end);
+        let refusal = Refusal::default();
+        let data = write_data(stream, header.require_end, refusal.clone());
         let files = handle.fs();
         let written = files
             .write_with(&header.path, data, options)
             .await
-            .map_err(|error| error_status(&error))?;
+            .map_err(|error| refusal.or(&error))?;
         let info = files
             .stat(&header.path)
             .await
@@ -446,6 +496,7 @@ impl files_server::Files for Services {
             .await?;
         let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let count = std::sync::Arc::clone(&counted);
+        let refusal = Refusal::default();
         let data = reader(
             stream,
             move |message: api::UploadTarRequest| match message.part {
@@ -455,12 +506,13 @@ impl files_server::Files for Services {
                 }
                 _ => None,
             },
+            refusal.clone(),
         );
         handle
             .fs()
             .upload_tar(data, &header.path)
             .await
-            .map_err(|error| error_status(&error))?;
+            .map_err(|error| refusal.or(&error))?;
         Ok(Response::new(api::UploadTarResponse {
             bytes: counted.load(std::sync::atomic::Ordering::Relaxed),
         }))

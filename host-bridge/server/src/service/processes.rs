@@ -75,9 +75,7 @@ fn command(
         command = command.cwd(start.cwd.clone());
     }
     if !start.user.is_empty() {
-        if start.user.len() > limits::MAX_NAME_BYTES || start.user.contains('\0') {
-            return Err(invalid("start.user", "not a user name or uid"));
-        }
+        validate::user("start.user", &start.user)?;
         command = command.user(start.user.clone());
     }
     if let Some(secs) = start.timeout_secs {
@@ -184,14 +182,34 @@ async fn pump(
         event: Some(process_event::Event::Started(api::Started { pid, tag })),
     };
     let mut exit = None;
+    let mut refused = false;
     let mut applying = inputs.map(|inputs| tokio::spawn(apply_inputs(inputs, handle.clone())));
     if events.send(Ok(started)).await.is_ok() {
-        exit = forward(&mut execution, &events).await;
+        let applied = async {
+            match applying.as_mut() {
+                Some(task) => match task.await {
+                    Ok(Err(status)) => status,
+                    // Inputs ended well (or the task died): output goes on.
+                    _ => std::future::pending().await,
+                },
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            ended = forward(&mut execution, &events) => exit = ended,
+            status = applied => {
+                // A refused input ends the stream with its status; the
+                // program then goes as on a disconnect.
+                tracing::debug!(%sandbox, pid, status = %status.message(), "input refused");
+                let _ = events.send(Err(status)).await;
+                refused = true;
+            }
+        }
     }
     if let Some(task) = applying.take() {
         task.abort();
     }
-    if exit.is_none() && on_disconnect == OnDisconnect::Kill && events.is_closed() {
+    if exit.is_none() && on_disconnect == OnDisconnect::Kill && (refused || events.is_closed()) {
         tracing::debug!(%sandbox, pid, "client gone; killing the program as it asked");
         if let Err(error) = handle.kill().await {
             tracing::debug!(error = %airlock::error_chain(&error), "kill");
@@ -266,41 +284,40 @@ fn output_messages(event: Event, end: u64) -> Vec<Result<api::ProcessEvent, Stat
     messages
 }
 
-/// Applies the client's inputs, in order, until it ends its side.
-async fn apply_inputs(mut inputs: Streaming<api::ProcessInput>, handle: ProcessHandle) {
+/// Applies the client's inputs, in order, until it ends its side. An
+/// input the API refuses (stdin past [`limits::MAX_CHUNK_BYTES`], a signal
+/// out of 1 to 64, a size out of bounds, a second start) ends it with
+/// INVALID_ARGUMENT naming the field, which the pump sends as the stream's
+/// status. A program that has closed its stdin or exited is not a refusal.
+async fn apply_inputs(
+    mut inputs: Streaming<api::ProcessInput>,
+    handle: ProcessHandle,
+) -> Result<(), Status> {
     use process_input::Input;
     loop {
         let input = match inputs.message().await {
             Ok(Some(api::ProcessInput { input: Some(input) })) => input,
             Ok(Some(api::ProcessInput { input: None })) => continue,
-            Ok(None) => return,
+            Ok(None) => return Ok(()),
             Err(status) => {
                 tracing::debug!(?status, "process input ended");
-                return;
+                return Ok(());
             }
         };
-        // The program may have closed its stdin or exited: not fatal.
         let applied = match input {
-            Input::Stdin(data) if data.len() <= limits::MAX_CHUNK_BYTES => {
+            Input::Stdin(data) => {
+                validate::chunk("stdin", &data)?;
                 handle.write_stdin(data).await
-            }
-            Input::Stdin(_) => {
-                tracing::debug!("an oversized stdin message; ignored");
-                Ok(())
             }
             Input::CloseStdin(true) => handle.close_stdin().await,
             Input::CloseStdin(false) => Ok(()),
-            Input::Signal(number) if (1..=64).contains(&number) => {
-                handle.signal(Signal::from_raw(number)).await
-            }
-            Input::Signal(_) => Ok(()),
-            Input::Resize(size) => match terminal_size("resize", &size) {
-                Ok(size) => handle.resize(size).await,
-                Err(_) => Ok(()),
-            },
+            Input::Signal(number) => handle.signal(signal("signal", number)?).await,
+            Input::Resize(size) => handle.resize(terminal_size("resize", &size)?).await,
             Input::Start(_) => {
-                tracing::debug!("a second start message; ignored");
-                Ok(())
+                return Err(invalid(
+                    "start",
+                    "a process's stream has one start, its first message",
+                ))
             }
         };
         if let Err(error) = applied {

@@ -7,6 +7,8 @@
 //! Failures are counted per peer address (`throttle`): past a few, that
 //! address is refused for a while (`RESOURCE_EXHAUSTED`, `RATE_LIMITED`,
 //! saying when to retry), doubling each time, so guessing keys is slow. A
+//! valid key does not reset the count (a tenant guessing another tenant's
+//! key would reset it with every other call): failures decay instead. A
 //! failure is logged with the peer and why, never with what was presented.
 
 use std::net::IpAddr;
@@ -83,9 +85,6 @@ impl tonic::service::Interceptor for KeyAuth {
         let Some(key) = self.keys.verify(presented) else {
             return Err(self.refuse(peer, "an unknown or removed API key"));
         };
-        if let Some(peer) = peer {
-            self.throttle.succeeded(peer);
-        }
         request.extensions_mut().insert(Principal::Key(key.name));
         Ok(request)
     }

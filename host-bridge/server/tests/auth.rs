@@ -225,3 +225,56 @@ async fn plain_tcp_is_refused_off_loopback_and_without_insecure() {
         .unwrap_err();
     assert!(refused.to_string().contains("loopback"), "{refused}");
 }
+
+/// A tenant holding one valid key guesses another's: forty wrong keys,
+/// each followed by a call with its own valid key, from one address. The
+/// valid calls do not reset the count: the address is refused
+/// RATE_LIMITED (saying when to retry), valid key or not, while the owner's
+/// socket and a tenant at another address are served.
+#[tokio::test]
+async fn a_valid_key_between_wrong_ones_does_not_reset_the_throttle() {
+    let server = TestServer::start(Options::default()).await;
+    let own = server.key("guesser", api::KeyQuota::default()).await;
+    let other = server.key("bystander", api::KeyQuota::default()).await;
+    let from = std::net::Ipv4Addr::new(127, 0, 0, 1);
+    let channel = common::channel_from(&server, from).await;
+    let mut limited = 0;
+    let mut last = None;
+    for i in 0..40 {
+        let wrong = format!("ak_{}{:02}", "C".repeat(41), i);
+        let refused = common::sandboxes_with_key(channel.clone(), &wrong)
+            .ping(api::PingRequest {})
+            .await
+            .unwrap_err();
+        if refusal(&refused) == (Code::ResourceExhausted, Some(api::ErrorReason::RateLimited)) {
+            limited += 1;
+        }
+        let answer = common::sandboxes_with_key(channel.clone(), &own)
+            .ping(api::PingRequest {})
+            .await;
+        last = Some(answer);
+    }
+    assert!(
+        limited >= 30,
+        "only {limited} of 40 wrong keys were rate limited"
+    );
+    let refused = last.unwrap().unwrap_err();
+    assert_eq!(
+        refusal(&refused),
+        (Code::ResourceExhausted, Some(api::ErrorReason::RateLimited)),
+        "the valid key from the guessing address: {refused:?}"
+    );
+    assert!(refused.message().contains("retry in"), "{refused:?}");
+
+    // Another address, another tenant: served at once.
+    let elsewhere = common::channel_from(&server, std::net::Ipv4Addr::new(127, 0, 0, 2)).await;
+    let ping = common::sandboxes_with_key(elsewhere, &other)
+        .ping(api::PingRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ping.principal, "key:bystander");
+    // The owner's socket is not throttled.
+    server.owner().await.ping().await.unwrap();
+    server.stop().await;
+}

@@ -105,7 +105,6 @@ impl Gate {
         };
         match client.ping().await {
             Ok(_) => {
-                self.throttle.succeeded(peer);
                 let mut clients = self.clients();
                 if clients.len() >= MAX_CLIENTS && !clients.contains_key(&id) {
                     if let Some(old) = clients.keys().next().copied() {

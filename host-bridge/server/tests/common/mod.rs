@@ -267,3 +267,49 @@ pub async fn run(client: &Client, id: &str, argv: &[&str]) -> (Vec<u8>, Vec<u8>,
 pub fn refusal(status: &tonic::Status) -> (tonic::Code, Option<api::ErrorReason>) {
     (status.code(), airlock_client::reason::reason_of(status))
 }
+
+/// A plain TCP connection to `to` made from loopback address `source`
+/// (any of 127.0.0.0/8 is this host's), so a test can be another client
+/// address.
+pub async fn tcp_from(source: std::net::Ipv4Addr, to: SocketAddr) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((source, 0))).unwrap();
+    socket.connect(to).await.unwrap()
+}
+
+/// A gRPC channel to the server's plain TCP listener from loopback address
+/// `source`.
+pub async fn channel_from(
+    server: &TestServer,
+    source: std::net::Ipv4Addr,
+) -> tonic::transport::Channel {
+    let to = server.tcp;
+    tonic::transport::Endpoint::from_shared(format!("http://{to}"))
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_| async move {
+            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tcp_from(source, to).await))
+        }))
+        .await
+        .unwrap()
+}
+
+/// The Sandboxes service on `channel`, presenting `key`.
+pub fn sandboxes_with_key(
+    channel: tonic::transport::Channel,
+    key: &str,
+) -> api::sandboxes_client::SandboxesClient<
+    tonic::service::interceptor::InterceptedService<
+        tonic::transport::Channel,
+        impl tonic::service::Interceptor,
+    >,
+> {
+    let value: tonic::metadata::MetadataValue<tonic::metadata::Ascii> =
+        format!("Bearer {key}").parse().unwrap();
+    api::sandboxes_client::SandboxesClient::with_interceptor(
+        channel,
+        move |mut r: tonic::Request<()>| {
+            r.metadata_mut().insert("authorization", value.clone());
+            Ok(r)
+        },
+    )
+}

@@ -6,7 +6,10 @@
 //!   `http/1.1`, the latter for gRPC-Web), or plain TCP on a loopback
 //!   address when asked for explicitly; each accepted connection carries
 //!   its peer's address for the authentication throttle.
+//! - `handshake`: [`handshake::Handshakes`], the bounds on TLS handshakes
+//!   in progress, shared by the API's listener and the ingress's.
 
+pub mod handshake;
 mod tcp;
 mod unix;
 

@@ -13,17 +13,14 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
+use super::handshake::{Handshakes, DEADLINE, FIRST_BYTE};
 use crate::error::ServerError;
 
-/// How long a client has to finish its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Handshakes at once; more connections wait to be accepted.
-const MAX_HANDSHAKES: usize = 256;
 /// Handshaken connections waiting for the server.
 const QUEUE: usize = 64;
 
@@ -111,16 +108,14 @@ impl TcpEndpoint {
         self.tls.is_some()
     }
 
-    /// Accepts connections for ever, handshaking TLS off the accept loop;
-    /// each ready connection is sent to the returned receiver.
+    /// Accepts connections for ever, handshaking TLS off the accept loop
+    /// within the bounds of [`Handshakes`]; each ready connection is sent
+    /// to the returned receiver.
     pub(crate) fn accept(self) -> mpsc::Receiver<io::Result<Connection>> {
         let (ready, connections) = mpsc::channel(QUEUE);
         tokio::spawn(async move {
-            let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+            let handshakes = Arc::new(Handshakes::default());
             loop {
-                let Ok(permit) = Arc::clone(&handshakes).acquire_owned().await else {
-                    return;
-                };
                 let (stream, peer) = match self.listener.accept().await {
                     Ok(accepted) => accepted,
                     Err(error) => {
@@ -134,21 +129,41 @@ impl TcpEndpoint {
                 }
                 let _ = stream.set_nodelay(true);
                 let Some(acceptor) = self.tls.clone() else {
-                    drop(permit);
                     if ready.send(Ok(Connection::Plain(stream))).await.is_err() {
                         return;
                     }
                     continue;
                 };
+                let Some(mut slot) = handshakes.admit(peer.ip()) else {
+                    tracing::debug!(%peer, "closed: too many handshakes from this address");
+                    continue;
+                };
                 let ready = ready.clone();
                 tokio::spawn(async move {
-                    let _permit = permit;
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => {
+                    let handshake = async {
+                        let mut first = [0u8; 1];
+                        match tokio::time::timeout(FIRST_BYTE, stream.peek(&mut first)).await {
+                            Ok(Ok(n)) if n > 0 => {}
+                            _ => return Err("sent nothing in time"),
+                        }
+                        match tokio::time::timeout(DEADLINE - FIRST_BYTE, acceptor.accept(stream))
+                            .await
+                        {
+                            Ok(Ok(tls)) => Ok(tls),
+                            Ok(Err(_)) => Err("TLS handshake failed"),
+                            Err(_) => Err("TLS handshake timed out"),
+                        }
+                    };
+                    let outcome = tokio::select! {
+                        outcome = handshake => outcome,
+                        _ = &mut slot.cut => Err("cut for a newer handshake"),
+                    };
+                    drop(slot);
+                    match outcome {
+                        Ok(tls) => {
                             let _ = ready.send(Ok(Connection::Tls(Box::new(tls)))).await;
                         }
-                        Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                        Err(why) => tracing::debug!(%peer, why, "connection closed"),
                     }
                 });
             }

@@ -226,6 +226,124 @@ async fn plain_tcp_is_refused_off_loopback_and_without_insecure() {
     assert!(refused.to_string().contains("loopback"), "{refused}");
 }
 
+/// A newcomer's `openssl req -x509` certificate (a CA's) is refused when
+/// the server starts, naming the file and what to give; the README's
+/// commands (a CA, then a leaf signed by it) make one it serves with.
+#[tokio::test]
+async fn a_ca_certificate_is_refused_at_start_and_a_signed_leaf_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .expect("openssl (Debian's package) is installed");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let with = |head: &[&'static str], tail: &[&'static str]| -> Vec<&'static str> {
+        head.iter()
+            .chain(ec.iter())
+            .chain(tail.iter())
+            .copied()
+            .collect()
+    };
+    openssl(&with(
+        &["req", "-x509"],
+        &[
+            "-subj",
+            "/CN=localhost",
+            "-days",
+            "1",
+            "-keyout",
+            "self.key",
+            "-out",
+            "self.pem",
+        ],
+    ));
+    let files = |cert: &str, key: &str| airlock_server::TlsFiles {
+        cert: dir.path().join(cert),
+        key: dir.path().join(key),
+    };
+    let refused = airlock_server::TcpEndpoint::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        Some(files("self.pem", "self.key")),
+        false,
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(refused.contains("self.pem"), "{refused}");
+    assert!(
+        refused.contains("CA:TRUE") && refused.contains("leaf certificate"),
+        "{refused}"
+    );
+
+    openssl(&with(
+        &["req", "-x509", "-new"],
+        &[
+            "-days",
+            "2",
+            "-subj",
+            "/CN=test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        ],
+    ));
+    openssl(&with(
+        &["req", "-new"],
+        &[
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ],
+    ));
+    std::fs::write(
+        dir.path().join("server.ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "server.ext",
+        "-out",
+        "server.pem",
+    ]);
+    airlock_server::TcpEndpoint::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        Some(files("server.pem", "server.key")),
+        false,
+    )
+    .await
+    .expect("a leaf signed by a CA serves");
+}
+
 /// A tenant holding one valid key guesses another's: forty wrong keys,
 /// each followed by a call with its own valid key, from one address. The
 /// valid calls do not reset the count: the address is refused

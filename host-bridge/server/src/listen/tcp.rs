@@ -43,9 +43,10 @@ impl TlsFiles {
             .map_err(|e| bad(&self.cert, e.to_string()))?
             .collect::<Result<_, _>>()
             .map_err(|e| bad(&self.cert, e.to_string()))?;
-        if certs.is_empty() {
+        let Some(first) = certs.first() else {
             return Err(bad(&self.cert, "no certificate in the file".into()));
-        }
+        };
+        super::certificate::check(first).map_err(|reason| bad(&self.cert, reason))?;
         let key = PrivateKeyDer::from_pem_file(&self.key)
             .map_err(|e| bad(&self.key, format!("no private key: {e}")))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());

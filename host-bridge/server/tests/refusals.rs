@@ -427,7 +427,8 @@ async fn a_message_that_does_not_decode_is_invalid_argument() {
     server.stop().await;
 }
 
-#[tokio::test]
+// The CLI runs as a child process while this runtime serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_symlink_downloads_with_its_targets_mode() {
     use std::os::unix::fs::PermissionsExt;
     let server = TestServer::start(Options::default()).await;

@@ -26,11 +26,13 @@ impl Files {
     }
 
     /// Copies the guest file or directory `guest` to the host path `host`
-    /// (a file is replaced, a directory created or merged into). Returns the
-    /// bytes (file) or entries (directory) copied.
+    /// (a file is replaced, with its mode; a directory created or merged
+    /// into). A symlink at `guest` is followed, as `cp` does: its target's
+    /// contents and mode land (links inside a directory stay links).
+    /// Returns the bytes (file) or entries (directory) copied.
     pub async fn copy_out(&self, guest: impl AsRef<Path>, host: impl AsRef<Path>) -> Result<u64> {
         let guest = guest.as_ref();
-        if self.stat(guest).await?.kind == FileKind::Directory {
+        if self.stat_following(guest).await?.kind == FileKind::Directory {
             self.download_dir(guest, host).await
         } else {
             self.read_to_file(guest, host).await

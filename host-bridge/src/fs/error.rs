@@ -34,6 +34,9 @@ pub enum FsError {
     /// The downloaded bytes are not a valid tar archive.
     #[error("invalid tar stream from the guest")]
     BadTar(#[source] std::io::Error),
+    /// A guest path leads through more symlinks than a download follows.
+    #[error("{}: more than {} symlinks on the way to a file", .0.display(), super::tree::MAX_SYMLINKS)]
+    SymlinkLoop(PathBuf),
     /// A worker task died.
     #[error("file transfer worker failed: {0}")]
     Worker(String),

@@ -127,13 +127,18 @@ impl Files {
         Ok(out)
     }
 
-    /// Copies a guest file to a host file (replaced); returns its size.
+    /// Copies a guest file to a host file (replaced) with the guest file's
+    /// permission bits, through symlinks (the target's mode, not a link's
+    /// 0777: see [`Files::stat_following`]); returns its size.
     pub async fn read_to_file(
         &self,
         path: impl AsRef<Path>,
         host_path: impl AsRef<Path>,
     ) -> Result<u64> {
+        use std::os::unix::fs::PermissionsExt;
+        let path = path.as_ref();
         let host_path = host_path.as_ref();
+        let mode = self.stat_following(path).await?.mode & 0o7777;
         let mut stream = self.read(path).await?;
         let local = |e| Error::from(FsError::local("write", host_path, e));
         let mut file = tokio::fs::File::create(host_path).await.map_err(local)?;
@@ -144,6 +149,10 @@ impl Files {
             file.write_all(&chunk).await.map_err(local)?;
         }
         file.flush().await.map_err(local)?;
+        // Set on the open file: a replaced file's old mode does not stay.
+        file.set_permissions(std::fs::Permissions::from_mode(mode))
+            .await
+            .map_err(local)?;
         Ok(size)
     }
 

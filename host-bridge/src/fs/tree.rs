@@ -1,6 +1,6 @@
 //! Metadata and tree operations on the guest, and [`Watch`].
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use airlock_proto::v1::{
     ChmodRequest, ChownRequest, CopyRequest, ListDirRequest, MakeDirRequest, PathRequest,
@@ -9,10 +9,32 @@ use airlock_proto::v1::{
 use futures::StreamExt;
 use tonic::Streaming;
 
-use super::{guest, Files, Metadata, WatchEvent};
+use super::{guest, FileKind, Files, FsError, Metadata, WatchEvent};
 use crate::error::{Error, Result};
 
+/// Symlinks [`Files::stat_following`] follows, the kernel's own bound.
+pub(crate) const MAX_SYMLINKS: usize = 40;
+
 impl Files {
+    /// Metadata of what a guest path names through its symlinks (`stat`,
+    /// where [`Files::stat`] is `lstat`): a download's type and mode, so a
+    /// 0600 file behind a link is 0600, not the link's 0777. A relative
+    /// link target is taken from the link's directory.
+    pub async fn stat_following(&self, path: impl AsRef<Path>) -> Result<Metadata> {
+        let mut at = path.as_ref().to_owned();
+        for _ in 0..=MAX_SYMLINKS {
+            let meta = self.stat(&at).await?;
+            let (FileKind::Symlink, Some(target)) = (meta.kind, &meta.symlink_target) else {
+                return Ok(meta);
+            };
+            at = match at.parent() {
+                Some(dir) => dir.join(target),
+                None => PathBuf::from(target),
+            };
+        }
+        Err(FsError::SymlinkLoop(path.as_ref().to_owned()).into())
+    }
+
     /// Metadata of a guest path (a final symlink is not followed).
     pub async fn stat(&self, path: impl AsRef<Path>) -> Result<Metadata> {
         let path = guest(path.as_ref())?;

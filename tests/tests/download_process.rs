@@ -16,7 +16,11 @@ use std::path::Path;
 use airlock_tests::process_builder;
 
 fn mode(path: &Path) -> u32 {
-    std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o7777
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
 }
 
 #[tokio::test]
@@ -38,12 +42,17 @@ async fn a_file_behind_a_guest_symlink_downloads_with_the_targets_mode() {
         std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o644)).unwrap();
         let copied = fs.copy_out(guest.path().join(name), &dest).await.unwrap();
         assert_eq!(copied, 9, "{name}");
-        assert!(std::fs::symlink_metadata(&dest).unwrap().is_file(), "{name}");
+        assert!(
+            std::fs::symlink_metadata(&dest).unwrap().is_file(),
+            "{name}"
+        );
         assert_eq!(mode(&dest), 0o600, "{name}");
         assert_eq!(std::fs::read(&dest).unwrap(), b"only mine", "{name}");
     }
     let dest = host.path().join("direct");
-    fs.read_to_file(guest.path().join("link"), &dest).await.unwrap();
+    fs.read_to_file(guest.path().join("link"), &dest)
+        .await
+        .unwrap();
     assert_eq!(mode(&dest), 0o600);
     // A link to itself is an error naming the bound, not a hang.
     let error = fs

@@ -698,7 +698,7 @@ fn saved_file(s: &Seeds) -> Result {
 }
 
 /// Create requests as the SDKs and the CLI send them, and the bad fields
-/// `host-bridge/server/tests/requests.rs` sends.
+/// `server/tests/requests.rs` sends.
 fn api_create(s: &Seeds) -> Result {
     use airlock_api::v1::{CreateSandboxRequest, Idle, IdlePolicy, Secret};
     use prost::Message;

@@ -1,6 +1,6 @@
 //! The raw channel floor shared by the benchmarks: a virtio-serial port of
 //! its own beside the agent's ([`ECHO_PORT_NAME`], added to the builder with
-//! [`with_echo_port`]), the static guest echo program (`tests/vsock-echo`)
+//! [`with_echo_port`]), the static guest echo program (`vsock-echo`)
 //! on it, and round trips and throughput measured through QEMU's socket
 //! for the port: the same path as the agent's channel, minus the agent.
 //! Also the pseudo-random file contents and the percentile and millisecond

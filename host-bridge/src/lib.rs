@@ -129,3 +129,8 @@ pub use workspace::{WorkspaceError, DEFAULT_WORKSPACE_BYTES};
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct ReadmeExamples;
+
+/// docs/library.md's Rust examples, compiled the same way.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/library.md")]
+struct LibraryExamples;

@@ -227,7 +227,7 @@ async fn plain_tcp_is_refused_off_loopback_and_without_insecure() {
 }
 
 /// A newcomer's `openssl req -x509` certificate (a CA's) is refused when
-/// the server starts, naming the file and what to give; the README's
+/// the server starts, naming the file and what to give; docs/cli.md's
 /// commands (a CA, then a leaf signed by it) make one it serves with.
 #[tokio::test]
 async fn a_ca_certificate_is_refused_at_start_and_a_signed_leaf_serves() {

@@ -9,7 +9,7 @@ use x509_parser::time::ASN1Time;
 
 /// What to give, for every refusal.
 const WHAT_TO_GIVE: &str = "give the server a leaf certificate (basicConstraints CA:FALSE) with its \
-     names in subjectAltName, signed by a CA its clients trust (the README shows the openssl commands)";
+     names in subjectAltName, signed by a CA its clients trust (docs/cli.md shows the openssl commands)";
 
 /// Why the certificate (DER) a server was given cannot serve its clients.
 pub fn check(der: &[u8]) -> Result<(), String> {

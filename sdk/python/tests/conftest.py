@@ -1,5 +1,6 @@
 """What the SDK's suites share: a private ``airlock serve`` (real QEMU
-sandboxes), a TLS one with a throwaway CA, and helpers.
+sandboxes), a TLS one with a throwaway CA, an event loop in a thread for
+the asyncio checks, and helpers.
 
 The session's server runs ``target/debug/airlock`` (or ``$AIRLOCK_BIN``)
 with state, saved and server directories of its own; ``AIRLOCK_STATE_DIR``
@@ -11,6 +12,7 @@ binary or artifact is a failure naming the set-up command, never a skip.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import hashlib
 import os
@@ -20,12 +22,25 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Coroutine, Dict, Iterator, List, Optional, Set, Tuple, TypeVar
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 LIMIT = int(os.environ.get("AIRLOCK_TEST_LIMIT", "300"))
+MIB = 1024 * 1024
+
+#: A cell whose value is a 1x1 PNG (``_repr_png_``).
+TINY_PNG = (
+    "class Chart:\n"
+    "    def _repr_png_(self):\n"
+    "        import base64\n"
+    "        return base64.b64decode("
+    "'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==')\n"
+    "Chart()\n"
+)
+
+T = TypeVar("T")
 
 
 def airlock_bin() -> str:
@@ -262,6 +277,31 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield running
     finally:
         running.stop()
+
+
+class Loop:
+    """An event loop in a thread; ``run`` waits for a coroutine on it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+
+
+@pytest.fixture(scope="module")
+def aio(server: Server) -> Iterator[Loop]:
+    """A module's event loop: the asyncio checks run on it, so that
+    sandboxes made in one serve the next."""
+    loop = Loop()
+    yield loop
+    loop.close()
 
 
 class Pattern:

@@ -29,8 +29,7 @@ from airlock import (
 from airlock._errors import rpc
 from airlock.api.v1 import ingress_pb2
 
-from .conftest import Server
-from .test_async import Loop
+from .conftest import Loop, Server
 
 #: Where the guest's HTTP servers serve files from, and what they serve:
 #: bytes no text transformation would leave alone.

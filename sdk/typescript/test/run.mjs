@@ -1,6 +1,11 @@
 // The SDK's test suite against a real server and real VMs (`npm test`,
 // and scripts/test's SDK step).
 //
+// The test files are TypeScript (test/*.ts): it first compiles them with
+// test/tsconfig.json into dist-test/, which type-checks them against the
+// SDK's declarations (a type error fails the suite before any server
+// starts), and runs the compiled files.
+//
 // It makes a throwaway CA and a certificate for localhost (openssl), starts
 // `airlock serve` from this checkout (target/debug/airlock, or AIRLOCK_BIN)
 // with a private state, saved and data directory, its owner's Unix socket,
@@ -10,17 +15,17 @@
 // runs the test files with Node's test runner in passes:
 //   node     Node's entry (gRPC over HTTP/2 with TLS and the key, from
 //            AIRLOCK_HOST/AIRLOCK_API_KEY/AIRLOCK_CA_CERT), every file and
-//            local.test.mjs (the Unix socket, a server started on demand,
+//            local.test.ts (the Unix socket, a server started on demand,
 //            require());
 //   web      the web entry (gRPC-Web over fetch, HTTP/1.1 with TLS; the CA
 //            trusted through NODE_EXTRA_CA_CERTS, as a browser trusts its
-//            store), the same files, and entries.test.mjs (both entries in
+//            store), the same files, and entries.test.ts (both entries in
 //            one process);
 //   browser  the browser example page in headless Chromium
-//            (browser.test.mjs), when CHROMIUM (default /usr/bin/chromium)
+//            (browser.test.ts), when CHROMIUM (default /usr/bin/chromium)
 //            exists; scripts/test installs it.
 // Each pass's time is printed. Arguments name passes to run (default all),
-// each optionally with some of its files (`node:files.test.mjs,...`); the
+// each optionally with some of its files (`node:files.test.ts,...`); the
 // server's log is kept in the work directory when a pass fails.
 
 import { execFileSync, spawn } from "node:child_process";
@@ -36,11 +41,12 @@ const here = dirname(fileURLToPath(import.meta.url));
 const repo = join(here, "..", "..", "..");
 const airlock = process.env.AIRLOCK_BIN ?? join(repo, "target", "debug", "airlock");
 const chromium = process.env.CHROMIUM ?? "/usr/bin/chromium";
-const shared = ["sandbox.test.mjs", "commands.test.mjs", "files.test.mjs", "code.test.mjs", "ingress.test.mjs"];
+const compiled = join(here, "..", "dist-test");
+const shared = ["sandbox.test.ts", "commands.test.ts", "files.test.ts", "code.test.ts", "ingress.test.ts"];
 const PASSES = {
-  node: [...shared, "local.test.mjs"],
-  web: [...shared, "entries.test.mjs"],
-  browser: ["browser.test.mjs"],
+  node: [...shared, "local.test.ts"],
+  web: [...shared, "entries.test.ts"],
+  browser: ["browser.test.ts"],
 };
 
 function fail(message) {
@@ -72,6 +78,14 @@ const chosen = process.argv.slice(2).map((arg) => {
 const passes = chosen.length > 0 ? chosen : Object.keys(PASSES);
 if (passes.includes("browser") && !existsSync(chromium)) {
   fail(`${chromium} does not exist: install Debian's chromium (scripts/test does), or set CHROMIUM`);
+}
+
+// The tests, type-checked and compiled (dist-test/NAME.js for test/NAME.ts).
+rmSync(compiled, { recursive: true, force: true });
+try {
+  execFileSync(join(here, "..", "node_modules", ".bin", "tsc"), ["-p", join(here, "tsconfig.json")], { stdio: "inherit" });
+} catch {
+  fail("the tests do not type-check (tsc -p test/tsconfig.json): see above");
 }
 
 /** A loopback port nobody listens on now. */
@@ -197,7 +211,8 @@ async function runPass(name) {
   let failed = 0;
   for (const file of PASSES[name]) {
     const code = await new Promise((resolve) => {
-      const child = spawn(process.execPath, ["--test", join(here, file)], { env: envs[name], stdio: "inherit" });
+      const js = join(compiled, file.replace(/\.ts$/, ".js"));
+      const child = spawn(process.execPath, ["--test", js], { env: envs[name], stdio: "inherit" });
       child.once("exit", (code, signal) => resolve(code ?? (signal ? 1 : 0)));
     });
     failed ||= code;

@@ -5,11 +5,13 @@ Layout: :mod:`airlock.connection` finds the server (``AIRLOCK_HOST``,
 ``AIRLOCK_API_KEY``, ``AIRLOCK_CA_CERT``, else the local Unix socket,
 starting the local server on demand); :mod:`airlock._client` holds the
 gRPC channels and the stubs generated at build time into
-:mod:`airlock.api.v1`; :mod:`airlock.sandbox_sync` and
-:mod:`airlock.sandbox_async` are the two clients, built on the same
-conversions (:mod:`airlock._convert`), output decoding
-(:mod:`airlock._output`) and errors (:mod:`airlock.exceptions`);
-:mod:`airlock.models` holds the data types.
+:mod:`airlock.api.v1`, and makes every call; :mod:`airlock.sandbox` is the
+core both clients share, everything but the calls (requests, answers as
+models, output decoding, checks of arguments), one module per part of the
+API; :mod:`airlock.sandbox_sync` and :mod:`airlock.sandbox_async` are the
+two clients, module by module, holding only the calls (blocking, or
+awaited); errors are :mod:`airlock.exceptions`, the data types
+:mod:`airlock.models`.
 """
 
 from .connection import ConnectionConfig

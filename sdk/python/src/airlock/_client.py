@@ -3,8 +3,11 @@ loop), shared by every sandbox object that talks to it, with the
 generated stubs of each service.
 
 :class:`Client` is the blocking one (``grpc``), :class:`AsyncClient` the
-asyncio one (``grpc.aio``). Both carry the key on every call and turn a
-failed call into the SDK's exceptions (:func:`airlock.exceptions.from_rpc_error`).
+asyncio one (``grpc.aio``). Both make every call of the SDK: ``call`` a
+unary one (or one that sends a stream) with the key and the deadline,
+turning a failure into the SDK's exceptions
+(:func:`airlock.exceptions.from_rpc_error`); ``open`` one whose answers
+stream, with the key, for the caller to read.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ import asyncio
 import os
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Awaitable, Dict, List, Optional, Tuple, TypeVar
 
 import grpc
 from grpc import aio
+from typing_extensions import Protocol
 
+from ._errors import arpc, rpc
 from ._local import ensure_local_server
 from .api.v1 import (
     code_pb2_grpc,
@@ -29,13 +34,21 @@ from .api.v1 import (
 )
 from .connection import ConnectionConfig
 from .exceptions import SandboxException
+from .sandbox.limits import MAX_MESSAGE_BYTES
 
-#: The server's bound on one message either way, with room for framing.
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024 + 64 * 1024
-#: A data chunk (file, tar, stdin) the server accepts.
-CHUNK_BYTES = 1024 * 1024
-#: Files are sent in chunks of this size.
-WRITE_CHUNK_BYTES = 256 * 1024
+Q = TypeVar("Q", contravariant=True)
+R = TypeVar("R", covariant=True)
+T = TypeVar("T")
+Metadata = Tuple[Tuple[str, str], ...]
+
+
+class Method(Protocol[Q, R]):
+    """A method of a generated stub, as the SDK calls it: a request (or a
+    stream of them), the key as metadata, and a deadline."""
+
+    def __call__(
+        self, request: Q, /, *, timeout: Optional[float] = ..., metadata: Optional[Metadata] = ...
+    ) -> R: ...
 
 
 def _options(config: ConnectionConfig) -> List[Tuple[str, Any]]:
@@ -117,6 +130,21 @@ class Client:
     def endpoint(self) -> str:
         return self.config.endpoint
 
+    def call(
+        self, method: Method[Q, T], request: Q, request_timeout: Optional[float] = None, *, timed: bool = True
+    ) -> T:
+        """`method` with `request` and the key, within ``request_timeout``
+        (else the configured default; ``timed=False``: no deadline)."""
+        with rpc(self.endpoint):
+            if not timed:
+                return method(request, metadata=self.metadata)
+            return method(request, metadata=self.metadata, timeout=self.timeout(request_timeout))
+
+    def open(self, method: Method[Q, T], request: Q) -> T:
+        """`method`'s call with `request` and the key, its answers to be
+        read (in :func:`airlock._errors.rpc`)."""
+        return method(request, metadata=self.metadata)
+
 
 _AsyncKey = Tuple[str, Optional[str], int]
 _async_channels: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[_AsyncKey, aio.Channel]]" = (
@@ -163,3 +191,24 @@ class AsyncClient:
     @property
     def endpoint(self) -> str:
         return self.config.endpoint
+
+    async def call(
+        self,
+        method: Method[Q, Awaitable[T]],
+        request: Q,
+        request_timeout: Optional[float] = None,
+        *,
+        timed: bool = True,
+    ) -> T:
+        """`method` with `request` and the key, awaited within
+        ``request_timeout`` (else the configured default; ``timed=False``:
+        no deadline)."""
+        async with arpc(self.endpoint):
+            if not timed:
+                return await method(request, metadata=self.metadata)
+            return await method(request, metadata=self.metadata, timeout=self.timeout(request_timeout))
+
+    def open(self, method: Method[Q, T], request: Q) -> T:
+        """`method`'s call with `request` and the key, its answers to be
+        read (in :func:`airlock._errors.arpc`)."""
+        return method(request, metadata=self.metadata)

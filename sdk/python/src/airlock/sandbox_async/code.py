@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Mapping, Optional
 
-from .. import _code_args, _convert
 from .._client import AsyncClient
 from .._errors import arpc
-from .._output import CellOutput
-from ..api.v1 import code_pb2
-from .command_handle import call_back
 from ..models.code import Context, Execution, ExecutionError, OutputMessage, Result
+from ..sandbox import code as core
+from ..sandbox.output import CellOutput, route_cell
+from .command_handle import call_back
 
 
 class AsyncCodeRunner:
@@ -35,22 +34,14 @@ class AsyncCodeRunner:
         timeout: Optional[float] = None,
         request_timeout: Optional[float] = None,
     ) -> Execution:
-        request = _code_args.run_request(self._sandbox_id, code, language, context, envs, timeout)
+        request = core.run_request(self._sandbox_id, code, language, context, envs, timeout)
         output = CellOutput()
-        call = self._client.code.RunCode(request, metadata=self._client.metadata)
+        call = self._client.open(self._client.code.RunCode, request)
         async with arpc(self._client.endpoint):
             async for event in call:
                 told = output.feed(event)
-                if isinstance(told, OutputMessage):
-                    callback = on_stderr if told.error else on_stdout
-                    await call_back(callback, told)
-                elif isinstance(told, Result):
-                    await call_back(on_result, told)
-                elif isinstance(told, ExecutionError):
-                    await call_back(on_error, told)
-        if output.done is not None and output.done.timed_out:
-            raise _code_args.timed_out(output.execution, timeout)
-        return output.execution
+                await call_back(route_cell(told, on_stdout, on_stderr, on_result, on_error), told)
+        return output.finish(timeout)
 
     async def create_code_context(
         self,
@@ -61,36 +52,21 @@ class AsyncCodeRunner:
         user: Optional[str] = None,
         context_id: Optional[str] = None,
     ) -> Context:
-        request = _code_args.context_request(self._sandbox_id, cwd, language, envs, user, context_id)
-        async with arpc(self._client.endpoint):
-            made = await self._client.code.CreateContext(
-                request, metadata=self._client.metadata, timeout=self._client.timeout(request_timeout)
-            )
-        return _convert.context(made, cwd)
+        request = core.create_context_request(self._sandbox_id, cwd, language, envs, user, context_id)
+        return core.context(await self._client.call(self._client.code.CreateContext, request, request_timeout), cwd)
 
     async def list_code_contexts(self, request_timeout: Optional[float] = None) -> List[Context]:
-        async with arpc(self._client.endpoint):
-            listed = await self._client.code.ListContexts(
-                code_pb2.ListContextsRequest(sandbox_id=self._sandbox_id),
-                metadata=self._client.metadata,
-                timeout=self._client.timeout(request_timeout),
-            )
-        return [_convert.context(c) for c in listed.contexts]
-
-    async def _context_call(self, name: str, context: "Context | str", request_timeout: Optional[float]) -> None:
-        request = code_pb2.ContextRequest(
-            sandbox_id=self._sandbox_id, context_id=_convert.context_id(context)
-        )
-        async with arpc(self._client.endpoint):
-            await getattr(self._client.code, name)(
-                request, metadata=self._client.metadata, timeout=self._client.timeout(request_timeout)
-            )
+        request = core.list_contexts_request(self._sandbox_id)
+        return core.contexts(await self._client.call(self._client.code.ListContexts, request, request_timeout))
 
     async def restart_code_context(self, context: "Context | str", request_timeout: Optional[float] = None) -> None:
-        await self._context_call("RestartContext", context, request_timeout)
+        request = core.context_request(self._sandbox_id, context)
+        await self._client.call(self._client.code.RestartContext, request, request_timeout)
 
     async def remove_code_context(self, context: "Context | str", request_timeout: Optional[float] = None) -> None:
-        await self._context_call("RemoveContext", context, request_timeout)
+        request = core.context_request(self._sandbox_id, context)
+        await self._client.call(self._client.code.RemoveContext, request, request_timeout)
 
     async def interrupt_code_context(self, context: "Context | str", request_timeout: Optional[float] = None) -> None:
-        await self._context_call("InterruptContext", context, request_timeout)
+        request = core.context_request(self._sandbox_id, context)
+        await self._client.call(self._client.code.InterruptContext, request, request_timeout)

@@ -7,25 +7,27 @@ awaits the callbacks given at the start (plain functions or coroutines), and
 records each piece so that ``async for`` over the handle yields them from the
 beginning. A stream a save to disk interrupted is resumed from the last
 offset; one another client took over ends, and ``wait()`` then asks the
-server for the exit.
+server for the exit. What the handle knows and decides is
+:class:`airlock.sandbox.command_handle.HandleState`; this module makes the
+calls.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Union
 
 import grpc
 
-from .. import _convert
-from .._client import CHUNK_BYTES, AsyncClient
-from .._errors import arpc
-from .._output import Chunk, CommandOutput
+from .._client import AsyncClient
 from ..api.v1 import processes_pb2
 from ..exceptions import NotFoundException, SandboxException, from_rpc_error
 from ..models.commands import CommandResult
-from ..sandbox_sync.command_handle import MAX_RESUMES, check
+from ..sandbox import commands as core
+from ..sandbox.command_handle import HandleState
+from ..sandbox.files import text_bytes
+from ..sandbox.output import Chunk, CommandOutput, route
 
 OutputCallback = Callable[[str], Union[object, Awaitable[object]]]
 PtyCallback = Callable[[bytes], Union[object, Awaitable[object]]]
@@ -62,26 +64,20 @@ async def events(
             if cancelled():
                 return
             failure = from_rpc_error(error, client.endpoint)
-            if failure.reason != "INTERRUPTED" or resumes >= MAX_RESUMES:
+            if not core.resumable(failure, resumes):
                 raise failure from None
             resumes += 1
-            call = client.processes.Connect(
-                processes_pb2.ConnectProcessRequest(
-                    sandbox_id=sandbox_id, process=_convert.selector(pid), offset=output.offset
-                ),
-                metadata=client.metadata,
+            call = client.open(
+                client.processes.Connect, core.connect_request(sandbox_id, pid, output.offset)
             )
 
 
 async def wait_exit(client: AsyncClient, sandbox_id: str, pid: int) -> processes_pb2.ProcessExit:
-    async with arpc(client.endpoint):
-        return await client.processes.Wait(
-            processes_pb2.WaitRequest(sandbox_id=sandbox_id, process=_convert.selector(pid)),
-            metadata=client.metadata,
-        )
+    """The program's exit, once it ends (``Wait``: no deadline)."""
+    return await client.call(client.processes.Wait, core.wait_request(sandbox_id, pid), timed=False)
 
 
-class AsyncCommandHandle:
+class AsyncCommandHandle(HandleState):
     """A running program: its ``pid``, its output so far, ``await wait()``,
     ``kill()``, ``send_stdin()``, and ``async for`` over its output as
     ``(stdout, stderr, pty)`` tuples, one of them set."""
@@ -99,54 +95,18 @@ class AsyncCommandHandle:
         on_pty: Optional[PtyCallback] = None,
         timeout: Optional[float] = None,
     ) -> None:
+        super().__init__(sandbox_id, pid, output, (on_stdout, on_stderr, on_pty), timeout)
         self._client = client
-        self._sandbox_id = sandbox_id
-        self._pid = pid
         self._call = call
         self._writable = writable
-        self._output = output
-        self._timeout = timeout
-        self._callbacks = (on_stdout, on_stderr, on_pty)
-        self._chunks: List[Chunk] = []
         self._changed = asyncio.Condition()
-        self._finished = False
-        self._failure: Optional[SandboxException] = None
-        self._exit: Optional[processes_pb2.ProcessExit] = None
-        self._disconnected = False
         self._task = asyncio.get_running_loop().create_task(self._pump())
-
-    @property
-    def pid(self) -> int:
-        return self._pid
-
-    @property
-    def stdout(self) -> str:
-        return self._output.stdout
-
-    @property
-    def stderr(self) -> str:
-        return self._output.stderr
-
-    @property
-    def exit_code(self) -> Optional[int]:
-        return None if self._exit is None else self._exit.exit_code
-
-    @property
-    def error(self) -> Optional[str]:
-        return None if self._exit is None else _convert.exit_error(self._exit)
 
     async def _record(self, chunk: Chunk) -> None:
         async with self._changed:
             self._chunks.append(chunk)
             self._changed.notify_all()
-        on_stdout, on_stderr, on_pty = self._callbacks
-        stdout, stderr, pty = chunk
-        if stdout is not None:
-            await call_back(on_stdout, stdout)
-        elif stderr is not None:
-            await call_back(on_stderr, stderr)
-        elif pty is not None:
-            await call_back(on_pty, pty)
+        await call_back(*self._route(chunk))
 
     async def _pump(self) -> None:
         failure: Optional[SandboxException] = None
@@ -167,32 +127,24 @@ class AsyncCommandHandle:
                 await self._record(chunk)
         except asyncio.CancelledError:
             self._call.cancel()
-        except SandboxException as error:
-            failure = error
-        except Exception as error:  # noqa: BLE001 - a callback failed
-            failure = SandboxException(f"reading command {self._pid} failed: {error!r}")
+        except Exception as error:  # noqa: BLE001 - the SDK's, or a callback's
+            failure = self._failed(error)
         finally:
             self._writable = False
             async with self._changed:
-                self._exit = self._output.exit
-                self._failure = failure
-                self._finished = True
+                self._end(failure)
                 self._changed.notify_all()
 
     async def __aiter__(self) -> AsyncIterator[Chunk]:
         index = 0
         while True:
             async with self._changed:
-                while index >= len(self._chunks) and not self._finished:
-                    await self._changed.wait()
-                pending = self._chunks[index:]
-                index += len(pending)
-                finished = self._finished
+                await self._changed.wait_for(lambda: self._ready(index))
+                pending, finished = self._after(index)
+            index += len(pending)
             for chunk in pending:
                 yield chunk
-            if finished and index >= len(self._chunks):
-                if self._failure is not None and not self._disconnected:
-                    raise self._failure
+            if self._done(index, finished):
                 return
 
     async def wait(
@@ -204,34 +156,28 @@ class AsyncCommandHandle:
         """Waits for the end and returns the result; raises
         :class:`CommandExitException` for a non-zero exit and
         :class:`TimeoutException` when its timeout killed it."""
-        async for stdout, stderr, pty in self:
-            if stdout is not None:
-                await call_back(on_stdout, stdout)
-            elif stderr is not None:
-                await call_back(on_stderr, stderr)
-            elif pty is not None:
-                await call_back(on_pty, pty)
+        async for chunk in self:
+            await call_back(*route(chunk, on_stdout, on_stderr, on_pty))
         await asyncio.shield(self._task)
         exit = self._exit
         if exit is None:
-            exit = self._exit = await wait_exit(self._client, self._sandbox_id, self._pid)
-        return check(self._output.result(exit), self._timeout)
+            exit = await wait_exit(self._client, self._sandbox_id, self._pid)
+        return self._result(exit)
 
     async def kill(self) -> bool:
         return await kill(self._client, self._sandbox_id, self._pid)
 
     async def send_stdin(self, data: "str | bytes", request_timeout: Optional[float] = None) -> None:
-        payload = _convert.text_bytes(data)
+        payload = text_bytes(data)
         if self._writable:
-            step = CHUNK_BYTES // 4
-            for start in range(0, len(payload), step):
-                await self._call.write(processes_pb2.ProcessInput(stdin=payload[start : start + step]))
+            for message in core.stdin_inputs(payload):
+                await self._call.write(message)
             return
         await send_stdin(self._client, self._sandbox_id, self._pid, payload, False, request_timeout)
 
     async def close_stdin(self, request_timeout: Optional[float] = None) -> None:
         if self._writable:
-            await self._call.write(processes_pb2.ProcessInput(close_stdin=True))
+            await self._call.write(core.close_input())
             return
         await send_stdin(self._client, self._sandbox_id, self._pid, b"", True, request_timeout)
 
@@ -249,16 +195,9 @@ async def kill(
     client: AsyncClient, sandbox_id: str, pid: int, request_timeout: Optional[float] = None
 ) -> bool:
     try:
-        async with arpc(client.endpoint):
-            await client.processes.SendSignal(
-                processes_pb2.SendSignalRequest(
-                    sandbox_id=sandbox_id, process=_convert.selector(pid), signal=9
-                ),
-                metadata=client.metadata,
-                timeout=client.timeout(request_timeout),
-            )
+        await client.call(client.processes.SendSignal, core.kill_request(sandbox_id, pid), request_timeout)
     except NotFoundException as error:
-        if error.reason == "SANDBOX_NOT_FOUND":
+        if not core.kill_missed(error):
             raise
         return False
     return True
@@ -272,17 +211,5 @@ async def send_stdin(
     close: bool,
     request_timeout: Optional[float] = None,
 ) -> None:
-    step = CHUNK_BYTES
-    pieces = [data[i : i + step] for i in range(0, len(data), step)] or [b""]
-    for index, piece in enumerate(pieces):
-        async with arpc(client.endpoint):
-            await client.processes.SendStdin(
-                processes_pb2.SendStdinRequest(
-                    sandbox_id=sandbox_id,
-                    process=_convert.selector(pid),
-                    data=piece,
-                    close=close and index == len(pieces) - 1,
-                ),
-                metadata=client.metadata,
-                timeout=client.timeout(request_timeout),
-            )
+    for request in core.stdin_requests(sandbox_id, pid, data, close):
+        await client.call(client.processes.SendStdin, request, request_timeout)

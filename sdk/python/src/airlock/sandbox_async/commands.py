@@ -1,5 +1,6 @@
 """``sandbox.commands``: shell commands in the sandbox, asyncio flavour (see
-:mod:`airlock.sandbox_sync.commands` for what each call does)."""
+:mod:`airlock.sandbox_sync.commands` for what each call does; the requests
+and decisions are :mod:`airlock.sandbox.commands`')."""
 
 from __future__ import annotations
 
@@ -7,15 +8,14 @@ from typing import Any, List, Mapping, Optional, Sequence, Union, overload
 
 from typing_extensions import Literal
 
-from .. import _convert
-from .._client import CHUNK_BYTES, AsyncClient
+from .._client import AsyncClient
 from .._errors import arpc
-from .._output import CommandOutput
-from ..api.v1 import processes_pb2
 from ..exceptions import SandboxException
 from ..models.commands import CommandResult, ProcessInfo, PtySize
-from ..sandbox_sync.command_handle import check
-from ..sandbox_sync.commands import DEFAULT_TIMEOUT, Stdin
+from ..sandbox import commands as core
+from ..sandbox.commands import DEFAULT_TIMEOUT, Stdin
+from ..sandbox.files import text_bytes
+from ..sandbox.output import CommandOutput, route
 from .command_handle import (
     AsyncCommandHandle,
     OutputCallback,
@@ -48,7 +48,7 @@ class AsyncCommands:
         tag: Optional[str] = None,
         kill_on_disconnect: bool = False,
     ) -> "tuple[Any, int]":
-        first = _convert.start_request(
+        first = core.start_request(
             sandbox_id=self._sandbox_id,
             argv=argv,
             envs=envs,
@@ -65,11 +65,11 @@ class AsyncCommands:
             await call.write(first)
             if not stdin and pty is None:
                 await call.done_writing()
-            started = await call.read()
-        if not isinstance(started, processes_pb2.ProcessEvent) or started.WhichOneof("event") != "started":
+            pid = core.started_pid(await call.read())
+        if pid is None:
             call.cancel()
-            raise SandboxException("the server ended the program's stream before it started")
-        return call, started.started.pid
+            raise SandboxException(core.NOT_STARTED)
+        return call, pid
 
     async def start(
         self,
@@ -150,25 +150,21 @@ class AsyncCommands:
         tag: Optional[str] = None,
     ) -> Union[CommandResult, AsyncCommandHandle]:
         """Runs ``cmd`` with ``/bin/sh -c``; see the blocking ``run``."""
-        data = None if isinstance(stdin, bool) or stdin is None else _convert.text_bytes(stdin)
-        keep_open = stdin is True or (stdin is None and background)
-        if background and timeout == DEFAULT_TIMEOUT:
-            timeout = None
+        plan = core.plan_run(stdin, background, timeout)
         call, pid = await self._open(
-            _convert.shell(cmd),
+            core.shell(cmd),
             envs=envs,
             cwd=cwd,
             user=user,
-            timeout=timeout,
-            stdin=keep_open or data is not None,
+            timeout=plan.timeout,
+            stdin=plan.stdin,
             tag=tag,
             kill_on_disconnect=not background,
         )
-        if data is not None:
+        if plan.data is not None:
             async with arpc(self._client.endpoint):
-                for start in range(0, len(data), CHUNK_BYTES // 4):
-                    await call.write(processes_pb2.ProcessInput(stdin=data[start : start + CHUNK_BYTES // 4]))
-                await call.write(processes_pb2.ProcessInput(close_stdin=True))
+                for message in core.whole_stdin(plan.data):
+                    await call.write(message)
                 await call.done_writing()
         if background:
             return AsyncCommandHandle(
@@ -176,11 +172,11 @@ class AsyncCommands:
                 self._sandbox_id,
                 pid,
                 call,
-                keep_open,
+                plan.keep_open,
                 CommandOutput(),
                 on_stdout=on_stdout,
                 on_stderr=on_stderr,
-                timeout=timeout,
+                timeout=plan.timeout,
             )
         output = CommandOutput()
         try:
@@ -196,7 +192,7 @@ class AsyncCommands:
         exit = output.exit
         if exit is None:
             exit = await wait_exit(self._client, self._sandbox_id, pid)
-        return check(output.result(exit), timeout)
+        return core.check(output.result(exit), plan.timeout)
 
     async def connect(
         self,
@@ -209,20 +205,17 @@ class AsyncCommands:
     ) -> AsyncCommandHandle:
         """Attaches to a program again, replaying its output from ``offset``
         (0: all the guest holds), then following it."""
-        call = self._client.processes.Connect(
-            processes_pb2.ConnectProcessRequest(
-                sandbox_id=self._sandbox_id, process=_convert.selector(pid), offset=offset
-            ),
-            metadata=self._client.metadata,
+        call = self._client.open(
+            self._client.processes.Connect, core.connect_request(self._sandbox_id, pid, offset)
         )
         async with arpc(self._client.endpoint):
-            started = await call.read()
-        if not isinstance(started, processes_pb2.ProcessEvent) or started.WhichOneof("event") != "started":
-            raise SandboxException(f"the server ended the stream of process {pid} at once")
+            started = core.started_pid(await call.read())
+        if started is None:
+            raise core.not_attached(pid)
         return AsyncCommandHandle(
             self._client,
             self._sandbox_id,
-            started.started.pid,
+            started,
             call,
             False,
             CommandOutput(),
@@ -232,13 +225,10 @@ class AsyncCommands:
         )
 
     async def list(self, request_timeout: Optional[float] = None) -> List[ProcessInfo]:
-        async with arpc(self._client.endpoint):
-            listed = await self._client.processes.List(
-                processes_pb2.ListProcessesRequest(sandbox_id=self._sandbox_id),
-                metadata=self._client.metadata,
-                timeout=self._client.timeout(request_timeout),
-            )
-        return [_convert.process_info(info) for info in listed.processes]
+        listed = await self._client.call(
+            self._client.processes.List, core.list_request(self._sandbox_id), request_timeout
+        )
+        return core.processes(listed)
 
     async def kill(self, pid: int, request_timeout: Optional[float] = None) -> bool:
         return await kill(self._client, self._sandbox_id, pid, request_timeout)
@@ -246,9 +236,7 @@ class AsyncCommands:
     async def send_stdin(
         self, pid: int, data: "str | bytes", request_timeout: Optional[float] = None
     ) -> None:
-        await send_stdin(
-            self._client, self._sandbox_id, pid, _convert.text_bytes(data), False, request_timeout
-        )
+        await send_stdin(self._client, self._sandbox_id, pid, text_bytes(data), False, request_timeout)
 
     async def close_stdin(self, pid: int, request_timeout: Optional[float] = None) -> None:
         await send_stdin(self._client, self._sandbox_id, pid, b"", True, request_timeout)
@@ -259,8 +247,4 @@ async def _deliver(
     on_stdout: Optional[OutputCallback],
     on_stderr: Optional[OutputCallback],
 ) -> None:
-    stdout, stderr, _ = chunk
-    if stdout is not None:
-        await call_back(on_stdout, stdout)
-    elif stderr is not None:
-        await call_back(on_stderr, stderr)
+    await call_back(*route(chunk, on_stdout, on_stderr))

@@ -1,7 +1,8 @@
 """``sandbox.files``: the guest's filesystem, asyncio flavour (see
-:mod:`airlock.sandbox_sync.files` for what each call does). Host files and
-tar streams are read and written in the loop's executor, so a large
-transfer never blocks the event loop."""
+:mod:`airlock.sandbox_sync.files` for what each call does; the requests and
+models are :mod:`airlock.sandbox.files`'). Host files and tar streams are
+read and written in the loop's executor, so a large transfer never blocks
+the event loop."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from typing import Any, AsyncIterator, Awaitable, Callable, List, Mapping, Optio
 import grpc
 from typing_extensions import Literal
 
-from .. import _convert, _tar
-from .._client import WRITE_CHUNK_BYTES, AsyncClient
+from .._client import AsyncClient
 from .._errors import arpc
 from ..api.v1 import files_pb2
-from ..exceptions import SandboxException, from_rpc_error
+from ..exceptions import from_rpc_error
 from ..models.files import ChangeList, EntryInfo, FilesystemEvent, WriteData, WriteEntry, WriteInfo
-from ..sandbox_sync.files import entry
+from ..sandbox import files as core
+from ..sandbox.limits import WRITE_CHUNK_BYTES
+from ..sandbox.tar import Packer, unpack
 from .command_handle import call_back
 
 EventCallback = Callable[[FilesystemEvent], Union[object, Awaitable[object]]]
@@ -28,9 +30,8 @@ ExitCallback = Callable[[Optional[Exception]], Union[object, Awaitable[object]]]
 
 async def write_chunks(data: WriteData) -> AsyncIterator[bytes]:
     if isinstance(data, (str, bytes, bytearray, memoryview)):
-        payload = _convert.text_bytes(data)
-        for start in range(0, len(payload), WRITE_CHUNK_BYTES):
-            yield payload[start : start + WRITE_CHUNK_BYTES]
+        for chunk in core.memory_chunks(data):
+            yield chunk
         return
     loop = asyncio.get_running_loop()
     while True:
@@ -38,6 +39,14 @@ async def write_chunks(data: WriteData) -> AsyncIterator[bytes]:
         if not piece:
             return
         yield piece.encode() if isinstance(piece, str) else bytes(piece)
+
+
+async def write_requests(
+    sandbox_id: str, path: str, data: WriteData, user: Optional[str], mode: Optional[int], append: bool
+) -> AsyncIterator[files_pb2.WriteFileRequest]:
+    yield core.write_header(sandbox_id, path, user, mode, append)
+    async for chunk in write_chunks(data):
+        yield files_pb2.WriteFileRequest(data=chunk)
 
 
 async def _to_file(chunks: AsyncIterator[bytes]) -> Any:
@@ -58,7 +67,7 @@ async def _unpack(client: AsyncClient, call: Any, local_dir: str) -> int:
 
     spool = await _to_file(chunks())
     try:
-        return await asyncio.get_running_loop().run_in_executor(None, _tar.unpack, spool, local_dir)
+        return await asyncio.get_running_loop().run_in_executor(None, unpack, spool, local_dir)
     finally:
         spool.close()
 
@@ -88,7 +97,7 @@ class AsyncWatchHandle:
         failure: Optional[Exception] = None
         try:
             async for raw in self._call:
-                await call_back(self._on_event, _convert.watch_event(raw, self._root))
+                await call_back(self._on_event, core.watch_event(raw, self._root))
         except grpc.RpcError as error:
             if not self._stopped:
                 failure = from_rpc_error(error, self._client.endpoint)
@@ -118,28 +127,19 @@ class AsyncChangeTracker:
         self.tracker_id = tracker_id
 
     async def changes(self, request_timeout: Optional[float] = None) -> ChangeList:
-        async with arpc(self._client.endpoint):
-            listed = await self._client.files.ListChanges(
-                files_pb2.ListChangesRequest(sandbox_id=self._sandbox_id, tracker_id=self.tracker_id),
-                metadata=self._client.metadata,
-                timeout=self._client.timeout(request_timeout),
-            )
-        return ChangeList([_convert.file_change(c) for c in listed.changes], listed.truncated)
+        request = files_pb2.ListChangesRequest(sandbox_id=self._sandbox_id, tracker_id=self.tracker_id)
+        return core.changes(await self._client.call(self._client.files.ListChanges, request, request_timeout))
 
     async def download(self, local_dir: str) -> int:
-        call = self._client.files.DownloadChanges(
+        call = self._client.open(
+            self._client.files.DownloadChanges,
             files_pb2.DownloadChangesRequest(sandbox_id=self._sandbox_id, tracker_id=self.tracker_id),
-            metadata=self._client.metadata,
         )
         return await _unpack(self._client, call, local_dir)
 
     async def stop(self, request_timeout: Optional[float] = None) -> None:
-        async with arpc(self._client.endpoint):
-            await self._client.files.StopTracking(
-                files_pb2.StopTrackingRequest(sandbox_id=self._sandbox_id, tracker_id=self.tracker_id),
-                metadata=self._client.metadata,
-                timeout=self._client.timeout(request_timeout),
-            )
+        request = files_pb2.StopTrackingRequest(sandbox_id=self._sandbox_id, tracker_id=self.tracker_id)
+        await self._client.call(self._client.files.StopTracking, request, request_timeout)
 
 
 class AsyncFilesystem:
@@ -149,13 +149,9 @@ class AsyncFilesystem:
         self._client = client
         self._sandbox_id = sandbox_id
 
-    def _timeout(self, request_timeout: Optional[float]) -> Optional[float]:
-        return self._client.timeout(request_timeout)
-
     async def _stream(self, path: str) -> AsyncIterator[bytes]:
-        call = self._client.files.Read(
-            files_pb2.ReadFileRequest(sandbox_id=self._sandbox_id, path=path),
-            metadata=self._client.metadata,
+        call = self._client.open(
+            self._client.files.Read, files_pb2.ReadFileRequest(sandbox_id=self._sandbox_id, path=path)
         )
         async with arpc(self._client.endpoint):
             async for chunk in call:
@@ -191,9 +187,7 @@ class AsyncFilesystem:
         data = bytearray()
         async for chunk in self._stream(path):
             data += chunk
-        if format == "bytes":
-            return data
-        return data.decode("utf-8", errors="replace")
+        return core.content(data, format)
 
     @overload
     async def write(
@@ -220,26 +214,8 @@ class AsyncFilesystem:
     ) -> Union[WriteInfo, List[WriteInfo]]:
         if not isinstance(path, str):
             return await self.write_files(path, user=user, request_timeout=request_timeout)
-        if data is None:
-            raise SandboxException("write needs data (text, bytes or a file object)")
-        target = path
-
-        async def requests() -> AsyncIterator[files_pb2.WriteFileRequest]:
-            yield files_pb2.WriteFileRequest(
-                header=files_pb2.WriteHeader(
-                    sandbox_id=self._sandbox_id, path=target, mode=mode or 0, user=user or "",
-                    append=append,
-                )
-            )
-            async for chunk in write_chunks(data):
-                yield files_pb2.WriteFileRequest(data=chunk)
-
-        async with arpc(self._client.endpoint):
-            written = await self._client.files.Write(
-                requests(), metadata=self._client.metadata, timeout=self._timeout(request_timeout)
-            )
-        info = _convert.entry_info(written.file)
-        return WriteInfo(name=info.name, type=info.type, path=info.path, size=written.bytes_written)
+        requests = write_requests(self._sandbox_id, path, core.write_data(data), user, mode, append)
+        return core.written(await self._client.call(self._client.files.Write, requests, request_timeout))
 
     async def write_files(
         self,
@@ -249,69 +225,40 @@ class AsyncFilesystem:
     ) -> List[WriteInfo]:
         return [
             await self.write(e.path, e.data, user=user, request_timeout=request_timeout)
-            for e in map(entry, files)
+            for e in map(core.entry, files)
         ]
 
     async def list(
         self, path: str, depth: Optional[int] = 1, user: Optional[str] = None,
         request_timeout: Optional[float] = None,
     ) -> List[EntryInfo]:
-        async with arpc(self._client.endpoint):
-            listed = await self._client.files.List(
-                files_pb2.ListFilesRequest(sandbox_id=self._sandbox_id, path=path, depth=depth or 1),
-                metadata=self._client.metadata,
-                timeout=self._timeout(request_timeout),
-            )
-        return [_convert.entry_info(info) for info in listed.entries]
+        request = files_pb2.ListFilesRequest(sandbox_id=self._sandbox_id, path=path, depth=depth or 1)
+        return core.entries(await self._client.call(self._client.files.List, request, request_timeout))
 
     async def exists(self, path: str, user: Optional[str] = None, request_timeout: Optional[float] = None) -> bool:
-        async with arpc(self._client.endpoint):
-            answer = await self._client.files.Exists(
-                files_pb2.ExistsRequest(sandbox_id=self._sandbox_id, path=path),
-                metadata=self._client.metadata,
-                timeout=self._timeout(request_timeout),
-            )
-        return answer.exists
+        request = files_pb2.ExistsRequest(sandbox_id=self._sandbox_id, path=path)
+        return (await self._client.call(self._client.files.Exists, request, request_timeout)).exists
 
     async def get_info(
         self, path: str, user: Optional[str] = None, request_timeout: Optional[float] = None
     ) -> EntryInfo:
-        async with arpc(self._client.endpoint):
-            info = await self._client.files.Stat(
-                files_pb2.StatRequest(sandbox_id=self._sandbox_id, path=path),
-                metadata=self._client.metadata,
-                timeout=self._timeout(request_timeout),
-            )
-        return _convert.entry_info(info)
+        request = files_pb2.StatRequest(sandbox_id=self._sandbox_id, path=path)
+        return core.entry_info(await self._client.call(self._client.files.Stat, request, request_timeout))
 
     async def make_dir(self, path: str, user: Optional[str] = None, request_timeout: Optional[float] = None) -> bool:
-        async with arpc(self._client.endpoint):
-            made = await self._client.files.MakeDir(
-                files_pb2.MakeDirRequest(sandbox_id=self._sandbox_id, path=path),
-                metadata=self._client.metadata,
-                timeout=self._timeout(request_timeout),
-            )
-        return made.created
+        request = files_pb2.MakeDirRequest(sandbox_id=self._sandbox_id, path=path)
+        return (await self._client.call(self._client.files.MakeDir, request, request_timeout)).created
 
     async def rename(
         self, old_path: str, new_path: str, user: Optional[str] = None,
         request_timeout: Optional[float] = None,
     ) -> EntryInfo:
-        async with arpc(self._client.endpoint):
-            info = await self._client.files.Rename(
-                files_pb2.RenameRequest(sandbox_id=self._sandbox_id, to=new_path, **{"from": old_path}),
-                metadata=self._client.metadata,
-                timeout=self._timeout(request_timeout),
-            )
-        return _convert.entry_info(info)
+        request = files_pb2.RenameRequest(sandbox_id=self._sandbox_id, to=new_path, **{"from": old_path})
+        return core.entry_info(await self._client.call(self._client.files.Rename, request, request_timeout))
 
     async def remove(self, path: str, user: Optional[str] = None, request_timeout: Optional[float] = None) -> None:
-        async with arpc(self._client.endpoint):
-            await self._client.files.Remove(
-                files_pb2.RemoveRequest(sandbox_id=self._sandbox_id, path=path),
-                metadata=self._client.metadata,
-                timeout=self._timeout(request_timeout),
-            )
+        request = files_pb2.RemoveRequest(sandbox_id=self._sandbox_id, path=path)
+        await self._client.call(self._client.files.Remove, request, request_timeout)
 
     async def watch_dir(
         self,
@@ -324,51 +271,41 @@ class AsyncFilesystem:
     ) -> AsyncWatchHandle:
         """Watches a directory; ``on_event`` gets each change. Returns once
         the guest watches."""
-        call = self._client.files.Watch(
+        call = self._client.open(
+            self._client.files.Watch,
             files_pb2.WatchRequest(sandbox_id=self._sandbox_id, path=path, recursive=recursive),
-            metadata=self._client.metadata,
         )
         async with arpc(self._client.endpoint):
             await call.initial_metadata()
         return AsyncWatchHandle(self._client, call, path, on_event, on_exit)
 
     async def upload_dir(self, local_path: str, remote_path: str, request_timeout: Optional[float] = None) -> int:
-        packer = _tar.Packer(os.fspath(local_path), WRITE_CHUNK_BYTES)
+        packer = Packer(os.fspath(local_path), WRITE_CHUNK_BYTES)
         chunks = iter(packer)
         loop = asyncio.get_running_loop()
 
         async def requests() -> AsyncIterator[files_pb2.UploadTarRequest]:
-            yield files_pb2.UploadTarRequest(
-                header=files_pb2.UploadTarHeader(sandbox_id=self._sandbox_id, path=remote_path)
-            )
+            yield core.upload_header(self._sandbox_id, remote_path)
             while True:
                 chunk = await loop.run_in_executor(None, next, chunks, None)
                 if chunk is None:
                     return
                 yield files_pb2.UploadTarRequest(data=chunk)
 
-        async with arpc(self._client.endpoint):
-            sent = await self._client.files.UploadTar(
-                requests(), metadata=self._client.metadata, timeout=self._timeout(request_timeout)
-            )
-        if packer.failure is not None:
-            raise SandboxException(f"cannot pack {local_path}: {packer.failure}")
+        sent = await self._client.call(self._client.files.UploadTar, requests(), request_timeout)
+        packer.check()
         return sent.bytes
 
     async def download_dir(self, remote_path: str, local_path: str) -> int:
-        call = self._client.files.DownloadTar(
+        call = self._client.open(
+            self._client.files.DownloadTar,
             files_pb2.DownloadTarRequest(sandbox_id=self._sandbox_id, path=remote_path),
-            metadata=self._client.metadata,
         )
         return await _unpack(self._client, call, os.fspath(local_path))
 
     async def track_changes(
         self, roots: Optional[Sequence[str]] = None, request_timeout: Optional[float] = None
     ) -> AsyncChangeTracker:
-        async with arpc(self._client.endpoint):
-            started = await self._client.files.TrackChanges(
-                files_pb2.TrackChangesRequest(sandbox_id=self._sandbox_id, roots=list(roots or [])),
-                metadata=self._client.metadata,
-                timeout=self._timeout(request_timeout),
-            )
+        request = files_pb2.TrackChangesRequest(sandbox_id=self._sandbox_id, roots=list(roots or []))
+        started = await self._client.call(self._client.files.TrackChanges, request, request_timeout)
         return AsyncChangeTracker(self._client, self._sandbox_id, started.tracker_id)

@@ -8,29 +8,17 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .. import _convert
 from .._client import AsyncClient
-from .._errors import arpc
 from ..api.v1 import ingress_pb2
 from ..models.ingress import ExposedPort
+from ..sandbox.ingress import exposed_port, get_host_request
 
 
 async def expose(client: AsyncClient, sandbox_id: str, port: int, request_timeout: Optional[float] = None) -> ExposedPort:
-    request = _convert.get_host_request(sandbox_id, port)
-    async with arpc(client.endpoint):
-        found = await client.ingress.GetHost(
-            request,
-            metadata=client.metadata,
-            timeout=client.timeout(request_timeout),
-        )
-    return _convert.exposed_port(request.port, found)
+    request = get_host_request(sandbox_id, port)
+    return exposed_port(request.port, await client.call(client.ingress.GetHost, request, request_timeout))
 
 
 async def rotate_token(client: AsyncClient, sandbox_id: str, request_timeout: Optional[float] = None) -> str:
-    async with arpc(client.endpoint):
-        rotated = await client.ingress.RotateToken(
-            ingress_pb2.RotateTokenRequest(sandbox_id=sandbox_id),
-            metadata=client.metadata,
-            timeout=client.timeout(request_timeout),
-        )
-    return rotated.token
+    request = ingress_pb2.RotateTokenRequest(sandbox_id=sandbox_id)
+    return (await client.call(client.ingress.RotateToken, request, request_timeout)).token

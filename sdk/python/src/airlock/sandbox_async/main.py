@@ -18,11 +18,7 @@ from typing import AsyncIterator, Dict, List, Mapping, Optional, Sequence, Union
 
 from typing_extensions import Self, Unpack
 
-from .. import _convert, _sandbox_args
 from .._client import AsyncClient
-from .._dual import either
-from .._errors import arpc
-from .._sandbox_args import ConnectionOpts
 from ..api.v1 import sandboxes_pb2
 from ..connection import ConnectionConfig
 from ..exceptions import NotFoundException
@@ -34,6 +30,9 @@ from ..models.sandbox import (
     SandboxState,
     Secret,
 )
+from ..sandbox import lifecycle as core
+from ..sandbox.dual import either
+from ..sandbox.lifecycle import ConnectionOpts, Pages
 from . import ingress
 from .code import AsyncCodeRunner
 from .commands import AsyncCommands
@@ -43,96 +42,66 @@ from .pty import AsyncPty
 
 
 async def _client(opts: ConnectionOpts) -> AsyncClient:
-    return await AsyncClient.connect(_sandbox_args.config(opts))
+    return await AsyncClient.connect(core.config(opts))
 
 
 async def _get(client: AsyncClient, sandbox_id: str, request_timeout: Optional[float] = None) -> SandboxInfo:
-    async with arpc(client.endpoint):
-        info = await client.sandboxes.Get(
-            sandboxes_pb2.GetSandboxRequest(sandbox_id=sandbox_id),
-            metadata=client.metadata,
-            timeout=client.timeout(request_timeout),
-        )
-    return _convert.sandbox_info(info)
+    request = sandboxes_pb2.GetSandboxRequest(sandbox_id=sandbox_id)
+    return core.sandbox_info(await client.call(client.sandboxes.Get, request, request_timeout))
 
 
 async def _kill(client: AsyncClient, sandbox_id: str, request_timeout: Optional[float] = None) -> bool:
+    request = sandboxes_pb2.KillSandboxRequest(sandbox_id=sandbox_id)
     try:
-        async with arpc(client.endpoint):
-            await client.sandboxes.Kill(
-                sandboxes_pb2.KillSandboxRequest(sandbox_id=sandbox_id),
-                metadata=client.metadata,
-                timeout=client.timeout(request_timeout),
-            )
+        await client.call(client.sandboxes.Kill, request, request_timeout)
     except NotFoundException:
         return False
     return True
 
 
 async def _set_timeout(client: AsyncClient, sandbox_id: str, timeout: int, request_timeout: Optional[float] = None) -> None:
-    async with arpc(client.endpoint):
-        await client.sandboxes.SetTimeout(
-            sandboxes_pb2.SetTimeoutRequest(sandbox_id=sandbox_id, timeout_secs=int(timeout)),
-            metadata=client.metadata,
-            timeout=client.timeout(request_timeout),
-        )
+    request = sandboxes_pb2.SetTimeoutRequest(sandbox_id=sandbox_id, timeout_secs=int(timeout))
+    await client.call(client.sandboxes.SetTimeout, request, request_timeout)
 
 
 async def _metrics(client: AsyncClient, sandbox_id: str, vcpus: int, request_timeout: Optional[float] = None) -> List[SandboxMetrics]:
-    async with arpc(client.endpoint):
-        figures = await client.sandboxes.GetMetrics(
-            sandboxes_pb2.GetMetricsRequest(sandbox_id=sandbox_id),
-            metadata=client.metadata,
-            timeout=client.timeout(request_timeout),
-        )
-    return [_convert.metrics(figures, vcpus)]
+    request = sandboxes_pb2.GetMetricsRequest(sandbox_id=sandbox_id)
+    return core.metrics(await client.call(client.sandboxes.GetMetrics, request, request_timeout), vcpus)
 
 
 async def _pause(client: AsyncClient, sandbox_id: str, to_disk: bool, request_timeout: Optional[float] = None) -> bool:
-    if not _sandbox_args.should_pause((await _get(client, sandbox_id, request_timeout)).state, to_disk):
+    if not core.should_pause((await _get(client, sandbox_id, request_timeout)).state, to_disk):
         return False
-    async with arpc(client.endpoint):
-        await client.sandboxes.Pause(
-            sandboxes_pb2.PauseSandboxRequest(sandbox_id=sandbox_id, to_disk=to_disk),
-            metadata=client.metadata,
-            timeout=client.timeout(request_timeout),
-        )
+    request = sandboxes_pb2.PauseSandboxRequest(sandbox_id=sandbox_id, to_disk=to_disk)
+    await client.call(client.sandboxes.Pause, request, request_timeout)
     return True
 
 
 async def _resume(client: AsyncClient, sandbox_id: str, request_timeout: Optional[float] = None) -> SandboxInfo:
-    async with arpc(client.endpoint):
-        info = await client.sandboxes.Resume(
-            sandboxes_pb2.ResumeSandboxRequest(sandbox_id=sandbox_id),
-            metadata=client.metadata,
-            timeout=client.timeout(request_timeout),
-        )
-    return _convert.sandbox_info(info)
+    request = sandboxes_pb2.ResumeSandboxRequest(sandbox_id=sandbox_id)
+    return core.sandbox_info(await client.call(client.sandboxes.Resume, request, request_timeout))
 
 
-class AsyncSandboxPaginator:
+async def _create(client: AsyncClient, request: sandboxes_pb2.CreateSandboxRequest) -> SandboxInfo:
+    return core.sandbox_info(await client.call(client.sandboxes.Create, request))
+
+
+class AsyncSandboxPaginator(Pages):
     """Pages of ``AsyncSandbox.list``: ``await next_items()`` fetches the
     next page while ``has_next``; ``async for`` goes through every page."""
 
     def __init__(self, opts: ConnectionOpts, request: sandboxes_pb2.ListSandboxesRequest) -> None:
+        super().__init__(request)
         self._opts = opts
         self._client: Optional[AsyncClient] = None
-        self._request = request
-        self.has_next = True
-        self.next_token: Optional[str] = request.page_token or None
 
     async def next_items(self) -> List[SandboxInfo]:
-        if not self.has_next:
+        request = self._next_request()
+        if request is None:
             return []
         if self._client is None:
             self._client = await _client(self._opts)
-        client = self._client
-        self._request.page_token = self.next_token or ""
-        async with arpc(client.endpoint):
-            page = await client.sandboxes.List(self._request, metadata=client.metadata)
-        self.next_token = page.next_page_token or None
-        self.has_next = self.next_token is not None
-        return [_convert.sandbox_info(info) for info in page.sandboxes]
+        return self._take(await self._client.call(self._client.sandboxes.List, request, timed=False))
 
     async def __aiter__(self) -> AsyncIterator[SandboxInfo]:
         while self.has_next:
@@ -229,7 +198,7 @@ class AsyncSandbox:
         (see :meth:`expose`; at most 16). Connection options (``host``,
         ``api_key``, ``ca_cert``, ...) default to the environment.
         """
-        request = _convert.create_request(
+        request = core.create_request(
             template=template,
             timeout=timeout,
             metadata=metadata,
@@ -255,7 +224,7 @@ class AsyncSandbox:
         disk; ``timeout`` also sets its timeout from now."""
         client = await _client(opts)
         info = await _get(client, sandbox_id)
-        if info.state in (SandboxState.PAUSED, SandboxState.ON_DISK):
+        if core.should_resume(info.state):
             info = await _resume(client, sandbox_id)
         if timeout is not None:
             await _set_timeout(client, sandbox_id, timeout)
@@ -274,7 +243,7 @@ class AsyncSandbox:
     ) -> AsyncSandboxPaginator:
         """Your sandboxes carrying every label of ``metadata``, in any of
         ``state`` (default all), in pages of ``limit`` (default 100)."""
-        request = _sandbox_args.list_request(metadata, state, query, limit, next_token)
+        request = core.list_request(metadata, state, query, limit, next_token)
         return AsyncSandboxPaginator(opts, request)
 
     async def _kill(self, request_timeout: Optional[float] = None) -> bool:
@@ -387,13 +356,9 @@ class AsyncSandbox:
     async def fork(self, count: int = 1, request_timeout: Optional[float] = None) -> List[Self]:
         """Airlock: ``count`` new sandboxes with this one's memory, programs
         and files, each with its own id, hostname and entropy."""
-        async with arpc(self._client.endpoint):
-            forked = await self._client.sandboxes.Fork(
-                sandboxes_pb2.ForkSandboxRequest(sandbox_id=self._sandbox_id, count=count),
-                metadata=self._client.metadata,
-                timeout=self._client.timeout(request_timeout),
-            )
-        return [type(self)(_connected=(self._client, _convert.sandbox_info(i))) for i in forked.sandboxes]
+        request = sandboxes_pb2.ForkSandboxRequest(sandbox_id=self._sandbox_id, count=count)
+        forked = await self._client.call(self._client.sandboxes.Fork, request, request_timeout)
+        return [type(self)(_connected=(self._client, info)) for info in core.forked(forked)]
 
     async def __aenter__(self) -> Self:
         return self
@@ -401,8 +366,3 @@ class AsyncSandbox:
     async def __aexit__(self, *exc: object) -> None:
         await self._kill()
 
-
-async def _create(client: AsyncClient, request: sandboxes_pb2.CreateSandboxRequest) -> SandboxInfo:
-    async with arpc(client.endpoint):
-        info = await client.sandboxes.Create(request, metadata=client.metadata, timeout=client.config.request_timeout)
-    return _convert.sandbox_info(info)

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from .. import _convert
 from .._client import AsyncClient
-from .._errors import arpc
 from ..api.v1 import network_pb2
 from ..models.network import AuditRecord, NetworkPolicy
+from ..sandbox import network as core
 
 
 class AsyncNetwork:
@@ -24,26 +23,16 @@ class AsyncNetwork:
 
     async def policy(self, request_timeout: Optional[float] = None) -> NetworkPolicy:
         """The rules and the bound secrets' hosts."""
-        async with arpc(self._client.endpoint):
-            found = await self._client.network.GetPolicy(
-                network_pb2.GetPolicyRequest(sandbox_id=self._sandbox_id),
-                metadata=self._client.metadata,
-                timeout=self._client.timeout(request_timeout),
-            )
-        return _convert.policy(found)
+        request = network_pb2.GetPolicyRequest(sandbox_id=self._sandbox_id)
+        return core.policy(await self._client.call(self._client.network.GetPolicy, request, request_timeout))
 
     async def rules(self, request_timeout: Optional[float] = None) -> List[str]:
         """The allow rules, in order."""
         return (await self.policy(request_timeout)).rules
 
     async def _change(self, allow: List[str], deny: List[str], request_timeout: Optional[float]) -> List[str]:
-        async with arpc(self._client.endpoint):
-            changed = await self._client.network.ChangePolicy(
-                network_pb2.ChangePolicyRequest(sandbox_id=self._sandbox_id, allow=allow, deny=deny),
-                metadata=self._client.metadata,
-                timeout=self._client.timeout(request_timeout),
-            )
-        return list(changed.rules)
+        request = network_pb2.ChangePolicyRequest(sandbox_id=self._sandbox_id, allow=allow, deny=deny)
+        return list((await self._client.call(self._client.network.ChangePolicy, request, request_timeout)).rules)
 
     async def allow(self, *rules: str, request_timeout: Optional[float] = None) -> List[str]:
         """Adds rules ("example.com", "*.example.com:443", "10.0.0.0/8") for
@@ -57,13 +46,8 @@ class AsyncNetwork:
 
     async def replace(self, rules: List[str], request_timeout: Optional[float] = None) -> List[str]:
         """Sets every rule at once."""
-        async with arpc(self._client.endpoint):
-            replaced = await self._client.network.ReplacePolicy(
-                network_pb2.ReplacePolicyRequest(sandbox_id=self._sandbox_id, rules=list(rules)),
-                metadata=self._client.metadata,
-                timeout=self._client.timeout(request_timeout),
-            )
-        return list(replaced.rules)
+        request = network_pb2.ReplacePolicyRequest(sandbox_id=self._sandbox_id, rules=list(rules))
+        return list((await self._client.call(self._client.network.ReplacePolicy, request, request_timeout)).rules)
 
     async def audit(self, after_seq: int = 0, request_timeout: Optional[float] = None) -> List[AuditRecord]:
         """The host's decisions on the guest's connections and DNS queries,
@@ -71,10 +55,6 @@ class AsyncNetwork:
         (protocol "ingress"), oldest first (the newest 4096 are kept),
         after ``after_seq``. A sandbox without network has the ingress
         records alone."""
-        async with arpc(self._client.endpoint):
-            found = await self._client.network.Audit(
-                network_pb2.AuditRequest(sandbox_id=self._sandbox_id, after_seq=after_seq),
-                metadata=self._client.metadata,
-                timeout=self._client.timeout(request_timeout),
-            )
-        return [_convert.audit_record(r) for r in found.records]
+        request = network_pb2.AuditRequest(sandbox_id=self._sandbox_id, after_seq=after_seq)
+        found = await self._client.call(self._client.network.Audit, request, request_timeout)
+        return [core.audit_record(r) for r in found.records]

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from typing import Callable, List, Mapping, Optional
 
-from .. import _code_args, _convert
 from .._client import Client
 from .._errors import rpc
-from .._output import CellOutput
-from ..api.v1 import code_pb2
 from ..models.code import Context, Execution, ExecutionError, OutputMessage, Result
+from ..sandbox import code as core
+from ..sandbox.output import CellOutput, route_cell
 
 
 class CodeRunner:
@@ -34,23 +33,16 @@ class CodeRunner:
         timeout: Optional[float] = None,
         request_timeout: Optional[float] = None,
     ) -> Execution:
-        request = _code_args.run_request(self._sandbox_id, code, language, context, envs, timeout)
+        request = core.run_request(self._sandbox_id, code, language, context, envs, timeout)
         output = CellOutput()
-        call = self._client.code.RunCode(request, metadata=self._client.metadata)
+        call = self._client.open(self._client.code.RunCode, request)
         with rpc(self._client.endpoint):
             for event in call:
                 told = output.feed(event)
-                if isinstance(told, OutputMessage):
-                    callback = on_stderr if told.error else on_stdout
-                    if callback is not None:
-                        callback(told)
-                elif isinstance(told, Result) and on_result is not None:
-                    on_result(told)
-                elif isinstance(told, ExecutionError) and on_error is not None:
-                    on_error(told)
-        if output.done is not None and output.done.timed_out:
-            raise _code_args.timed_out(output.execution, timeout)
-        return output.execution
+                callback = route_cell(told, on_stdout, on_stderr, on_result, on_error)
+                if callback is not None:
+                    callback(told)
+        return output.finish(timeout)
 
     def create_code_context(
         self,
@@ -61,36 +53,21 @@ class CodeRunner:
         user: Optional[str] = None,
         context_id: Optional[str] = None,
     ) -> Context:
-        request = _code_args.context_request(self._sandbox_id, cwd, language, envs, user, context_id)
-        with rpc(self._client.endpoint):
-            made = self._client.code.CreateContext(
-                request, metadata=self._client.metadata, timeout=self._client.timeout(request_timeout)
-            )
-        return _convert.context(made, cwd)
+        request = core.create_context_request(self._sandbox_id, cwd, language, envs, user, context_id)
+        return core.context(self._client.call(self._client.code.CreateContext, request, request_timeout), cwd)
 
     def list_code_contexts(self, request_timeout: Optional[float] = None) -> List[Context]:
-        with rpc(self._client.endpoint):
-            listed = self._client.code.ListContexts(
-                code_pb2.ListContextsRequest(sandbox_id=self._sandbox_id),
-                metadata=self._client.metadata,
-                timeout=self._client.timeout(request_timeout),
-            )
-        return [_convert.context(c) for c in listed.contexts]
-
-    def _context_call(self, name: str, context: "Context | str", request_timeout: Optional[float]) -> None:
-        request = code_pb2.ContextRequest(
-            sandbox_id=self._sandbox_id, context_id=_convert.context_id(context)
-        )
-        with rpc(self._client.endpoint):
-            getattr(self._client.code, name)(
-                request, metadata=self._client.metadata, timeout=self._client.timeout(request_timeout)
-            )
+        request = core.list_contexts_request(self._sandbox_id)
+        return core.contexts(self._client.call(self._client.code.ListContexts, request, request_timeout))
 
     def restart_code_context(self, context: "Context | str", request_timeout: Optional[float] = None) -> None:
-        self._context_call("RestartContext", context, request_timeout)
+        request = core.context_request(self._sandbox_id, context)
+        self._client.call(self._client.code.RestartContext, request, request_timeout)
 
     def remove_code_context(self, context: "Context | str", request_timeout: Optional[float] = None) -> None:
-        self._context_call("RemoveContext", context, request_timeout)
+        request = core.context_request(self._sandbox_id, context)
+        self._client.call(self._client.code.RemoveContext, request, request_timeout)
 
     def interrupt_code_context(self, context: "Context | str", request_timeout: Optional[float] = None) -> None:
-        self._context_call("InterruptContext", context, request_timeout)
+        request = core.context_request(self._sandbox_id, context)
+        self._client.call(self._client.code.InterruptContext, request, request_timeout)

@@ -7,33 +7,31 @@ keeps it whole (``stdout``, ``stderr``), calls the callbacks given at the
 start, and records each piece so that iterating the handle yields them from
 the beginning. A stream the sandbox's save to disk interrupted is resumed
 from the last offset seen; one another client took over ends, and ``wait()``
-then asks the server for the exit.
+then asks the server for the exit. What the handle knows and decides is
+:class:`airlock.sandbox.command_handle.HandleState`; this module makes the
+calls.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import grpc
 
-from .. import _convert
-from .._client import CHUNK_BYTES, Client
-from .._errors import rpc
-from .._output import Chunk, CommandOutput
+from .._client import Client
 from ..api.v1 import processes_pb2
-from ..exceptions import (
-    CommandExitException,
-    NotFoundException,
-    SandboxException,
-    TimeoutException,
-    from_rpc_error,
-)
+from ..exceptions import NotFoundException, SandboxException, from_rpc_error
 from ..models.commands import CommandResult
+from ..sandbox import commands as core
+from ..sandbox.command_handle import HandleState
 
-#: How often an interrupted stream is resumed before the error is raised.
-MAX_RESUMES = 8
+# Defined here before the core was shared; still importable from here.
+from ..sandbox.commands import MAX_RESUMES as MAX_RESUMES
+from ..sandbox.commands import check as check
+from ..sandbox.files import text_bytes
+from ..sandbox.output import Chunk, CommandOutput, route
 
 OutputCallback = Callable[[str], object]
 PtyCallback = Callable[[bytes], object]
@@ -56,8 +54,8 @@ class Inputs:
             yield item
 
     def stdin(self, data: bytes) -> None:
-        for start in range(0, len(data), CHUNK_BYTES // 4):
-            self.send(processes_pb2.ProcessInput(stdin=data[start : start + CHUNK_BYTES // 4]))
+        for message in core.stdin_inputs(data):
+            self.send(message)
 
     def send(self, message: processes_pb2.ProcessInput) -> None:
         if self.closed:
@@ -90,31 +88,20 @@ def events(
             if cancelled():
                 return
             failure = from_rpc_error(error, client.endpoint)
-            if failure.reason != "INTERRUPTED" or resumes >= MAX_RESUMES:
+            if not core.resumable(failure, resumes):
                 raise failure from None
             resumes += 1
-            call = client.processes.Connect(
-                processes_pb2.ConnectProcessRequest(
-                    sandbox_id=sandbox_id, process=_convert.selector(pid), offset=output.offset
-                ),
-                metadata=client.metadata,
+            call = client.open(
+                client.processes.Connect, core.connect_request(sandbox_id, pid, output.offset)
             )
 
 
-def check(result: CommandResult, timeout: Optional[float]) -> CommandResult:
-    """The result, or the exception E2B raises for it."""
-    if result.timed_out:
-        raise TimeoutException(
-            f"the command was killed at its timeout of {timeout} s; pass a larger timeout= "
-            "(0: none) or background=True",
-            reason="TIMEOUT",
-        )
-    if result.exit_code != 0:
-        raise CommandExitException(result)
-    return result
+def wait_exit(client: Client, sandbox_id: str, pid: int) -> processes_pb2.ProcessExit:
+    """The program's exit, once it ends (``Wait``: no deadline)."""
+    return client.call(client.processes.Wait, core.wait_request(sandbox_id, pid), timed=False)
 
 
-class CommandHandle:
+class CommandHandle(HandleState):
     """A running program: its ``pid``, its output so far, ``wait()``,
     ``kill()``, ``send_stdin()``, and iteration over its output as
     ``(stdout, stderr, pty)`` tuples, one of them set."""
@@ -132,61 +119,23 @@ class CommandHandle:
         on_pty: Optional[PtyCallback] = None,
         timeout: Optional[float] = None,
     ) -> None:
+        super().__init__(sandbox_id, pid, output, (on_stdout, on_stderr, on_pty), timeout)
         self._client = client
-        self._sandbox_id = sandbox_id
-        self._pid = pid
         self._call = call
         self._inputs = inputs
-        self._output = output
-        self._timeout = timeout
-        self._callbacks = (on_stdout, on_stderr, on_pty)
-        self._chunks: List[Chunk] = []
         self._changed = threading.Condition()
-        self._finished = False
-        self._failure: Optional[SandboxException] = None
-        self._exit: Optional[processes_pb2.ProcessExit] = None
-        self._disconnected = False
         self._thread = threading.Thread(
             target=self._pump, name=f"airlock-command-{pid}", daemon=True
         )
         self._thread.start()
 
-    @property
-    def pid(self) -> int:
-        """The program's pid in the guest."""
-        return self._pid
-
-    @property
-    def stdout(self) -> str:
-        """Its stdout so far."""
-        return self._output.stdout
-
-    @property
-    def stderr(self) -> str:
-        """Its stderr so far."""
-        return self._output.stderr
-
-    @property
-    def exit_code(self) -> Optional[int]:
-        """Its exit code once it ended, else ``None``."""
-        return None if self._exit is None else self._exit.exit_code
-
-    @property
-    def error(self) -> Optional[str]:
-        return None if self._exit is None else _convert.exit_error(self._exit)
-
     def _record(self, chunk: Chunk) -> None:
-        on_stdout, on_stderr, on_pty = self._callbacks
-        stdout, stderr, pty = chunk
         with self._changed:
             self._chunks.append(chunk)
             self._changed.notify_all()
-        if stdout is not None and on_stdout:
-            on_stdout(stdout)
-        elif stderr is not None and on_stderr:
-            on_stderr(stderr)
-        elif pty is not None and on_pty:
-            on_pty(pty)
+        callback, value = self._route(chunk)
+        if callback:
+            callback(value)
 
     def _pump(self) -> None:
         failure: Optional[SandboxException] = None
@@ -205,17 +154,13 @@ class CommandHandle:
                     self._record(chunk)
             for chunk in self._output.flush():
                 self._record(chunk)
-        except SandboxException as error:
-            failure = error
-        except Exception as error:  # noqa: BLE001 - a callback failed
-            failure = SandboxException(f"reading command {self._pid} failed: {error!r}")
+        except Exception as error:  # noqa: BLE001 - the SDK's, or a callback's
+            failure = self._failed(error)
         finally:
             if self._inputs is not None:
                 self._inputs.close()
             with self._changed:
-                self._exit = self._output.exit
-                self._failure = failure
-                self._finished = True
+                self._end(failure)
                 self._changed.notify_all()
 
     def __iter__(self) -> Iterator[Chunk]:
@@ -223,15 +168,11 @@ class CommandHandle:
         index = 0
         while True:
             with self._changed:
-                while index >= len(self._chunks) and not self._finished:
-                    self._changed.wait()
-                pending = self._chunks[index:]
-                index += len(pending)
-                finished = self._finished
+                self._changed.wait_for(lambda: self._ready(index))
+                pending, finished = self._after(index)
+            index += len(pending)
             yield from pending
-            if finished and index >= len(self._chunks):
-                if self._failure is not None and not self._disconnected:
-                    raise self._failure
+            if self._done(index, finished):
                 return
 
     def wait(
@@ -244,26 +185,16 @@ class CommandHandle:
         raises :class:`CommandExitException` for a non-zero exit and
         :class:`TimeoutException` when its timeout killed it. Callbacks given
         here see all of its output, from the start."""
-        for stdout, stderr, pty in self:
-            if stdout is not None and on_stdout:
-                on_stdout(stdout)
-            elif stderr is not None and on_stderr:
-                on_stderr(stderr)
-            elif pty is not None and on_pty:
-                on_pty(pty)
+        for chunk in self:
+            callback, value = route(chunk, on_stdout, on_stderr, on_pty)
+            if callback:
+                callback(value)
         self._thread.join()
         exit = self._exit
         if exit is None:
             # Another client took the stream over, or we hung up: ask.
-            with rpc(self._client.endpoint):
-                exit = self._client.processes.Wait(
-                    processes_pb2.WaitRequest(
-                        sandbox_id=self._sandbox_id, process=_convert.selector(self._pid)
-                    ),
-                    metadata=self._client.metadata,
-                )
-            self._exit = exit
-        return check(self._output.result(exit), self._timeout)
+            exit = wait_exit(self._client, self._sandbox_id, self._pid)
+        return self._result(exit)
 
     def kill(self) -> bool:
         """Kills its whole process tree (SIGKILL); ``False`` when it is not
@@ -272,7 +203,7 @@ class CommandHandle:
 
     def send_stdin(self, data: "str | bytes", request_timeout: Optional[float] = None) -> None:
         """Bytes (text as UTF-8) for its stdin."""
-        payload = _convert.text_bytes(data)
+        payload = text_bytes(data)
         if self._inputs is not None and not self._inputs.closed:
             self._inputs.stdin(payload)
             return
@@ -281,7 +212,7 @@ class CommandHandle:
     def close_stdin(self, request_timeout: Optional[float] = None) -> None:
         """Ends its stdin (after what was sent)."""
         if self._inputs is not None and not self._inputs.closed:
-            self._inputs.send(processes_pb2.ProcessInput(close_stdin=True))
+            self._inputs.send(core.close_input())
             return
         send_stdin(self._client, self._sandbox_id, self._pid, b"", True, request_timeout)
 
@@ -297,16 +228,9 @@ class CommandHandle:
 
 def kill(client: Client, sandbox_id: str, pid: int, request_timeout: Optional[float] = None) -> bool:
     try:
-        with rpc(client.endpoint):
-            client.processes.SendSignal(
-                processes_pb2.SendSignalRequest(
-                    sandbox_id=sandbox_id, process=_convert.selector(pid), signal=9
-                ),
-                metadata=client.metadata,
-                timeout=client.timeout(request_timeout),
-            )
+        client.call(client.processes.SendSignal, core.kill_request(sandbox_id, pid), request_timeout)
     except NotFoundException as error:
-        if error.reason == "SANDBOX_NOT_FOUND":
+        if not core.kill_missed(error):
             raise
         return False
     return True
@@ -320,17 +244,5 @@ def send_stdin(
     close: bool,
     request_timeout: Optional[float] = None,
 ) -> None:
-    step = CHUNK_BYTES
-    pieces = [data[i : i + step] for i in range(0, len(data), step)] or [b""]
-    for index, piece in enumerate(pieces):
-        with rpc(client.endpoint):
-            client.processes.SendStdin(
-                processes_pb2.SendStdinRequest(
-                    sandbox_id=sandbox_id,
-                    process=_convert.selector(pid),
-                    data=piece,
-                    close=close and index == len(pieces) - 1,
-                ),
-                metadata=client.metadata,
-                timeout=client.timeout(request_timeout),
-            )
+    for request in core.stdin_requests(sandbox_id, pid, data, close):
+        client.call(client.processes.SendStdin, request, request_timeout)

@@ -5,7 +5,8 @@ returns its :class:`CommandResult` (calling ``on_stdout``/``on_stderr`` as
 output arrives); ``run(background=True)`` returns a :class:`CommandHandle`
 at once. Programs outlive their clients: ``connect(pid)`` attaches to one
 again and replays the output the guest still holds (its newest 1 MiB), which
-E2B cannot do for a detached command after a while.
+E2B cannot do for a detached command after a while. The requests and
+decisions are :mod:`airlock.sandbox.commands`'.
 """
 
 from __future__ import annotations
@@ -14,28 +15,24 @@ from typing import Any, Iterator, List, Mapping, Optional, Sequence, Union, over
 
 from typing_extensions import Literal
 
-from .. import _convert
 from .._client import Client
 from .._errors import rpc
-from .._output import CommandOutput
-from ..api.v1 import processes_pb2
 from ..exceptions import SandboxException
 from ..models.commands import CommandResult, ProcessInfo, PtySize
+from ..sandbox import commands as core
+from ..sandbox.commands import DEFAULT_TIMEOUT, Stdin
+from ..sandbox.files import text_bytes
+from ..sandbox.output import CommandOutput, route
 from .command_handle import (
     CommandHandle,
     Inputs,
     OutputCallback,
     PtyCallback,
-    check,
     events,
     kill,
     send_stdin,
+    wait_exit,
 )
-
-#: E2B's default: a foreground command is killed after a minute.
-DEFAULT_TIMEOUT = 60.0
-
-Stdin = Union[bool, str, bytes, None]
 
 
 class Commands:
@@ -58,7 +55,7 @@ class Commands:
         tag: Optional[str] = None,
         kill_on_disconnect: bool = False,
     ) -> "tuple[Any, Inputs, int]":
-        first = _convert.start_request(
+        first = core.start_request(
             sandbox_id=self._sandbox_id,
             argv=argv,
             envs=envs,
@@ -73,13 +70,13 @@ class Commands:
         inputs = Inputs(first)
         if not stdin and pty is None:
             inputs.close()
-        call = self._client.processes.Start(iter(inputs), metadata=self._client.metadata)
+        call = self._client.open(self._client.processes.Start, iter(inputs))
         with rpc(self._client.endpoint):
-            started = next(call, None)
-        if started is None or started.WhichOneof("event") != "started":
+            pid = core.started_pid(next(call, None))
+        if pid is None:
             inputs.close()
-            raise SandboxException("the server ended the program's stream before it started")
-        return call, inputs, started.started.pid
+            raise SandboxException(core.NOT_STARTED)
+        return call, inputs, pid
 
     def start(
         self,
@@ -170,23 +167,20 @@ class Commands:
         foreground) gives it an empty one. ``user`` defaults to root. ``tag``
         (Airlock) names it for ``connect``.
         """
-        data = None if isinstance(stdin, bool) or stdin is None else _convert.text_bytes(stdin)
-        keep_open = stdin is True or (stdin is None and background)
-        if background and timeout == DEFAULT_TIMEOUT:
-            timeout = None
+        plan = core.plan_run(stdin, background, timeout)
         call, inputs, pid = self._open(
-            _convert.shell(cmd),
+            core.shell(cmd),
             envs=envs,
             cwd=cwd,
             user=user,
-            timeout=timeout,
-            stdin=keep_open or data is not None,
+            timeout=plan.timeout,
+            stdin=plan.stdin,
             tag=tag,
             kill_on_disconnect=not background,
         )
-        if data is not None:
-            inputs.stdin(data)
-            inputs.send(processes_pb2.ProcessInput(close_stdin=True))
+        if plan.data is not None:
+            for message in core.whole_stdin(plan.data):
+                inputs.send(message)
         if background:
             return CommandHandle(
                 self._client,
@@ -197,13 +191,11 @@ class Commands:
                 CommandOutput(),
                 on_stdout=on_stdout,
                 on_stderr=on_stderr,
-                timeout=timeout,
+                timeout=plan.timeout,
             )
         output = CommandOutput()
         try:
-            for event in events(
-                self._client, self._sandbox_id, pid, call, output, lambda: False
-            ):
+            for event in events(self._client, self._sandbox_id, pid, call, output, lambda: False):
                 chunk = output.feed(event)
                 if chunk is not None:
                     _deliver(chunk, on_stdout, on_stderr)
@@ -218,14 +210,8 @@ class Commands:
             inputs.close()
         exit = output.exit
         if exit is None:
-            with rpc(self._client.endpoint):
-                exit = self._client.processes.Wait(
-                    processes_pb2.WaitRequest(
-                        sandbox_id=self._sandbox_id, process=_convert.selector(pid)
-                    ),
-                    metadata=self._client.metadata,
-                )
-        return check(output.result(exit), timeout)
+            exit = wait_exit(self._client, self._sandbox_id, pid)
+        return core.check(output.result(exit), plan.timeout)
 
     def connect(
         self,
@@ -240,20 +226,17 @@ class Commands:
         output from ``offset`` (0: everything the guest still holds, its
         newest 1 MiB), then following it. The previous client's stream ends:
         one client follows a program at a time."""
-        call = self._client.processes.Connect(
-            processes_pb2.ConnectProcessRequest(
-                sandbox_id=self._sandbox_id, process=_convert.selector(pid), offset=offset
-            ),
-            metadata=self._client.metadata,
+        call = self._client.open(
+            self._client.processes.Connect, core.connect_request(self._sandbox_id, pid, offset)
         )
         with rpc(self._client.endpoint):
-            started = next(call, None)
-        if started is None or started.WhichOneof("event") != "started":
-            raise SandboxException(f"the server ended the stream of process {pid} at once")
+            started = core.started_pid(next(call, None))
+        if started is None:
+            raise core.not_attached(pid)
         return CommandHandle(
             self._client,
             self._sandbox_id,
-            started.started.pid,
+            started,
             call,
             None,
             CommandOutput(),
@@ -264,13 +247,10 @@ class Commands:
 
     def list(self, request_timeout: Optional[float] = None) -> List[ProcessInfo]:
         """Running and recently ended programs."""
-        with rpc(self._client.endpoint):
-            listed = self._client.processes.List(
-                processes_pb2.ListProcessesRequest(sandbox_id=self._sandbox_id),
-                metadata=self._client.metadata,
-                timeout=self._client.timeout(request_timeout),
-            )
-        return [_convert.process_info(info) for info in listed.processes]
+        listed = self._client.call(
+            self._client.processes.List, core.list_request(self._sandbox_id), request_timeout
+        )
+        return core.processes(listed)
 
     def kill(self, pid: int, request_timeout: Optional[float] = None) -> bool:
         """Kills a program's whole process tree (SIGKILL); ``False`` when
@@ -281,7 +261,7 @@ class Commands:
         self, pid: int, data: "str | bytes", request_timeout: Optional[float] = None
     ) -> None:
         """Bytes (text as UTF-8) for a program's stdin."""
-        send_stdin(self._client, self._sandbox_id, pid, _convert.text_bytes(data), False, request_timeout)
+        send_stdin(self._client, self._sandbox_id, pid, text_bytes(data), False, request_timeout)
 
     def close_stdin(self, pid: int, request_timeout: Optional[float] = None) -> None:
         """Ends a program's stdin."""
@@ -293,11 +273,9 @@ def _deliver(
     on_stdout: Optional[OutputCallback],
     on_stderr: Optional[OutputCallback],
 ) -> None:
-    stdout, stderr, _ = chunk
-    if stdout is not None and on_stdout:
-        on_stdout(stdout)
-    elif stderr is not None and on_stderr:
-        on_stderr(stderr)
+    callback, value = route(chunk, on_stdout, on_stderr)
+    if callback:
+        callback(value)
 
 
 __all__ = ["Commands", "CommandHandle", "Iterator"]

@@ -4,7 +4,8 @@ Reads and writes stream in chunks whatever a file's size (``read(...,
 format="stream")`` yields them; ``write`` takes a file object and never
 holds it whole). A write is atomic: the file appears whole or not at all.
 Airlock adds whole directories as tar streams (``upload_dir``,
-``download_dir``) and change tracking (``track_changes``).
+``download_dir``) and change tracking (``track_changes``). The requests
+and models are :mod:`airlock.sandbox.files`'.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from typing import Callable, Iterator, List, Mapping, Optional, Sequence, Union,
 import grpc
 from typing_extensions import Literal
 
-from .. import _convert, _tar
-from .._client import WRITE_CHUNK_BYTES, Client
+from .._client import Client
 from .._errors import rpc
 from ..api.v1 import files_pb2
 from ..exceptions import SandboxException, from_rpc_error
@@ -29,15 +29,19 @@ from ..models.files import (
     WriteEntry,
     WriteInfo,
 )
+from ..sandbox import files as core
+
+# Defined here before the core was shared; still importable from here.
+from ..sandbox.files import entry as entry
+from ..sandbox.limits import WRITE_CHUNK_BYTES
+from ..sandbox.tar import ChunkReader, Packer, unpack
 
 
 def write_chunks(data: WriteData) -> Iterator[bytes]:
     """`data` in chunks: text as UTF-8, bytes as they are, a file object
     read piece by piece."""
     if isinstance(data, (str, bytes, bytearray, memoryview)):
-        payload = _convert.text_bytes(data)
-        for start in range(0, len(payload), WRITE_CHUNK_BYTES):
-            yield payload[start : start + WRITE_CHUNK_BYTES]
+        yield from core.memory_chunks(data)
         return
     while True:
         piece = data.read(WRITE_CHUNK_BYTES)
@@ -49,19 +53,9 @@ def write_chunks(data: WriteData) -> Iterator[bytes]:
 def write_requests(
     sandbox_id: str, path: str, data: WriteData, user: Optional[str], mode: Optional[int], append: bool
 ) -> Iterator[files_pb2.WriteFileRequest]:
-    yield files_pb2.WriteFileRequest(
-        header=files_pb2.WriteHeader(
-            sandbox_id=sandbox_id, path=path, mode=mode or 0, user=user or "", append=append
-        )
-    )
+    yield core.write_header(sandbox_id, path, user, mode, append)
     for chunk in write_chunks(data):
         yield files_pb2.WriteFileRequest(data=chunk)
-
-
-def entry(item: Union[WriteEntry, Mapping[str, WriteData]]) -> WriteEntry:
-    if isinstance(item, WriteEntry):
-        return item
-    return WriteEntry(path=str(item["path"]), data=item["data"])
 
 
 class WatchHandle:
@@ -93,7 +87,7 @@ class WatchHandle:
         failure: Optional[Exception] = None
         try:
             for raw in self._call:  # type: ignore[attr-defined]
-                event = _convert.watch_event(raw, self._root)
+                event = core.watch_event(raw, self._root)
                 with self._lock:
                     self._events.append(event)
                 if self._on_event is not None:
@@ -132,35 +126,23 @@ class ChangeTracker:
 
     def changes(self, request_timeout: Optional[float] = None) -> ChangeList:
         """Entries created, modified and deleted since the tracker started."""
-        with rpc(self._client.endpoint):
-            listed = self._client.files.ListChanges(
-                files_pb2.ListChangesRequest(sandbox_id=self._sandbox_id, tracker_id=self.tracker_id),
-                metadata=self._client.metadata,
-                timeout=self._client.timeout(request_timeout),
-            )
-        return ChangeList([_convert.file_change(c) for c in listed.changes], listed.truncated)
+        request = files_pb2.ListChangesRequest(sandbox_id=self._sandbox_id, tracker_id=self.tracker_id)
+        return core.changes(self._client.call(self._client.files.ListChanges, request, request_timeout))
 
     def download(self, local_dir: str) -> int:
         """The created and modified files into `local_dir`, each under its
         guest path; returns the number of tar entries."""
-        call = self._client.files.DownloadChanges(
+        call = self._client.open(
+            self._client.files.DownloadChanges,
             files_pb2.DownloadChangesRequest(sandbox_id=self._sandbox_id, tracker_id=self.tracker_id),
-            metadata=self._client.metadata,
         )
         with rpc(self._client.endpoint):
-            return _tar.unpack(
-                _tar.ChunkReader(bytes(c.data) for c in call),
-                local_dir,
-            )
+            return unpack(ChunkReader(bytes(c.data) for c in call), local_dir)
 
     def stop(self, request_timeout: Optional[float] = None) -> None:
         """Ends the tracker and frees its snapshot in the guest."""
-        with rpc(self._client.endpoint):
-            self._client.files.StopTracking(
-                files_pb2.StopTrackingRequest(sandbox_id=self._sandbox_id, tracker_id=self.tracker_id),
-                metadata=self._client.metadata,
-                timeout=self._client.timeout(request_timeout),
-            )
+        request = files_pb2.StopTrackingRequest(sandbox_id=self._sandbox_id, tracker_id=self.tracker_id)
+        self._client.call(self._client.files.StopTracking, request, request_timeout)
 
 
 class Filesystem:
@@ -170,13 +152,9 @@ class Filesystem:
         self._client = client
         self._sandbox_id = sandbox_id
 
-    def _timeout(self, request_timeout: Optional[float]) -> Optional[float]:
-        return self._client.timeout(request_timeout)
-
     def _stream(self, path: str) -> Iterator[bytes]:
-        call = self._client.files.Read(
-            files_pb2.ReadFileRequest(sandbox_id=self._sandbox_id, path=path),
-            metadata=self._client.metadata,
+        call = self._client.open(
+            self._client.files.Read, files_pb2.ReadFileRequest(sandbox_id=self._sandbox_id, path=path)
         )
         with rpc(self._client.endpoint):
             for chunk in call:
@@ -214,9 +192,7 @@ class Filesystem:
         data = bytearray()
         for chunk in self._stream(path):
             data += chunk
-        if format == "bytes":
-            return data
-        return data.decode("utf-8", errors="replace")
+        return core.content(data, format)
 
     @overload
     def write(
@@ -248,16 +224,8 @@ class Filesystem:
         entries (E2B's older form) writes each."""
         if not isinstance(path, str):
             return self.write_files(path, user=user, request_timeout=request_timeout)
-        if data is None:
-            raise SandboxException("write needs data (text, bytes or a file object)")
-        with rpc(self._client.endpoint):
-            written = self._client.files.Write(
-                write_requests(self._sandbox_id, path, data, user, mode, append),
-                metadata=self._client.metadata,
-                timeout=self._timeout(request_timeout),
-            )
-        info = _convert.entry_info(written.file)
-        return WriteInfo(name=info.name, type=info.type, path=info.path, size=written.bytes_written)
+        requests = write_requests(self._sandbox_id, path, core.write_data(data), user, mode, append)
+        return core.written(self._client.call(self._client.files.Write, requests, request_timeout))
 
     def write_files(
         self,
@@ -268,7 +236,7 @@ class Filesystem:
         """Writes several files, each as ``write`` does."""
         return [
             self.write(e.path, e.data, user=user, request_timeout=request_timeout)
-            for e in map(entry, files)
+            for e in map(core.entry, files)
         ]
 
     def list(
@@ -277,66 +245,37 @@ class Filesystem:
     ) -> List[EntryInfo]:
         """The entries below a directory, ``depth`` levels down (1: its
         children)."""
-        with rpc(self._client.endpoint):
-            listed = self._client.files.List(
-                files_pb2.ListFilesRequest(sandbox_id=self._sandbox_id, path=path, depth=depth or 1),
-                metadata=self._client.metadata,
-                timeout=self._timeout(request_timeout),
-            )
-        return [_convert.entry_info(info) for info in listed.entries]
+        request = files_pb2.ListFilesRequest(sandbox_id=self._sandbox_id, path=path, depth=depth or 1)
+        return core.entries(self._client.call(self._client.files.List, request, request_timeout))
 
     def exists(self, path: str, user: Optional[str] = None, request_timeout: Optional[float] = None) -> bool:
-        with rpc(self._client.endpoint):
-            answer = self._client.files.Exists(
-                files_pb2.ExistsRequest(sandbox_id=self._sandbox_id, path=path),
-                metadata=self._client.metadata,
-                timeout=self._timeout(request_timeout),
-            )
-        return answer.exists
+        request = files_pb2.ExistsRequest(sandbox_id=self._sandbox_id, path=path)
+        return self._client.call(self._client.files.Exists, request, request_timeout).exists
 
     def get_info(
         self, path: str, user: Optional[str] = None, request_timeout: Optional[float] = None
     ) -> EntryInfo:
         """One entry's metadata (a symlink is not followed)."""
-        with rpc(self._client.endpoint):
-            info = self._client.files.Stat(
-                files_pb2.StatRequest(sandbox_id=self._sandbox_id, path=path),
-                metadata=self._client.metadata,
-                timeout=self._timeout(request_timeout),
-            )
-        return _convert.entry_info(info)
+        request = files_pb2.StatRequest(sandbox_id=self._sandbox_id, path=path)
+        return core.entry_info(self._client.call(self._client.files.Stat, request, request_timeout))
 
     def make_dir(self, path: str, user: Optional[str] = None, request_timeout: Optional[float] = None) -> bool:
         """Makes a directory and its parents; ``False`` when it existed."""
-        with rpc(self._client.endpoint):
-            made = self._client.files.MakeDir(
-                files_pb2.MakeDirRequest(sandbox_id=self._sandbox_id, path=path),
-                metadata=self._client.metadata,
-                timeout=self._timeout(request_timeout),
-            )
-        return made.created
+        request = files_pb2.MakeDirRequest(sandbox_id=self._sandbox_id, path=path)
+        return self._client.call(self._client.files.MakeDir, request, request_timeout).created
 
     def rename(
         self, old_path: str, new_path: str, user: Optional[str] = None,
         request_timeout: Optional[float] = None,
     ) -> EntryInfo:
         """Moves an entry; returns its new metadata."""
-        with rpc(self._client.endpoint):
-            info = self._client.files.Rename(
-                files_pb2.RenameRequest(sandbox_id=self._sandbox_id, to=new_path, **{"from": old_path}),
-                metadata=self._client.metadata,
-                timeout=self._timeout(request_timeout),
-            )
-        return _convert.entry_info(info)
+        request = files_pb2.RenameRequest(sandbox_id=self._sandbox_id, to=new_path, **{"from": old_path})
+        return core.entry_info(self._client.call(self._client.files.Rename, request, request_timeout))
 
     def remove(self, path: str, user: Optional[str] = None, request_timeout: Optional[float] = None) -> None:
         """Removes a file, or a directory with everything in it."""
-        with rpc(self._client.endpoint):
-            self._client.files.Remove(
-                files_pb2.RemoveRequest(sandbox_id=self._sandbox_id, path=path),
-                metadata=self._client.metadata,
-                timeout=self._timeout(request_timeout),
-            )
+        request = files_pb2.RemoveRequest(sandbox_id=self._sandbox_id, path=path)
+        self._client.call(self._client.files.Remove, request, request_timeout)
 
     def watch_dir(
         self,
@@ -350,9 +289,9 @@ class Filesystem:
         """Watches a directory (and, with ``recursive``, everything below
         it); returns once the guest watches, so a change made after the call
         is seen."""
-        call = self._client.files.Watch(
+        call = self._client.open(
+            self._client.files.Watch,
             files_pb2.WatchRequest(sandbox_id=self._sandbox_id, path=path, recursive=recursive),
-            metadata=self._client.metadata,
         )
         with rpc(self._client.endpoint):
             call.initial_metadata()
@@ -361,36 +300,27 @@ class Filesystem:
     def upload_dir(self, local_path: str, remote_path: str, request_timeout: Optional[float] = None) -> int:
         """Airlock: a host directory into the guest (made if missing), as a
         tar stream, modes and symlinks kept; returns the tar's bytes."""
-        packer = _tar.Packer(os.fspath(local_path), WRITE_CHUNK_BYTES)
+        packer = Packer(os.fspath(local_path), WRITE_CHUNK_BYTES)
 
         def requests() -> Iterator[files_pb2.UploadTarRequest]:
-            yield files_pb2.UploadTarRequest(
-                header=files_pb2.UploadTarHeader(sandbox_id=self._sandbox_id, path=remote_path)
-            )
+            yield core.upload_header(self._sandbox_id, remote_path)
             for chunk in packer:
                 yield files_pb2.UploadTarRequest(data=chunk)
 
-        with rpc(self._client.endpoint):
-            sent = self._client.files.UploadTar(
-                requests(), metadata=self._client.metadata, timeout=self._timeout(request_timeout)
-            )
-        if packer.failure is not None:
-            raise SandboxException(f"cannot pack {local_path}: {packer.failure}")
+        sent = self._client.call(self._client.files.UploadTar, requests(), request_timeout)
+        packer.check()
         return sent.bytes
 
     def download_dir(self, remote_path: str, local_path: str) -> int:
         """Airlock: a guest directory into a host one (made if missing), as
         a tar stream; entries that would land outside it are refused.
         Returns the number of entries."""
-        call = self._client.files.DownloadTar(
+        call = self._client.open(
+            self._client.files.DownloadTar,
             files_pb2.DownloadTarRequest(sandbox_id=self._sandbox_id, path=remote_path),
-            metadata=self._client.metadata,
         )
         with rpc(self._client.endpoint):
-            return _tar.unpack(
-                _tar.ChunkReader(bytes(c.data) for c in call),
-                os.fspath(local_path),
-            )
+            return unpack(ChunkReader(bytes(c.data) for c in call), os.fspath(local_path))
 
     def track_changes(
         self, roots: Optional[Sequence[str]] = None, request_timeout: Optional[float] = None
@@ -398,10 +328,6 @@ class Filesystem:
         """Airlock: starts tracking changes below ``roots`` (default
         ``/root`` and ``/tmp``); the tracker's ``changes()`` says what was
         created, modified and deleted since."""
-        with rpc(self._client.endpoint):
-            started = self._client.files.TrackChanges(
-                files_pb2.TrackChangesRequest(sandbox_id=self._sandbox_id, roots=list(roots or [])),
-                metadata=self._client.metadata,
-                timeout=self._timeout(request_timeout),
-            )
+        request = files_pb2.TrackChangesRequest(sandbox_id=self._sandbox_id, roots=list(roots or []))
+        started = self._client.call(self._client.files.TrackChanges, request, request_timeout)
         return ChangeTracker(self._client, self._sandbox_id, started.tracker_id)

@@ -8,29 +8,17 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .. import _convert
 from .._client import Client
-from .._errors import rpc
 from ..api.v1 import ingress_pb2
 from ..models.ingress import ExposedPort
+from ..sandbox.ingress import exposed_port, get_host_request
 
 
 def expose(client: Client, sandbox_id: str, port: int, request_timeout: Optional[float] = None) -> ExposedPort:
-    request = _convert.get_host_request(sandbox_id, port)
-    with rpc(client.endpoint):
-        found = client.ingress.GetHost(
-            request,
-            metadata=client.metadata,
-            timeout=client.timeout(request_timeout),
-        )
-    return _convert.exposed_port(request.port, found)
+    request = get_host_request(sandbox_id, port)
+    return exposed_port(request.port, client.call(client.ingress.GetHost, request, request_timeout))
 
 
 def rotate_token(client: Client, sandbox_id: str, request_timeout: Optional[float] = None) -> str:
-    with rpc(client.endpoint):
-        rotated = client.ingress.RotateToken(
-            ingress_pb2.RotateTokenRequest(sandbox_id=sandbox_id),
-            metadata=client.metadata,
-            timeout=client.timeout(request_timeout),
-        )
-    return rotated.token
+    request = ingress_pb2.RotateTokenRequest(sandbox_id=sandbox_id)
+    return client.call(client.ingress.RotateToken, request, request_timeout).token

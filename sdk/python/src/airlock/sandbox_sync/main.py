@@ -18,11 +18,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from typing_extensions import Self, Unpack
 
-from .. import _convert, _sandbox_args
 from .._client import Client
-from .._dual import either
-from .._errors import rpc
-from .._sandbox_args import ConnectionOpts
 from ..api.v1 import sandboxes_pb2
 from ..connection import ConnectionConfig
 from ..exceptions import NotFoundException
@@ -34,6 +30,9 @@ from ..models.sandbox import (
     SandboxState,
     Secret,
 )
+from ..sandbox import lifecycle as core
+from ..sandbox.dual import either
+from ..sandbox.lifecycle import ConnectionOpts, Pages
 from . import ingress
 from .code import CodeRunner
 from .commands import Commands
@@ -43,92 +42,63 @@ from .pty import Pty
 
 
 def _client(opts: ConnectionOpts) -> Client:
-    return Client(_sandbox_args.config(opts))
+    return Client(core.config(opts))
 
 
 def _get(client: Client, sandbox_id: str, request_timeout: Optional[float] = None) -> SandboxInfo:
-    with rpc(client.endpoint):
-        info = client.sandboxes.Get(
-            sandboxes_pb2.GetSandboxRequest(sandbox_id=sandbox_id),
-            metadata=client.metadata,
-            timeout=client.timeout(request_timeout),
-        )
-    return _convert.sandbox_info(info)
+    request = sandboxes_pb2.GetSandboxRequest(sandbox_id=sandbox_id)
+    return core.sandbox_info(client.call(client.sandboxes.Get, request, request_timeout))
 
 
 def _kill(client: Client, sandbox_id: str, request_timeout: Optional[float] = None) -> bool:
+    request = sandboxes_pb2.KillSandboxRequest(sandbox_id=sandbox_id)
     try:
-        with rpc(client.endpoint):
-            client.sandboxes.Kill(
-                sandboxes_pb2.KillSandboxRequest(sandbox_id=sandbox_id),
-                metadata=client.metadata,
-                timeout=client.timeout(request_timeout),
-            )
+        client.call(client.sandboxes.Kill, request, request_timeout)
     except NotFoundException:
         return False
     return True
 
 
 def _set_timeout(client: Client, sandbox_id: str, timeout: int, request_timeout: Optional[float] = None) -> None:
-    with rpc(client.endpoint):
-        client.sandboxes.SetTimeout(
-            sandboxes_pb2.SetTimeoutRequest(sandbox_id=sandbox_id, timeout_secs=int(timeout)),
-            metadata=client.metadata,
-            timeout=client.timeout(request_timeout),
-        )
+    request = sandboxes_pb2.SetTimeoutRequest(sandbox_id=sandbox_id, timeout_secs=int(timeout))
+    client.call(client.sandboxes.SetTimeout, request, request_timeout)
 
 
 def _metrics(client: Client, sandbox_id: str, vcpus: int, request_timeout: Optional[float] = None) -> List[SandboxMetrics]:
-    with rpc(client.endpoint):
-        figures = client.sandboxes.GetMetrics(
-            sandboxes_pb2.GetMetricsRequest(sandbox_id=sandbox_id),
-            metadata=client.metadata,
-            timeout=client.timeout(request_timeout),
-        )
-    return [_convert.metrics(figures, vcpus)]
+    request = sandboxes_pb2.GetMetricsRequest(sandbox_id=sandbox_id)
+    return core.metrics(client.call(client.sandboxes.GetMetrics, request, request_timeout), vcpus)
 
 
 def _pause(client: Client, sandbox_id: str, to_disk: bool, request_timeout: Optional[float] = None) -> bool:
-    if not _sandbox_args.should_pause(_get(client, sandbox_id, request_timeout).state, to_disk):
+    if not core.should_pause(_get(client, sandbox_id, request_timeout).state, to_disk):
         return False
-    with rpc(client.endpoint):
-        client.sandboxes.Pause(
-            sandboxes_pb2.PauseSandboxRequest(sandbox_id=sandbox_id, to_disk=to_disk),
-            metadata=client.metadata,
-            timeout=client.timeout(request_timeout),
-        )
+    request = sandboxes_pb2.PauseSandboxRequest(sandbox_id=sandbox_id, to_disk=to_disk)
+    client.call(client.sandboxes.Pause, request, request_timeout)
     return True
 
 
 def _resume(client: Client, sandbox_id: str, request_timeout: Optional[float] = None) -> SandboxInfo:
-    with rpc(client.endpoint):
-        info = client.sandboxes.Resume(
-            sandboxes_pb2.ResumeSandboxRequest(sandbox_id=sandbox_id),
-            metadata=client.metadata,
-            timeout=client.timeout(request_timeout),
-        )
-    return _convert.sandbox_info(info)
+    request = sandboxes_pb2.ResumeSandboxRequest(sandbox_id=sandbox_id)
+    return core.sandbox_info(client.call(client.sandboxes.Resume, request, request_timeout))
 
 
-class SandboxPaginator:
+def _create(client: Client, request: sandboxes_pb2.CreateSandboxRequest) -> SandboxInfo:
+    return core.sandbox_info(client.call(client.sandboxes.Create, request))
+
+
+class SandboxPaginator(Pages):
     """Pages of ``Sandbox.list``: ``next_items()`` fetches the next page
     while ``has_next``; iterating it goes through every page."""
 
     def __init__(self, client: Client, request: sandboxes_pb2.ListSandboxesRequest) -> None:
+        super().__init__(request)
         self._client = client
-        self._request = request
-        self.has_next = True
-        self.next_token: Optional[str] = request.page_token or None
 
     def next_items(self) -> List[SandboxInfo]:
-        if not self.has_next:
+        request = self._next_request()
+        if request is None:
             return []
-        self._request.page_token = self.next_token or ""
-        with rpc(self._client.endpoint):
-            page = self._client.sandboxes.List(self._request, metadata=self._client.metadata)
-        self.next_token = page.next_page_token or None
-        self.has_next = self.next_token is not None
-        return [_convert.sandbox_info(info) for info in page.sandboxes]
+        return self._take(self._client.call(self._client.sandboxes.List, request, timed=False))
 
     def __iter__(self) -> Iterator[SandboxInfo]:
         while self.has_next:
@@ -152,7 +122,7 @@ class Sandbox:
         older constructor did."""
         if _connected is None:
             client = _client(opts)
-            request = _convert.create_request(template=template, timeout=timeout, metadata=metadata, envs=envs)
+            request = core.create_request(template=template, timeout=timeout, metadata=metadata, envs=envs)
             info = _create(client, request)
         else:
             client, info = _connected
@@ -239,7 +209,7 @@ class Sandbox:
         (see :meth:`expose`; at most 16). Connection options (``host``,
         ``api_key``, ``ca_cert``, ...) default to the environment.
         """
-        request = _convert.create_request(
+        request = core.create_request(
             template=template,
             timeout=timeout,
             metadata=metadata,
@@ -265,7 +235,7 @@ class Sandbox:
         disk; ``timeout`` also sets its timeout from now."""
         client = _client(opts)
         info = _get(client, sandbox_id)
-        if info.state in (SandboxState.PAUSED, SandboxState.ON_DISK):
+        if core.should_resume(info.state):
             info = _resume(client, sandbox_id)
         if timeout is not None:
             _set_timeout(client, sandbox_id, timeout)
@@ -284,7 +254,7 @@ class Sandbox:
     ) -> SandboxPaginator:
         """Your sandboxes carrying every label of ``metadata``, in any of
         ``state`` (default all), in pages of ``limit`` (default 100)."""
-        request = _sandbox_args.list_request(metadata, state, query, limit, next_token)
+        request = core.list_request(metadata, state, query, limit, next_token)
         return SandboxPaginator(_client(opts), request)
 
     def _kill(self, request_timeout: Optional[float] = None) -> bool:
@@ -397,13 +367,9 @@ class Sandbox:
     def fork(self, count: int = 1, request_timeout: Optional[float] = None) -> List[Self]:
         """Airlock: ``count`` new sandboxes with this one's memory, programs
         and files, each with its own id, hostname and entropy."""
-        with rpc(self._client.endpoint):
-            forked = self._client.sandboxes.Fork(
-                sandboxes_pb2.ForkSandboxRequest(sandbox_id=self._sandbox_id, count=count),
-                metadata=self._client.metadata,
-                timeout=self._client.timeout(request_timeout),
-            )
-        return [type(self)(_connected=(self._client, _convert.sandbox_info(i))) for i in forked.sandboxes]
+        request = sandboxes_pb2.ForkSandboxRequest(sandbox_id=self._sandbox_id, count=count)
+        forked = self._client.call(self._client.sandboxes.Fork, request, request_timeout)
+        return [type(self)(_connected=(self._client, info)) for info in core.forked(forked)]
 
     def __enter__(self) -> Self:
         return self
@@ -411,8 +377,3 @@ class Sandbox:
     def __exit__(self, *exc: object) -> None:
         self._kill()
 
-
-def _create(client: Client, request: sandboxes_pb2.CreateSandboxRequest) -> SandboxInfo:
-    with rpc(client.endpoint):
-        info = client.sandboxes.Create(request, metadata=client.metadata, timeout=client.config.request_timeout)
-    return _convert.sandbox_info(info)

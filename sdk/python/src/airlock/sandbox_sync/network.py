@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from .. import _convert
 from .._client import Client
-from .._errors import rpc
 from ..api.v1 import network_pb2
 from ..models.network import AuditRecord, NetworkPolicy
+from ..sandbox import network as core
 
 
 class Network:
@@ -24,26 +23,16 @@ class Network:
 
     def policy(self, request_timeout: Optional[float] = None) -> NetworkPolicy:
         """The rules and the bound secrets' hosts."""
-        with rpc(self._client.endpoint):
-            found = self._client.network.GetPolicy(
-                network_pb2.GetPolicyRequest(sandbox_id=self._sandbox_id),
-                metadata=self._client.metadata,
-                timeout=self._client.timeout(request_timeout),
-            )
-        return _convert.policy(found)
+        request = network_pb2.GetPolicyRequest(sandbox_id=self._sandbox_id)
+        return core.policy(self._client.call(self._client.network.GetPolicy, request, request_timeout))
 
     def rules(self, request_timeout: Optional[float] = None) -> List[str]:
         """The allow rules, in order."""
         return self.policy(request_timeout).rules
 
     def _change(self, allow: List[str], deny: List[str], request_timeout: Optional[float]) -> List[str]:
-        with rpc(self._client.endpoint):
-            changed = self._client.network.ChangePolicy(
-                network_pb2.ChangePolicyRequest(sandbox_id=self._sandbox_id, allow=allow, deny=deny),
-                metadata=self._client.metadata,
-                timeout=self._client.timeout(request_timeout),
-            )
-        return list(changed.rules)
+        request = network_pb2.ChangePolicyRequest(sandbox_id=self._sandbox_id, allow=allow, deny=deny)
+        return list(self._client.call(self._client.network.ChangePolicy, request, request_timeout).rules)
 
     def allow(self, *rules: str, request_timeout: Optional[float] = None) -> List[str]:
         """Adds rules ("example.com", "*.example.com:443", "10.0.0.0/8") for
@@ -57,13 +46,8 @@ class Network:
 
     def replace(self, rules: List[str], request_timeout: Optional[float] = None) -> List[str]:
         """Sets every rule at once."""
-        with rpc(self._client.endpoint):
-            replaced = self._client.network.ReplacePolicy(
-                network_pb2.ReplacePolicyRequest(sandbox_id=self._sandbox_id, rules=list(rules)),
-                metadata=self._client.metadata,
-                timeout=self._client.timeout(request_timeout),
-            )
-        return list(replaced.rules)
+        request = network_pb2.ReplacePolicyRequest(sandbox_id=self._sandbox_id, rules=list(rules))
+        return list(self._client.call(self._client.network.ReplacePolicy, request, request_timeout).rules)
 
     def audit(self, after_seq: int = 0, request_timeout: Optional[float] = None) -> List[AuditRecord]:
         """The host's decisions on the guest's connections and DNS queries,
@@ -71,10 +55,6 @@ class Network:
         (protocol "ingress"), oldest first (the newest 4096 are kept),
         after ``after_seq``. A sandbox without network has the ingress
         records alone."""
-        with rpc(self._client.endpoint):
-            found = self._client.network.Audit(
-                network_pb2.AuditRequest(sandbox_id=self._sandbox_id, after_seq=after_seq),
-                metadata=self._client.metadata,
-                timeout=self._client.timeout(request_timeout),
-            )
-        return [_convert.audit_record(r) for r in found.records]
+        request = network_pb2.AuditRequest(sandbox_id=self._sandbox_id, after_seq=after_seq)
+        found = self._client.call(self._client.network.Audit, request, request_timeout)
+        return [core.audit_record(r) for r in found.records]

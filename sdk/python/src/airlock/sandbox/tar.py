@@ -10,7 +10,7 @@ import tarfile
 import threading
 from typing import IO, Iterator, List, Optional, cast
 
-from .exceptions import InvalidArgumentException, SandboxException
+from ..exceptions import InvalidArgumentException, SandboxException
 
 
 class Packer:
@@ -51,6 +51,11 @@ class Packer:
         finally:
             self._reader.close()
             self._thread.join()
+        self.check()
+
+    def check(self) -> None:
+        """Raises what stopped the packing, if anything did (the upload's
+        call may end without saying)."""
         if self.failure is not None:
             raise SandboxException(f"cannot pack {self._directory}: {self.failure}")
 

@@ -10,17 +10,22 @@ import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 
-import { LIMIT_MS, entry, eventually, sdk, smallSandbox } from "./helpers.mjs";
+import type * as airlock from "airlock-sdk";
+
+import { LIMIT_MS, entry, eventually, nameOf, sdk, smallSandbox } from "./helpers.js";
 
 const { FileType, InvalidArgumentError, NotFoundError } = sdk;
 
 const MiB = 1024 * 1024;
 
 /** A stream of `mib` MiB of random bytes, hashed as it is read. */
-function randomStream(mib, onChunk = () => undefined) {
+function randomStream(
+  mib: number,
+  onChunk: (made: number) => void = () => undefined,
+): { stream: ReadableStream<Uint8Array>; digest: () => string } {
   const hash = createHash("sha256");
   let made = 0;
-  const stream = new ReadableStream({
+  const stream = new ReadableStream<Uint8Array>({
     pull(controller) {
       if (made === mib) {
         controller.close();
@@ -37,7 +42,7 @@ function randomStream(mib, onChunk = () => undefined) {
 }
 
 describe(`files (${entry})`, { timeout: LIMIT_MS }, () => {
-  let sandbox;
+  let sandbox: airlock.Sandbox;
 
   before(async () => {
     sandbox = await smallSandbox({ memoryMb: 1024 });
@@ -120,9 +125,9 @@ describe(`files (${entry})`, { timeout: LIMIT_MS }, () => {
     // watch holds it from the start (one made later is watched once the
     // guest has seen it, which a rename right after could race).
     await sandbox.files.makeDir("/tmp/watched/dir");
-    const events = [];
-    let exited = "not yet";
-    const watch = await sandbox.files.watchDir("/tmp/watched", (event) => events.push(event), {
+    const events: airlock.FilesystemEvent[] = [];
+    let exited: unknown = "not yet";
+    const watch = await sandbox.files.watchDir("/tmp/watched", (event) => void events.push(event), {
       recursive: true,
       onExit: (error) => {
         exited = error;
@@ -132,7 +137,7 @@ describe(`files (${entry})`, { timeout: LIMIT_MS }, () => {
     await sandbox.files.makeDir("/tmp/watched/made");
     await sandbox.files.rename("/tmp/watched/new.txt", "/tmp/watched/dir/renamed.txt");
     await sandbox.files.remove("/tmp/watched/dir/renamed.txt");
-    const has = (type, name) => events.some((e) => e.type === type && e.name === name);
+    const has = (type: string, name: string): boolean => events.some((e) => e.type === type && e.name === name);
     assert.ok(
       await eventually(() => has("remove", "dir/renamed.txt")),
       JSON.stringify(events),
@@ -177,7 +182,7 @@ describe(`files (${entry})`, { timeout: LIMIT_MS }, () => {
     const stream = await sandbox.files.read("/tmp/big.bin", { format: "stream", signal: reading.signal });
     const reader = stream.getReader();
     const first = await reader.read();
-    assert.ok(first.value.byteLength > 0);
+    assert.ok(first.value !== undefined && first.value.byteLength > 0);
     reading.abort();
     await assert.rejects(
       (async () => {
@@ -187,11 +192,11 @@ describe(`files (${entry})`, { timeout: LIMIT_MS }, () => {
           }
         }
       })(),
-      (e) => e.name === "AbortError",
+      (e) => nameOf(e) === "AbortError",
     );
 
     /** A write of endless data, aborted after 20 MiB. */
-    const abortedWrite = async (path) => {
+    const abortedWrite = async (path: string): Promise<void> => {
       const writing = new AbortController();
       const endless = randomStream(Number.POSITIVE_INFINITY, (made) => {
         if (made === 20) {
@@ -200,11 +205,11 @@ describe(`files (${entry})`, { timeout: LIMIT_MS }, () => {
       });
       await assert.rejects(
         sandbox.files.write(path, endless.stream, { signal: writing.signal }),
-        (e) => e.name === "AbortError",
+        (e) => nameOf(e) === "AbortError",
       );
     };
     /** The names in /tmp that contain `name`. */
-    const named = async (name) =>
+    const named = async (name: string): Promise<string[]> =>
       (await sandbox.files.list("/tmp")).filter((e) => e.name.includes(name)).map((e) => e.name);
 
     await abortedWrite("/tmp/aborted.bin");

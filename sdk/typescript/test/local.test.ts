@@ -12,12 +12,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
 
-import { LIMIT_MS, RUN, need, opts, sdk, smallSandbox, eventually } from "./helpers.mjs";
+import type * as airlock from "airlock-sdk";
+
+import { LIMIT_MS, RUN, need, opts, sdk, smallSandbox, eventually } from "./helpers.js";
 
 const { Sandbox, SandboxError } = sdk;
 
 /** The pids of processes whose command line mentions `text`. */
-function processesMentioning(text) {
+function processesMentioning(text: string): number[] {
   try {
     return execFileSync("pgrep", ["-f", text], { encoding: "utf8" }).split("\n").filter(Boolean).map(Number);
   } catch {
@@ -26,7 +28,7 @@ function processesMentioning(text) {
 }
 
 describe("the local server (node)", { timeout: LIMIT_MS }, () => {
-  const dirs = [];
+  const dirs: string[] = [];
 
   after(() => {
     for (const dir of dirs) {
@@ -75,7 +77,8 @@ describe("the local server (node)", { timeout: LIMIT_MS }, () => {
 
       process.env.AIRLOCK_STATE_DIR = join(dir, "other");
       process.env.AIRLOCK_BIN = join(dir, "no-such-airlock");
-      await assert.rejects(Sandbox.list(), (e) => {
+      // A paginator is a thenable; Promise.resolve awaits it as assert.rejects would.
+      await assert.rejects(Promise.resolve(Sandbox.list()), (e) => {
         assert.ok(e instanceof SandboxError);
         assert.match(e.message, /cannot start the local server with .*no-such-airlock/);
         assert.match(e.message, /AIRLOCK_BIN/);
@@ -99,14 +102,14 @@ describe("the local server (node)", { timeout: LIMIT_MS }, () => {
 
   test("the CommonJS build answers require()", async () => {
     const require = createRequire(import.meta.url);
-    const cjs = require("airlock-sdk");
+    const cjs = require("airlock-sdk") as typeof airlock;
     assert.equal(typeof cjs.Sandbox.create, "function");
     assert.notEqual(cjs.Sandbox, Sandbox, "a module of its own");
     assert.equal(cjs.Sandbox.platform.name, "node");
     assert.equal(cjs.default, cjs.Sandbox);
     const listed = await cjs.Sandbox.list(opts({ metadata: { run: `${RUN}-none` } }));
     assert.deepEqual(listed, []);
-    const error = await cjs.Sandbox.connect("sandbox-nobody").catch((e) => e);
+    const error: unknown = await cjs.Sandbox.connect("sandbox-nobody").catch((e: unknown) => e);
     assert.ok(error instanceof cjs.NotFoundError);
   });
 });

@@ -13,13 +13,15 @@ import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
-import { request } from "node:http";
+import { type IncomingHttpHeaders, type OutgoingHttpHeaders, request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, describe, test } from "node:test";
 
-import { LIMIT_MS, RUN, entry, eventually, need, opts, sdk, smallSandbox } from "./helpers.mjs";
+import type * as airlock from "airlock-sdk";
+
+import { LIMIT_MS, RUN, entry, eventually, need, opts, sdk, smallSandbox } from "./helpers.js";
 
 const { Sandbox, SandboxError, InvalidArgumentError } = sdk;
 
@@ -27,14 +29,21 @@ const { Sandbox, SandboxError, InvalidArgumentError } = sdk;
 const BLOB = randomBytes(1 << 20);
 const PUBLIC_PAGE = `a public page of ${RUN}\n`;
 
+/** What `get` answers. */
+interface Answer {
+  status: number | undefined;
+  headers: IncomingHttpHeaders;
+  body: Buffer;
+}
+
 /**
  * A GET with Node's http module, on a connection of its own (no keep-alive:
  * a rotated token is refused from the next connection on): its status,
  * headers and body.
  */
-function get(url, { host, token } = {}) {
+function get(url: string, { host, token }: { host?: string; token?: string } = {}): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const headers = {};
+    const headers: OutgoingHttpHeaders = {};
     if (host !== undefined) {
       headers.host = host;
     }
@@ -42,7 +51,7 @@ function get(url, { host, token } = {}) {
       headers["x-airlock-token"] = token;
     }
     const req = request(url, { headers, agent: false }, (res) => {
-      const chunks = [];
+      const chunks: Buffer[] = [];
       res.on("data", (chunk) => chunks.push(chunk));
       res.on("end", () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }));
       res.on("error", reject);
@@ -57,7 +66,7 @@ function get(url, { host, token } = {}) {
  * listener (both entries may speak to it: plain http to loopback is
  * allowed), with a key of its own; `stop()` ends it and removes its files.
  */
-async function serverWithoutIngress() {
+async function serverWithoutIngress(): Promise<{ opts: airlock.ConnectionOpts; stop(): Promise<void> }> {
   const dir = mkdtempSync(join(tmpdir(), "airlock-sdk-no-ingress-"));
   const socket = join(dir, "daemon.sock");
   const env = {
@@ -72,9 +81,9 @@ async function serverWithoutIngress() {
     ["--verbose", "serve", "--socket", socket, "--listen", "127.0.0.1:0", "--insecure", "--on-exit", "kill"],
     { env, stdio: ["ignore", "ignore", "pipe"] },
   );
-  const exited = new Promise((resolve) => child.once("exit", resolve));
-  const lines = [];
-  const port = await new Promise((resolve, reject) => {
+  const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
+  const lines: string[] = [];
+  const port = await new Promise<number>((resolve, reject) => {
     createInterface({ input: child.stderr }).on("line", (line) => {
       lines.push(line);
       const match = /^airlock: listening on .*:(\d+)$/.exec(line);
@@ -89,7 +98,7 @@ async function serverWithoutIngress() {
     encoding: "utf8",
     stdio: ["ignore", "pipe", "pipe"],
   });
-  const apiKey = out.trim().split("\n").at(-1).trim();
+  const apiKey = (out.trim().split("\n").at(-1) ?? "").trim();
   return {
     opts: { host: `http://127.0.0.1:${port}`, apiKey },
     async stop() {
@@ -102,9 +111,9 @@ async function serverWithoutIngress() {
 
 describe(`ingress (${entry})`, { timeout: LIMIT_MS }, () => {
   const address = need("AIRLOCK_TEST_INGRESS");
-  let site;
-  let open;
-  let exposed;
+  let site: airlock.Sandbox;
+  let open: airlock.Sandbox;
+  let exposed: airlock.ExposedPort;
 
   before(async () => {
     [site, open] = await Promise.all([
@@ -212,16 +221,17 @@ describe(`ingress (${entry})`, { timeout: LIMIT_MS }, () => {
     }
     assert.ok(records.some((r) => r.allowed && r.verdict === "allowed"), "an accepted request");
     assert.ok(records.some((r) => !r.allowed && /token/.test(r.verdict)), "a refusal for the token");
-    const last = records.at(-1).seq;
+    const last = records.at(-1)?.seq;
     assert.deepEqual(await site.network.audit({ afterSeq: last }), []);
   });
 
   test("a port outside 1 to 65535 is refused before any call", async () => {
-    for (const [call, port] of [
+    const calls: [() => Promise<unknown>, number][] = [
       [() => site.getHost(0), 0],
       [() => site.expose(65536), 65536],
       [() => site.getHost(80.5), 80.5],
-    ]) {
+    ];
+    for (const [call, port] of calls) {
       await assert.rejects(call(), (e) => {
         assert.ok(e instanceof InvalidArgumentError);
         assert.equal(e.field, "port");

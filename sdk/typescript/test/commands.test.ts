@@ -9,12 +9,14 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { LIMIT_MS, entry, eventually, sdk, signal, smallSandbox } from "./helpers.mjs";
+import type * as airlock from "airlock-sdk";
+
+import { LIMIT_MS, entry, eventually, nameOf, sdk, signal, smallSandbox } from "./helpers.js";
 
 const { CommandExitError, CommandHandle, TimeoutError, NotFoundError } = sdk;
 
 describe(`commands (${entry})`, { timeout: LIMIT_MS }, () => {
-  let sandbox;
+  let sandbox: airlock.Sandbox;
 
   before(async () => {
     sandbox = await smallSandbox();
@@ -47,7 +49,7 @@ describe(`commands (${entry})`, { timeout: LIMIT_MS }, () => {
   });
 
   test("onStdout and onStderr are called as output arrives, not at the end", async () => {
-    const seen = [];
+    const seen: [string, string][] = [];
     const result = await sandbox.commands.run(
       "echo first; echo warn >&2; while [ ! -e /tmp/go ]; do sleep 0.05; done; echo second",
       {
@@ -102,8 +104,12 @@ describe(`commands (${entry})`, { timeout: LIMIT_MS }, () => {
 
     // Another client takes over and replays everything the guest holds.
     await handle.disconnect();
-    const replayed = [];
-    const again = await sandbox.commands.connect(handle.pid, { onStdout: (d) => replayed.push(d) });
+    const replayed: string[] = [];
+    const again = await sandbox.commands.connect(handle.pid, {
+      onStdout: (d) => {
+        replayed.push(d);
+      },
+    });
     assert.equal(again.pid, handle.pid);
     assert.ok(await eventually(() => again.stdout === "ready\ngot one\ngot two\n"), again.stdout);
     await again.sendStdin("three\n");
@@ -141,12 +147,12 @@ describe(`commands (${entry})`, { timeout: LIMIT_MS }, () => {
         }
       },
     });
-    await assert.rejects(run, (e) => e.name === "AbortError");
+    await assert.rejects(run, (e) => nameOf(e) === "AbortError");
     assert.ok(
       await eventually(async () => !(await sandbox.commands.list()).some((p) => p.running && p.args.join(" ").includes(marker))),
       "the cancelled command still runs",
     );
-    await assert.rejects(sandbox.getInfo({ signal: AbortSignal.abort() }), (e) => e.name === "AbortError");
+    await assert.rejects(sandbox.getInfo({ signal: AbortSignal.abort() }), (e) => nameOf(e) === "AbortError");
     const reason = new Error("my reason");
     const stopped = new AbortController();
     stopped.abort(reason);
@@ -189,7 +195,11 @@ describe(`commands (${entry})`, { timeout: LIMIT_MS }, () => {
     const gate = signal();
     const handle = await sandbox.commands.run("echo up; sleep 2; echo down", {
       background: true,
-      onStdout: (d) => d.includes("up") && gate.resolve(),
+      onStdout: (d) => {
+        if (d.includes("up")) {
+          gate.resolve();
+        }
+      },
     });
     await gate.promise;
     await handle.disconnect();

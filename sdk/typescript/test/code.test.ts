@@ -11,7 +11,9 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { LIMIT_MS, RUN, entry, eventually, opts, sdk, signal } from "./helpers.mjs";
+import type * as airlock from "airlock-sdk";
+
+import { LIMIT_MS, RUN, entry, eventually, opts, sdk, signal } from "./helpers.js";
 
 const { Sandbox, Execution, Result, TimeoutError, SandboxError } = sdk;
 
@@ -35,7 +37,7 @@ display(Rich())
 `;
 
 describe(`code and network (${entry})`, { timeout: LIMIT_MS }, () => {
-  let sandbox;
+  let sandbox: airlock.Sandbox;
 
   before(async () => {
     sandbox = await Sandbox.create(
@@ -57,17 +59,17 @@ describe(`code and network (${entry})`, { timeout: LIMIT_MS }, () => {
     assert.ok(execution instanceof Execution);
     assert.equal(execution.text, "2");
     assert.equal(execution.error, undefined);
-    assert.ok(execution.executionCount >= 1);
+    assert.ok((execution.executionCount ?? 0) >= 1);
     await sandbox.runCode("x = 41");
     assert.equal((await sandbox.runCode("x + 1")).text, "42");
   });
 
   test("rich results: HTML, Markdown, PNG as base64, JSON; callbacks for each", async () => {
-    const results = [];
-    const out = [];
+    const results: airlock.Result[] = [];
+    const out: airlock.OutputMessage[] = [];
     const execution = await sandbox.runCode(`print("printed"); ${RICH}`, {
-      onResult: (r) => results.push(r),
-      onStdout: (m) => out.push(m),
+      onResult: (r) => void results.push(r),
+      onStdout: (m) => void out.push(m),
     });
     assert.equal(execution.results.length, 2);
     const [shown, value] = execution.results;
@@ -77,8 +79,10 @@ describe(`code and network (${entry})`, { timeout: LIMIT_MS }, () => {
     assert.equal(shown.markdown, "**bold**");
     assert.deepEqual(shown.json, { answer: 42 });
     assert.equal(shown.text, "Rich()");
-    assert.ok(shown.png.startsWith("iVBORw0KGgo"), shown.png);
-    assert.deepEqual([...shown.bytes("image/png").subarray(0, 4)], [0x89, 0x50, 0x4e, 0x47]);
+    assert.ok(shown.png?.startsWith("iVBORw0KGgo"), shown.png);
+    const png = shown.bytes("image/png");
+    assert.ok(png, "the PNG's bytes");
+    assert.deepEqual([...png.subarray(0, 4)], [0x89, 0x50, 0x4e, 0x47]);
     assert.deepEqual(shown.formats().sort(), ["html", "json", "markdown", "png"]);
     assert.equal(value.isMainResult, true);
     assert.deepEqual(value.json, { value: [1, 2, 3] });
@@ -89,8 +93,9 @@ describe(`code and network (${entry})`, { timeout: LIMIT_MS }, () => {
   });
 
   test("an exception: its name, value and traceback, and onError", async () => {
-    const errors = [];
-    const execution = await sandbox.runCode("def f():\n    return 1 / 0\nf()", { onError: (e) => errors.push(e) });
+    const errors: airlock.ExecutionError[] = [];
+    const execution = await sandbox.runCode("def f():\n    return 1 / 0\nf()", { onError: (e) => void errors.push(e) });
+    assert.ok(execution.error, "the cell's error");
     assert.equal(execution.error.name, "ZeroDivisionError");
     assert.equal(execution.error.value, "division by zero");
     assert.match(execution.error.traceback, /line 2/);
@@ -130,7 +135,7 @@ describe(`code and network (${entry})`, { timeout: LIMIT_MS }, () => {
     const here = await sandbox.runCode("import os; (os.getcwd(), os.environ['CTX'])", { context });
     assert.deepEqual(here.results[0].json, ["/tmp", "yes"]);
     const apart = await sandbox.runCode("x", { context: context.id });
-    assert.equal(apart.error.name, "NameError");
+    assert.equal(apart.error?.name, "NameError");
     assert.ok((await sandbox.listCodeContexts()).some((c) => c.id === context.id));
 
     const started = signal();
@@ -140,11 +145,11 @@ describe(`code and network (${entry})`, { timeout: LIMIT_MS }, () => {
     });
     await started.promise;
     await sandbox.interruptCodeContext(context);
-    assert.equal((await busy).error.name, "KeyboardInterrupt");
+    assert.equal((await busy).error?.name, "KeyboardInterrupt");
 
     await sandbox.runCode("y = 1", { context });
     await sandbox.restartCodeContext(context);
-    assert.equal((await sandbox.runCode("y", { context })).error.name, "NameError");
+    assert.equal((await sandbox.runCode("y", { context })).error?.name, "NameError");
     await sandbox.removeCodeContext(context.id);
     assert.ok(!(await sandbox.listCodeContexts()).some((c) => c.id === context.id));
 
@@ -188,6 +193,7 @@ describe(`code and network (${entry})`, { timeout: LIMIT_MS }, () => {
     );
     const records = await sandbox.network.audit();
     const record = records.find((r) => r.addr === "192.0.2.9");
+    assert.ok(record, "the refused connection's record");
     assert.match(record.verdict, /^refused/);
     assert.ok(record.at instanceof Date);
     const later = await sandbox.network.audit({ afterSeq: record.seq });

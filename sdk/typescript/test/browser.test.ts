@@ -10,7 +10,7 @@ import { readFileSync } from "node:fs";
 import { describe, test } from "node:test";
 
 import { runHeadless } from "../examples/browser/headless.mjs";
-import { LIMIT_MS, need } from "./helpers.mjs";
+import { LIMIT_MS, need } from "./helpers.js";
 
 describe("the browser example (headless Chromium)", { timeout: LIMIT_MS }, () => {
   test("a page creates a sandbox, streams a command, writes and reads a file, kills it", async () => {

@@ -2,21 +2,55 @@
 asyncio handles: :class:`CommandOutput` decodes stdout and stderr as UTF-8
 piece by piece (a character split across chunks is kept for the next one),
 keeps them whole for the result, remembers the output offset to resume
-from, and the exit. :class:`CellOutput` does the same for a cell of code,
-building its :class:`~airlock.models.code.Execution`."""
+from, and the exit; :func:`route` says which callback a piece goes to.
+:class:`CellOutput` does the same for a cell of code, building its
+:class:`~airlock.models.code.Execution`."""
 
 from __future__ import annotations
 
 import codecs
-from typing import List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
-from . import _convert
-from .api.v1 import code_pb2, processes_pb2
-from .models.code import Execution, ExecutionError, OutputMessage, Result
-from .models.commands import CommandResult
+from ..api.v1 import code_pb2, processes_pb2
+from ..models.code import Execution, ExecutionError, OutputMessage, Result
+from ..models.commands import CommandResult
+from .clock import now_ns
+from .code import code_result, execution_error, timed_out
+from .commands import command_result
 
 #: One piece of output as a handle yields it: (stdout, stderr, pty), one set.
 Chunk = Tuple[Optional[str], Optional[str], Optional[bytes]]
+#: A callback as :func:`route` hands it back (``None``: none given).
+Callback = Optional[Callable[[Any], Any]]
+
+
+def route(chunk: Chunk, on_stdout: Callback, on_stderr: Callback, on_pty: Callback = None) -> Tuple[Callback, Any]:
+    """The callback a piece of output goes to, and what it is given."""
+    stdout, stderr, pty = chunk
+    if stdout is not None:
+        return on_stdout, stdout
+    if stderr is not None:
+        return on_stderr, stderr
+    if pty is not None:
+        return on_pty, pty
+    return None, None
+
+
+def route_cell(
+    told: "OutputMessage | Result | ExecutionError | None",
+    on_stdout: Callback,
+    on_stderr: Callback,
+    on_result: Callback,
+    on_error: Callback,
+) -> Callback:
+    """The callback what :meth:`CellOutput.feed` returned goes to."""
+    if isinstance(told, OutputMessage):
+        return on_stderr if told.error else on_stdout
+    if isinstance(told, Result):
+        return on_result
+    if isinstance(told, ExecutionError):
+        return on_error
+    return None
 
 
 class CommandOutput:
@@ -80,7 +114,7 @@ class CommandOutput:
         ended = exit or self.exit
         if ended is None:
             ended = processes_pb2.ProcessExit(exit_code=-1)
-        return _convert.command_result(self.stdout, self.stderr, ended)
+        return command_result(self.stdout, self.stderr, ended)
 
 
 class CellOutput:
@@ -106,13 +140,13 @@ class CellOutput:
             if not text:
                 return None
             (logs.stdout if index == 0 else logs.stderr).append(text)
-            return OutputMessage(line=text, timestamp=_convert.now_ns(), error=index == 1)
+            return OutputMessage(line=text, timestamp=now_ns(), error=index == 1)
         if kind == "result":
-            result = _convert.code_result(event.result)
+            result = code_result(event.result)
             self.execution.results.append(result)
             return result
         if kind == "error":
-            error = _convert.execution_error(event.error)
+            error = execution_error(event.error)
             self.execution.error = error
             return error
         if kind == "done":
@@ -123,3 +157,11 @@ class CellOutput:
             self.execution.context_restarted = done.context_restarted
             self.execution.duration_ms = done.duration_ms
         return None
+
+    def finish(self, timeout: Optional[float]) -> Execution:
+        """The cell's execution, once its stream ended; raises
+        :class:`~airlock.TimeoutException` (carrying it) when its timeout
+        interrupted it."""
+        if self.done is not None and self.done.timed_out:
+            raise timed_out(self.execution, timeout)
+        return self.execution

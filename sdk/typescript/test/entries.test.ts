@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { describe, test } from "node:test";
 
-import { LIMIT_MS, RUN, need } from "./helpers.mjs";
+import { LIMIT_MS, RUN, need } from "./helpers.js";
 
 describe("both entry points in one process", { timeout: LIMIT_MS }, () => {
   test("Node's and the web's Sandbox each use their own transport", async () => {
@@ -22,7 +22,10 @@ describe("both entry points in one process", { timeout: LIMIT_MS }, () => {
       assert.equal((await seen.commands.run("hostname")).stdout, `${made.sandboxId}\n`);
       assert.equal(seen.connectionOpts.host, server.host);
       const listed = await web.Sandbox.list({ ...server, metadata: { run: `${RUN}-both` } });
-      assert.deepEqual(listed.map((s) => s.sandboxId), [made.sandboxId]);
+      assert.deepEqual(
+        listed.map((s) => s.sandboxId),
+        [made.sandboxId],
+      );
     } finally {
       await made.kill();
     }

@@ -1,0 +1,231 @@
+"""Sandboxes themselves (the ``Sandboxes`` service): the connection options
+of the calls that take a sandbox id, the create and list requests, a
+sandbox's info and figures as models, the paging of a listing, and the
+decisions around a pause and a connect."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional, Sequence, Union
+
+from typing_extensions import TypedDict
+
+from ..api.v1 import sandboxes_pb2
+from ..connection import ConnectionConfig
+from ..exceptions import InvalidArgumentException
+from ..models.sandbox import SandboxInfo, SandboxMetrics, SandboxQuery, SandboxState, Secret
+from .clock import from_ms
+from .ingress import guest_port
+
+
+class ConnectionOpts(TypedDict, total=False):
+    """Where the server is, for calls that take a sandbox id (see
+    :class:`airlock.connection.ConnectionConfig`); unset ones come from the
+    environment."""
+
+    host: Optional[str]
+    api_key: Optional[str]
+    ca_cert: Optional[str]
+    socket: Optional[str]
+    airlock_bin: Optional[str]
+    request_timeout: Optional[float]
+
+
+def config(opts: ConnectionOpts) -> ConnectionConfig:
+    return ConnectionConfig.resolve(
+        host=opts.get("host"),
+        api_key=opts.get("api_key"),
+        ca_cert=opts.get("ca_cert"),
+        socket=opts.get("socket"),
+        airlock_bin=opts.get("airlock_bin"),
+        request_timeout=opts.get("request_timeout"),
+    )
+
+
+# -- states ---------------------------------------------------------------
+
+_STATES: Dict[int, SandboxState] = {
+    sandboxes_pb2.SANDBOX_STATE_RUNNING: SandboxState.RUNNING,
+    sandboxes_pb2.SANDBOX_STATE_PAUSED: SandboxState.PAUSED,
+    sandboxes_pb2.SANDBOX_STATE_ON_DISK: SandboxState.ON_DISK,
+    sandboxes_pb2.SANDBOX_STATE_ENDED: SandboxState.ENDED,
+}
+_STATE_VALUES: Dict[SandboxState, "sandboxes_pb2.SandboxState.ValueType"] = {
+    SandboxState.RUNNING: sandboxes_pb2.SANDBOX_STATE_RUNNING,
+    SandboxState.PAUSED: sandboxes_pb2.SANDBOX_STATE_PAUSED,
+    SandboxState.ON_DISK: sandboxes_pb2.SANDBOX_STATE_ON_DISK,
+    SandboxState.ENDED: sandboxes_pb2.SANDBOX_STATE_ENDED,
+}
+
+
+def state(value: int) -> SandboxState:
+    return _STATES.get(value, SandboxState.ENDED)
+
+
+def state_value(value: "SandboxState | str") -> "sandboxes_pb2.SandboxState.ValueType":
+    try:
+        return _STATE_VALUES[SandboxState(value)]
+    except ValueError:
+        names = ", ".join(s.value for s in SandboxState)
+        raise InvalidArgumentException(
+            f"state {value!r} is not one of {names}", field="state"
+        ) from None
+
+
+def should_pause(state: SandboxState, to_disk: bool) -> bool:
+    """Whether a pause changes anything (E2B's ``pause`` says ``False``
+    for a sandbox paused already)."""
+    if state == SandboxState.RUNNING:
+        return True
+    return state == SandboxState.PAUSED and to_disk
+
+
+def should_resume(state: SandboxState) -> bool:
+    """Whether ``connect`` resumes the sandbox first."""
+    return state in (SandboxState.PAUSED, SandboxState.ON_DISK)
+
+
+# -- answers ----------------------------------------------------------------
+
+
+def sandbox_info(info: sandboxes_pb2.SandboxInfo) -> SandboxInfo:
+    return SandboxInfo(
+        sandbox_id=info.sandbox_id,
+        template_id=info.template,
+        name=info.image or None,
+        metadata=dict(info.metadata),
+        started_at=from_ms(info.created_at_ms),
+        end_at=from_ms(info.ends_at_ms) if info.ends_at_ms else None,
+        state=state(info.state),
+        cpu_count=info.vcpus,
+        memory_mb=info.memory_mib,
+        end_reason=info.end_reason,
+        network=info.network,
+        origin=info.origin,
+        owner=info.owner,
+        env_names=list(info.env_names),
+        wall_ms=info.usage.wall_ms,
+        running_ms=info.usage.running_ms,
+        guest_cpu_ms=info.usage.guest_cpu_ms,
+        public_ports=list(info.public_ports),
+    )
+
+
+def metrics(figures: sandboxes_pb2.SandboxMetrics, vcpus: int) -> List[SandboxMetrics]:
+    """The figures now, as a list of one (E2B gives a series)."""
+    usage = figures.usage
+    running = max(usage.running_ms, 1)
+    cpus = max(vcpus, 1)
+    return [
+        SandboxMetrics(
+            timestamp=from_ms(figures.at_ms),
+            cpu_count=vcpus,
+            cpu_used_pct=round(100.0 * usage.guest_cpu_ms / running / cpus, 2),
+            mem_total=figures.memory_total_bytes,
+            mem_used=max(figures.memory_total_bytes - figures.memory_available_bytes, 0),
+            programs_cpu_ms=figures.programs_cpu_ms,
+            programs_memory_bytes=figures.programs_memory_bytes,
+            wall_ms=usage.wall_ms,
+            running_ms=usage.running_ms,
+            guest_cpu_ms=usage.guest_cpu_ms,
+        )
+    ]
+
+
+def forked(answer: sandboxes_pb2.ForkSandboxResponse) -> List[SandboxInfo]:
+    return [sandbox_info(info) for info in answer.sandboxes]
+
+
+# -- requests ---------------------------------------------------------------
+
+
+def create_request(
+    *,
+    template: Optional[str] = None,
+    image: Optional[str] = None,
+    timeout: Optional[int] = None,
+    metadata: Optional[Mapping[str, str]] = None,
+    envs: Optional[Mapping[str, str]] = None,
+    memory_mb: Optional[int] = None,
+    vcpus: Optional[int] = None,
+    allow_net: Optional[Sequence[str]] = None,
+    secrets: Optional[Sequence[Secret]] = None,
+    no_image: bool = False,
+    cold: bool = False,
+    workspace: Optional[str] = None,
+    ca_certs: Optional[Sequence[str]] = None,
+    allow_internet_access: Optional[bool] = None,
+    public_ports: Optional[Sequence[int]] = None,
+) -> sandboxes_pb2.CreateSandboxRequest:
+    if allow_internet_access:
+        raise InvalidArgumentException(
+            "allow_internet_access=True: an Airlock sandbox has no network unless rules "
+            "allow it; pass allow_net=['example.com', '*.example.org:443', ...] instead",
+            field="allow_net",
+        )
+    request = sandboxes_pb2.CreateSandboxRequest(
+        image=image or "",
+        no_image=no_image,
+        template=template or "",
+        memory_mib=memory_mb or 0,
+        vcpus=vcpus or 0,
+        cold=cold,
+        metadata=dict(metadata or {}),
+        envs=dict(envs or {}),
+        allow_net=list(allow_net or []),
+        workspace=workspace or "",
+        ca_certs=list(ca_certs or []),
+        public_ports=[guest_port(p, "public_ports") for p in public_ports or []],
+    )
+    if timeout is not None:
+        request.timeout_secs = int(timeout)
+    for secret in secrets or []:
+        request.secrets.append(
+            sandboxes_pb2.Secret(name=secret.name, value=secret.value, hosts=list(secret.hosts))
+        )
+    return request
+
+
+def list_request(
+    metadata: Optional[Dict[str, str]],
+    state: Optional[Union[SandboxState, str, Sequence[Union[SandboxState, str]]]],
+    query: Optional[SandboxQuery],
+    limit: Optional[int],
+    next_token: Optional[str],
+) -> sandboxes_pb2.ListSandboxesRequest:
+    if query is not None:
+        metadata = metadata or query.metadata
+        state = state or query.state
+    states: List[Union[SandboxState, str]] = []
+    if isinstance(state, (SandboxState, str)):
+        states = [state]
+    elif state is not None:
+        states = list(state)
+    return sandboxes_pb2.ListSandboxesRequest(
+        metadata=dict(metadata or {}),
+        states=[state_value(s) for s in states],
+        page_size=limit or 0,
+        page_token=next_token or "",
+    )
+
+
+class Pages:
+    """What a listing's paginator keeps between pages: ``has_next`` and
+    ``next_token``. The blocking and the asyncio paginators fetch the pages;
+    :meth:`_next_request` says what to ask for (``None``: nothing left) and
+    :meth:`_take` reads a page."""
+
+    def __init__(self, request: sandboxes_pb2.ListSandboxesRequest) -> None:
+        self._request = request
+        self.has_next = True
+        self.next_token: Optional[str] = request.page_token or None
+
+    def _next_request(self) -> Optional[sandboxes_pb2.ListSandboxesRequest]:
+        if not self.has_next:
+            return None
+        self._request.page_token = self.next_token or ""
+        return self._request
+
+    def _take(self, page: sandboxes_pb2.ListSandboxesResponse) -> List[SandboxInfo]:
+        self.next_token = page.next_page_token or None
+        self.has_next = self.next_token is not None
+        return [sandbox_info(info) for info in page.sandboxes]

@@ -1,0 +1,330 @@
+"""The core both clients share (:mod:`airlock.sandbox`), without a server:
+that it makes no calls and that neither client imports the other, then
+what it decides on its own (requests from arguments, answers as models,
+output decoding, a handle's bookkeeping). Milliseconds: nothing here starts
+a server or a sandbox."""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+from typing import Any, List, Set
+
+import pytest
+
+import airlock
+from airlock import (
+    CommandExitException,
+    Context,
+    InvalidArgumentException,
+    OutputMessage,
+    Result,
+    SandboxException,
+    SandboxState,
+    Secret,
+    TimeoutException,
+    WriteEntry,
+)
+from airlock.api.v1 import code_pb2, files_pb2, ingress_pb2, processes_pb2, sandboxes_pb2
+from airlock.exceptions import NotFoundException
+from airlock.models.commands import PtySize
+from airlock.sandbox import code, commands, files, ingress, lifecycle, pty
+from airlock.sandbox.command_handle import HandleState
+from airlock.sandbox.limits import CHUNK_BYTES, STDIN_PIECE_BYTES, WRITE_CHUNK_BYTES
+from airlock.sandbox.output import CellOutput, CommandOutput, route, route_cell
+
+PACKAGE = Path(airlock.__file__).parent
+
+
+def imports(directory: str) -> Set[str]:
+    """What the modules of `directory` (below the package) import, as
+    absolute module names."""
+    found: Set[str] = set()
+    for path in (PACKAGE / directory).glob("*.py"):
+        package = ["airlock", directory]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = package[: len(package) - node.level + 1] if node.level else []
+                found.add(".".join(base + ([node.module] if node.module else [])))
+    return found
+
+
+def test_the_core_makes_no_calls() -> None:
+    used = imports("sandbox")
+    for io in ("grpc", "airlock._client", "airlock._errors", "airlock._local"):
+        assert not any(name == io or name.startswith(io + ".") for name in used), io
+    assert not any(name.startswith(("airlock.sandbox_sync", "airlock.sandbox_async")) for name in used)
+
+
+def test_neither_client_imports_the_other() -> None:
+    assert not any(name.startswith("airlock.sandbox_sync") for name in imports("sandbox_async"))
+    assert not any(name.startswith("airlock.sandbox_async") for name in imports("sandbox_sync"))
+
+
+# -- lifecycle ---------------------------------------------------------------
+
+
+def test_create_request_carries_every_option() -> None:
+    request = lifecycle.create_request(
+        template="t", image="i", timeout=90, metadata={"a": "b"}, envs={"E": "1"}, memory_mb=512,
+        vcpus=2, allow_net=["x.example"], secrets=[Secret("S", "v", ["x.example"])], no_image=True,
+        cold=True, workspace="w", ca_certs=["pem"], public_ports=[8000],
+    )
+    assert (request.template, request.image, request.timeout_secs) == ("t", "i", 90)
+    assert (dict(request.metadata), dict(request.envs)) == ({"a": "b"}, {"E": "1"})
+    assert (request.memory_mib, request.vcpus, list(request.allow_net)) == (512, 2, ["x.example"])
+    assert [(s.name, s.value, list(s.hosts)) for s in request.secrets] == [("S", "v", ["x.example"])]
+    assert (request.no_image, request.cold, request.workspace) == (True, True, "w")
+    assert (list(request.ca_certs), list(request.public_ports)) == (["pem"], [8000])
+    assert not lifecycle.create_request().HasField("timeout_secs")
+
+
+def test_create_request_refuses_what_airlock_cannot_do() -> None:
+    with pytest.raises(InvalidArgumentException) as internet:
+        lifecycle.create_request(allow_internet_access=True)
+    assert internet.value.field == "allow_net"
+    for bad in (0, 65536, True, "80"):
+        with pytest.raises(InvalidArgumentException) as port:
+            lifecycle.create_request(public_ports=[bad])  # type: ignore[list-item]
+        assert port.value.field == "public_ports"
+
+
+def test_list_request_takes_states_one_or_many_and_the_query() -> None:
+    one = lifecycle.list_request(None, "paused", None, 5, "tok")
+    assert list(one.states) == [sandboxes_pb2.SANDBOX_STATE_PAUSED]
+    assert (one.page_size, one.page_token) == (5, "tok")
+    many = lifecycle.list_request({"a": "b"}, [SandboxState.RUNNING, "on_disk"], None, None, None)
+    assert list(many.states) == [sandboxes_pb2.SANDBOX_STATE_RUNNING, sandboxes_pb2.SANDBOX_STATE_ON_DISK]
+    query = airlock.SandboxQuery(metadata={"q": "1"}, state=[SandboxState.ENDED])
+    asked = lifecycle.list_request(None, None, query, None, None)
+    assert dict(asked.metadata) == {"q": "1"} and list(asked.states) == [sandboxes_pb2.SANDBOX_STATE_ENDED]
+    with pytest.raises(InvalidArgumentException) as bad:
+        lifecycle.list_request(None, "sleeping", None, None, None)
+    assert bad.value.field == "state"
+
+
+def test_pages_follow_the_token_until_there_is_none() -> None:
+    pages = lifecycle.Pages(lifecycle.list_request(None, None, None, 1, None))
+    request = pages._next_request()
+    assert request is not None and request.page_token == ""
+    first = sandboxes_pb2.ListSandboxesResponse(
+        sandboxes=[sandboxes_pb2.SandboxInfo(sandbox_id="a", state=sandboxes_pb2.SANDBOX_STATE_RUNNING)],
+        next_page_token="next",
+    )
+    assert [i.sandbox_id for i in pages._take(first)] == ["a"] and pages.has_next
+    request = pages._next_request()
+    assert request is not None and request.page_token == "next"
+    assert pages._take(sandboxes_pb2.ListSandboxesResponse()) == [] and not pages.has_next
+    assert pages._next_request() is None
+
+
+def test_pause_and_resume_decisions() -> None:
+    assert lifecycle.should_pause(SandboxState.RUNNING, False)
+    assert not lifecycle.should_pause(SandboxState.PAUSED, False)
+    assert lifecycle.should_pause(SandboxState.PAUSED, True)
+    assert not lifecycle.should_pause(SandboxState.ON_DISK, True)
+    assert [s for s in SandboxState if lifecycle.should_resume(s)] == [SandboxState.PAUSED, SandboxState.ON_DISK]
+
+
+def test_metrics_are_a_list_of_one_with_the_cpu_share() -> None:
+    figures = sandboxes_pb2.SandboxMetrics(memory_total_bytes=100, memory_available_bytes=30)
+    figures.usage.running_ms, figures.usage.guest_cpu_ms = 1000, 500
+    [metrics] = lifecycle.metrics(figures, 2)
+    assert (metrics.mem_used, metrics.cpu_used_pct, metrics.cpu_count) == (70, 25.0, 2)
+
+
+# -- commands ----------------------------------------------------------------
+
+
+def test_run_plans_stdin_and_timeout() -> None:
+    default = commands.DEFAULT_TIMEOUT
+    assert commands.plan_run(None, False, default) == (None, False, default)
+    assert commands.plan_run(None, True, default) == (None, True, None)
+    assert commands.plan_run(None, True, 5.0).timeout == 5.0
+    assert commands.plan_run(True, False, default).stdin
+    assert not commands.plan_run(False, True, default).stdin
+    given = commands.plan_run("text", False, default)
+    assert (given.data, given.keep_open, given.stdin) == (b"text", False, True)
+
+
+def test_stdin_goes_in_pieces_the_server_takes() -> None:
+    data = b"x" * (2 * CHUNK_BYTES + 1)
+    by_pid = commands.stdin_requests("s", 7, data, True)
+    assert [len(r.data) for r in by_pid] == [CHUNK_BYTES, CHUNK_BYTES, 1]
+    assert [r.close for r in by_pid] == [False, False, True] and by_pid[0].process.pid == 7
+    [closing] = commands.stdin_requests("s", 7, b"", True)
+    assert (closing.data, closing.close) == (b"", True)
+    stream = commands.whole_stdin(b"y" * (STDIN_PIECE_BYTES + 1))
+    assert [len(m.stdin) for m in stream[:-1]] == [STDIN_PIECE_BYTES, 1] and stream[-1].close_stdin
+    assert commands.stdin_inputs(b"") == []
+
+
+def test_start_request_and_the_first_event() -> None:
+    first = commands.start_request(
+        sandbox_id="s", argv=commands.shell("echo hi"), envs={"A": "1"}, cwd="/tmp", user="nobody",
+        timeout=3, stdin=True, pty=PtySize(24, 80), tag="t", kill_on_disconnect=True,
+    )
+    start = first.start
+    assert list(start.argv) == ["/bin/sh", "-c", "echo hi"] and start.timeout_secs == 3.0
+    assert (start.pty.rows, start.pty.cols, start.tag, start.kill_on_disconnect) == (24, 80, "t", True)
+    started = processes_pb2.ProcessEvent(started=processes_pb2.Started(pid=42))
+    assert commands.started_pid(started) == 42
+    assert commands.started_pid(None) is None
+    assert commands.started_pid(processes_pb2.ProcessEvent(dropped=1)) is None
+
+
+def test_a_result_becomes_e2b_s_exceptions() -> None:
+    ok = commands.command_result("o", "e", processes_pb2.ProcessExit(exit_code=0))
+    assert commands.check(ok, 1.0) is ok and ok.error is None
+    with pytest.raises(CommandExitException) as failed:
+        commands.check(commands.command_result("", "", processes_pb2.ProcessExit(exit_code=3)), None)
+    assert failed.value.exit_code == 3
+    killed = commands.command_result("", "", processes_pb2.ProcessExit(exit_code=-1, signal=9))
+    assert killed.error == "signal: 9"
+    with pytest.raises(TimeoutException) as late:
+        commands.check(commands.command_result("", "", processes_pb2.ProcessExit(timed_out=True)), 2.0)
+    assert late.value.reason == "TIMEOUT" and "2.0 s" in str(late.value)
+
+
+def test_only_an_interrupted_stream_is_resumed_and_not_forever() -> None:
+    interrupted = SandboxException("cut", reason="INTERRUPTED")
+    assert commands.resumable(interrupted, 0)
+    assert not commands.resumable(interrupted, commands.MAX_RESUMES)
+    assert not commands.resumable(SandboxException("other", reason="GUEST_REFUSED"), 0)
+    assert commands.kill_missed(NotFoundException("gone", reason="NOT_FOUND"))
+    assert not commands.kill_missed(NotFoundException("gone", reason="SANDBOX_NOT_FOUND"))
+
+
+def test_a_terminal_s_shell_environment_and_size() -> None:
+    assert pty.terminal_env(None) == {"TERM": "xterm-256color"}
+    assert pty.terminal_env({"TERM": "dumb", "A": "1"}) == {"TERM": "dumb", "A": "1"}
+    resize = pty.resize_request("s", 3, PtySize(rows=50, cols=132))
+    assert (resize.process.pid, resize.size.rows, resize.size.cols) == (3, 50, 132)
+
+
+# -- output ------------------------------------------------------------------
+
+
+def out(data: bytes, offset: int, stderr: bool = False) -> processes_pb2.ProcessEvent:
+    chunk = processes_pb2.Output(data=data, offset=offset)
+    return processes_pb2.ProcessEvent(stderr=chunk) if stderr else processes_pb2.ProcessEvent(stdout=chunk)
+
+
+def test_output_is_decoded_across_a_cut_character() -> None:
+    output = CommandOutput()
+    euro = "€".encode()
+    assert output.feed(out(b"a" + euro[:1], 0)) == ("a", None, None)
+    assert output.feed(out(euro[1:], 2)) == ("€", None, None)
+    assert output.feed(out(b"err", 0, stderr=True)) == (None, "err", None)
+    assert output.feed(out(euro[:2], 4)) is None
+    assert output.flush() == [("\ufffd", None, None)]
+    assert (output.stdout, output.stderr, output.offset) == ("a€\ufffd", "err", 6)
+    output.feed(processes_pb2.ProcessEvent(dropped=5))
+    output.feed(processes_pb2.ProcessEvent(exited=processes_pb2.ProcessExit(exit_code=2)))
+    assert output.dropped == 5 and output.result().exit_code == 2
+    terminal = CommandOutput(pty=True)
+    assert terminal.feed(out(euro[:1], 0)) == (None, None, euro[:1])
+
+
+def test_each_piece_goes_to_its_callback() -> None:
+    a, b, c = print, repr, len
+    assert route(("x", None, None), a, b, c) == (a, "x")
+    assert route((None, "y", None), a, b, c) == (b, "y")
+    assert route((None, None, b"z"), a, b, c) == (c, b"z")
+    assert route((None, "y", None), a, None) == (None, "y")
+    message = OutputMessage(line="l", timestamp=0, error=True)
+    assert route_cell(message, a, b, None, None) is b
+    assert route_cell(Result(), a, b, c, None) is c
+    assert route_cell(None, a, b, c, repr) is None
+
+
+def test_a_handle_s_iterators_take_every_piece_then_the_failure() -> None:
+    handle = HandleState("s", 9, CommandOutput(), (None, None, None), None)
+    assert not handle._ready(0)
+    handle._chunks.append(("a", None, None))
+    assert handle._ready(0) and handle._after(0) == ([("a", None, None)], False)
+    assert not handle._done(1, False)
+    failure = SandboxException("cut")
+    handle._end(failure)
+    assert handle._ready(1) and handle._after(1) == ([], True)
+    with pytest.raises(SandboxException):
+        handle._done(1, True)
+    handle._disconnected = True
+    assert handle._done(1, True)
+    assert handle._failed(failure) is failure
+    assert "reading command 9 failed" in str(handle._failed(ValueError("callback")))
+    with pytest.raises(CommandExitException):
+        handle._result(processes_pb2.ProcessExit(exit_code=1))
+    assert handle.exit_code == 1
+
+
+# -- files -------------------------------------------------------------------
+
+
+def test_writes_go_in_chunks_with_a_header_first() -> None:
+    data = "é" * WRITE_CHUNK_BYTES
+    chunks = list(files.memory_chunks(data))
+    assert b"".join(chunks) == data.encode() and max(map(len, chunks)) == WRITE_CHUNK_BYTES
+    assert list(files.memory_chunks(b"")) == []
+    header = files.write_header("s", "/f", None, 0o600, True).header
+    assert (header.path, header.mode, header.user, header.append) == ("/f", 0o600, "", True)
+    with pytest.raises(SandboxException):
+        files.write_data(None)
+    assert files.entry({"path": "/p", "data": b"d"}) == WriteEntry("/p", b"d")
+
+
+def test_entries_and_reads_as_models() -> None:
+    info = files_pb2.FileInfo(name="a", path="/a", type=files_pb2.FILE_TYPE_DIRECTORY, mode=0o755)
+    entry = files.entry_info(info)
+    assert (entry.type.value, entry.permissions) == ("dir", "drwxr-xr-x")
+    written = files.written(files_pb2.WriteFileResponse(file=info, bytes_written=3))
+    assert (written.path, written.size) == ("/a", 3)
+    assert files.content(bytearray(b"\xffok"), "bytes") == bytearray(b"\xffok")
+    assert files.content(bytearray(b"\xffok"), "text") == "\ufffdok"
+    event = files.watch_event(files_pb2.WatchEvent(path="/w/d/x", type=files_pb2.WATCH_EVENT_TYPE_CREATE), "/w")
+    assert (event.name, event.type.value) == (os.path.join("d", "x"), "create")
+
+
+# -- code and ingress ----------------------------------------------------------
+
+
+def test_run_code_arguments_are_checked_before_any_call() -> None:
+    with pytest.raises(InvalidArgumentException) as both:
+        code.run_request("s", "1", "python", "ctx", None, None)
+    assert both.value.field == "language"
+    with pytest.raises(InvalidArgumentException) as envs:
+        code.run_request("s", "1", None, None, {"A": "1"}, None)
+    assert envs.value.field == "envs"
+    request = code.run_request("s", "1", None, Context(id="c", language="bash"), None, None)
+    assert (request.language, request.context_id, request.timeout_secs) == ("bash", "c", code.DEFAULT_TIMEOUT)
+    assert not code.run_request("s", "1", None, None, None, 0).HasField("timeout_secs")
+    assert code.context_request("s", "c").context_id == "c"
+
+
+def test_a_cell_s_results_and_its_timeout() -> None:
+    result = code_pb2.CodeResult(is_main_result=True)
+    result.items.add(mime_type="text/plain", data=b"42")
+    result.items.add(mime_type="image/png", data=b"\x89PNG")
+    result.items.add(mime_type="application/json", data=b'{"a": 1}')
+    result.items.add(mime_type="application/x-odd", data=b"\xff")
+    made = code.code_result(result)
+    assert (made.text, made.png, made.json, made.extra) == ("42", "iVBORw==", {"a": 1}, {"application/x-odd": "/w=="})
+    cell = CellOutput()
+    told: List[Any] = [cell.feed(code_pb2.CodeEvent(stdout=b"hi\n")), cell.feed(code_pb2.CodeEvent(result=result))]
+    assert isinstance(told[0], OutputMessage) and told[0].line == "hi\n" and isinstance(told[1], Result)
+    cell.feed(code_pb2.CodeEvent(done=code_pb2.CellDone(timed_out=True, execution_count=4)))
+    with pytest.raises(TimeoutException) as late:
+        cell.finish(None)
+    assert late.value.execution.execution_count == 4  # type: ignore[attr-defined]
+
+
+def test_guest_ports_are_checked_and_exposed() -> None:
+    assert ingress.get_host_request("s", 8000).port == 8000
+    with pytest.raises(InvalidArgumentException):
+        ingress.get_host_request("s", 0)
+    exposed = ingress.exposed_port(8000, ingress_pb2.GetHostResponse(host="h", token="t"))
+    assert (exposed.port, exposed.host, exposed.token) == (8000, "h", "t")
+

@@ -22,7 +22,6 @@ use crate::features::AgentFeatures;
 use crate::lifecycle::channel::AgentChannel;
 use crate::lifecycle::vm::{relaunch, Persistence, VmShared};
 use crate::lifecycle::watchdog;
-use crate::network::audit::AuditLog;
 use crate::saved::{GoodSnapshot, Restored, SavedRecord, SavedStore, SavedUsage, SavedVm};
 use crate::state_dir;
 use crate::transport::{CapMessages, Quiesce};
@@ -31,6 +30,7 @@ use crate::vmm::{
 };
 use crate::workspace::Workspace;
 use crate::Accel;
+use airlock_gateway::audit::AuditLog;
 
 use super::builder::{GuestChannel, SandboxBuilder};
 use super::connect::{connect_agent, Deadline};

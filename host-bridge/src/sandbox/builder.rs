@@ -10,12 +10,12 @@ use airlock_proto::contract::cmdline as keys;
 use crate::error::{Error, Result};
 use crate::exec::Limits;
 use crate::lifecycle::{IdlePolicy, PausedCalls};
-use crate::network::policy::NetRule;
-use crate::network::NetworkOptions;
 use crate::trust::{CaCert, TrustConfig};
 use crate::vmm::{guest_disk_device, BackendKind, Disk, SerialPort, VmmUser};
 use crate::workspace::DEFAULT_WORKSPACE_BYTES;
 use crate::{artifacts, state_dir, Accel};
+use airlock_gateway::policy::NetRule;
+use airlock_gateway::NetworkOptions;
 
 /// QEMU drive ids (and virtio serials) of the root image and the workspace.
 pub(super) const ROOT_DISK: &str = "root";
@@ -408,9 +408,7 @@ impl SandboxBuilder {
     /// Allows `rule` (turning the network on with a deny-all policy first
     /// if it was off).
     pub fn allow_net(mut self, rule: NetRule) -> Self {
-        let mut options = self.network.take().unwrap_or_default();
-        options.policy.push(rule);
-        self.network = Some(options);
+        self.network = Some(self.network.take().unwrap_or_default().allow(rule));
         self
     }
 
@@ -550,8 +548,11 @@ impl SandboxBuilder {
             ));
         }
         if let Some(network) = &self.network {
-            crate::network::host::check_rules(network.policy.rules(), network.host_access)
-                .map_err(|(index, error)| Error::HostRule { index, error })?;
+            airlock_gateway::host::check_rules(
+                network.get_policy().rules(),
+                network.get_host_access(),
+            )
+            .map_err(|(index, error)| Error::HostRule { index, error })?;
         }
         if let Some((key, _)) = self
             .env

@@ -98,7 +98,7 @@ pub struct Sandbox {
     network: Option<SandboxNetwork>,
     /// Where ingress decisions go when there is no network (with one,
     /// they go to its audit log, beside the egress records).
-    ingress_audit: Arc<crate::network::audit::AuditLog>,
+    ingress_audit: Arc<airlock_gateway::audit::AuditLog>,
     /// What it was started with: a fork's children get the same policies.
     builder: SandboxBuilder,
     state_dir: StateDir,

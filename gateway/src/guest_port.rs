@@ -38,8 +38,9 @@ pub struct GuestPort {
 }
 
 impl GuestPort {
-    /// The stream of a call whose `connected` answer was already read.
-    pub(crate) fn new(
+    /// The stream of a call whose `connected` answer was already read
+    /// (the library opens the call, `Sandbox::connect_port`).
+    pub fn new(
         port: u16,
         incoming: Streaming<DialToHost>,
         outgoing: mpsc::Sender<DialFromHost>,

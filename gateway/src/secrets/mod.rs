@@ -18,14 +18,14 @@
 //! Modules: `secret` (one credential), `set` (the placeholders and their
 //! replacement), `ca`, `request` (the checks on one request head),
 //! `upstream`, `http` (the proxy), `untrusted` (TLS that failed over an
-//! untrusted certificate), `random`.
+//! untrusted certificate). Placeholders and the CA's name come from
+//! `airlock-random`, the host's one random source.
 //!
 //! A value never appears in `Debug`, `Display` or a log; only the names of
 //! secrets do.
 
 mod ca;
 mod http;
-mod random;
 mod request;
 mod secret;
 mod set;
@@ -36,9 +36,8 @@ mod upstream;
 mod test_servers;
 
 pub use self::http::{intercept_tls, serve_http, HttpGate, HttpGateError};
-pub(crate) use ca::CaParts;
-pub use ca::{CaError, SandboxCa, CA_LIFETIME, LEAF_LIFETIME, LEAF_RENEW_BEFORE};
-pub use random::RandomError;
+pub use airlock_random::RandomError;
+pub use ca::{CaError, CaParts, SandboxCa, CA_LIFETIME, LEAF_LIFETIME, LEAF_RENEW_BEFORE};
 #[cfg(feature = "fuzzing")]
 pub(crate) use request::prepare as prepare_request;
 pub use request::HttpRefusal;

@@ -117,7 +117,7 @@ impl Gateway {
 
     /// A gateway with the placeholders and CA a sandbox's guest already
     /// holds (an adopted sandbox's; `options.secrets` is not read).
-    pub(crate) fn with_identity(
+    pub fn with_identity(
         options: NetworkOptions,
         secrets: Secrets,
         ca: Option<SandboxCa>,
@@ -168,17 +168,17 @@ impl Gateway {
     }
 
     /// The options it was made with.
-    pub(crate) fn options(&self) -> &NetworkOptions {
+    pub fn options(&self) -> &NetworkOptions {
         &self.options
     }
 
     /// The secrets with their placeholders.
-    pub(crate) fn secrets(&self) -> &Secrets {
+    pub fn secrets(&self) -> &Secrets {
         &self.secrets
     }
 
     /// The sandbox's CA, when secrets are bound.
-    pub(crate) fn ca(&self) -> Option<&SandboxCa> {
+    pub fn ca(&self) -> Option<&SandboxCa> {
         self.ca.as_ref()
     }
 
@@ -461,7 +461,7 @@ impl Gateway {
                     // guest that breaks off; an unreachable upstream, which
                     // the gate answers with 502) is logged, not refused.
                     if let Err(error) = intercept_tls(guest, expected, ca, gate).await {
-                        let error = crate::error_chain(&error);
+                        let error = airlock_report::chain(&error);
                         tracing::debug!(host = %expected, %error, "intercepted connection ended");
                     }
                     return Ok(());
@@ -478,7 +478,7 @@ impl Gateway {
                     tell,
                 );
                 if let Err(error) = serve_http(guest, gate).await {
-                    let error = crate::error_chain(&error);
+                    let error = airlock_report::chain(&error);
                     tracing::debug!(host = %expected, %error, "HTTP connection ended");
                 }
                 Ok(())

@@ -13,8 +13,8 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::random::{random_hex, RandomError};
 use super::secret::{Secret, SecretError};
+use airlock_random::RandomError;
 
 /// What every placeholder starts with.
 const PLACEHOLDER_PREFIX: &str = "airlock-placeholder-";
@@ -87,7 +87,7 @@ impl Secrets {
             let placeholder = format!(
                 "{PLACEHOLDER_PREFIX}{}-{}",
                 secret.name().to_ascii_lowercase(),
-                random_hex::<16>()?
+                airlock_random::hex::<16>().map_err(RandomError)?
             );
             entries.push(Entry {
                 secret,
@@ -100,9 +100,9 @@ impl Secrets {
     }
 
     /// The set of `secrets` with the placeholders their guest already
-    /// holds (an adopted sandbox's, see `crate::adopt`), checked as
+    /// holds (an adopted sandbox's, see the library's `adopt`), checked as
     /// [`Secrets::new`] checks, and each placeholder for its form.
-    pub(crate) fn with_placeholders(bound: Vec<(Secret, String)>) -> Result<Self, SecretsError> {
+    pub fn with_placeholders(bound: Vec<(Secret, String)>) -> Result<Self, SecretsError> {
         let mut names = HashSet::new();
         let mut entries = Vec::with_capacity(bound.len());
         for (secret, placeholder) in bound {
@@ -136,7 +136,7 @@ impl Secrets {
 
     /// Each secret with its placeholder: what an adoptable sandbox's
     /// record keeps.
-    pub(crate) fn bindings(&self) -> impl Iterator<Item = (&Secret, &str)> {
+    pub fn bindings(&self) -> impl Iterator<Item = (&Secret, &str)> {
         self.entries
             .iter()
             .map(|entry| (&entry.secret, entry.placeholder.as_str()))

@@ -10,15 +10,15 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::refused::{answer, Admitted, Refused};
 use super::{dial, sniff_refusal, Gateway, FIRST_BYTE_WAIT};
-use crate::network::audit::{Protocol, Refusal};
-use crate::network::fake_ip::GATEWAY_ADDR;
-use crate::network::proxy::{head_len, ProxyRequest, Target, PROXY_PORT};
-use crate::network::sniff::{read_head, Head};
-use crate::network::told::Tell;
+use crate::audit::{Protocol, Refusal};
+use crate::fake_ip::GATEWAY_ADDR;
+use crate::proxy::{head_len, ProxyRequest, Target, PROXY_PORT};
+use crate::sniff::{read_head, Head};
+use crate::told::Tell;
 
 impl Gateway {
     /// A connection past the sandbox's limit
-    /// ([`crate::network::NetworkOptions::max_connections`]): a request to
+    /// ([`crate::NetworkOptions::max_connections`]): a request to
     /// the proxy is answered 429, anything else reset.
     pub(super) async fn over_limit<S>(
         &self,
@@ -177,8 +177,8 @@ mod tests {
 
     use super::super::test_support::*;
     use super::*;
-    use crate::network::audit::Verdict;
-    use crate::network::told::Told;
+    use crate::audit::Verdict;
+    use crate::told::Told;
 
     #[tokio::test]
     async fn a_refused_connect_is_answered_403_naming_the_destination_never_200() {

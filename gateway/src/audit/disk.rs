@@ -232,7 +232,7 @@ mod tests {
             port,
             Verdict::Refused(Refusal::HostAddress {
                 addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
-                kind: crate::network::host::HostKind::Loopback,
+                kind: crate::host::HostKind::Loopback,
             }),
         )
     }

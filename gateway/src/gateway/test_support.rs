@@ -13,13 +13,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use super::Gateway;
-use crate::network::fake_ip::GATEWAY_ADDR;
-use crate::network::host::HostAccess;
-use crate::network::options::NetworkOptions;
-use crate::network::policy::NetworkPolicy;
-use crate::network::proxy::PROXY_PORT;
-use crate::network::resolver::StaticResolver;
-use crate::network::told::{Tell, Told};
+use crate::fake_ip::GATEWAY_ADDR;
+use crate::host::HostAccess;
+use crate::options::NetworkOptions;
+use crate::policy::NetworkPolicy;
+use crate::proxy::PROXY_PORT;
+use crate::resolver::StaticResolver;
+use crate::told::{Tell, Told};
 
 /// Long enough for loopback; a hang shows as a failure, not a stuck run.
 pub(super) const PATIENCE: Duration = Duration::from_secs(20);

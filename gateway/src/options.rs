@@ -2,7 +2,8 @@
 //! secrets, how the host resolves names, and the bounds on what the guest
 //! may open. (The roots the host trusts upstream besides the public ones
 //! are the sandbox's own CA certificates:
-//! [`SandboxBuilder::ca_cert`](crate::SandboxBuilder::ca_cert).)
+//! the library's `SandboxBuilder::ca_cert`, passed in as
+//! [`NetworkOptions::upstream_roots`].)
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use std::time::Duration;
 use rustls::pki_types::CertificateDer;
 
 use super::host::HostAccess;
-use super::policy::NetworkPolicy;
+use super::policy::{NetRule, NetworkPolicy};
 use super::resolver::{Resolve, SystemResolver};
 use super::secrets::Secret;
 
@@ -64,7 +65,7 @@ impl Default for NetworkOptions {
 impl NetworkOptions {
     /// A network that allows nothing until rules are added (also on the
     /// running sandbox, with
-    /// [`Sandbox::set_network_policy`](crate::Sandbox::set_network_policy)).
+    /// the library's `Sandbox::set_network_policy`).
     pub fn new() -> Self {
         Self::default()
     }
@@ -77,7 +78,7 @@ impl NetworkOptions {
 
     /// Whether the guest may reach the host itself (loopback, link-local,
     /// the host's own addresses): [`HostAccess::Denied`] unless told. See
-    /// [`crate::network::host`].
+    /// [`crate::host`].
     pub fn host_access(mut self, access: HostAccess) -> Self {
         self.host_access = access;
         self
@@ -112,5 +113,74 @@ impl NetworkOptions {
     pub fn max_header_bytes(mut self, bytes: usize) -> Self {
         self.max_header_bytes = bytes;
         self
+    }
+
+    /// The time the guest has to send a complete TLS ClientHello or HTTP
+    /// request head once it sent its first byte.
+    pub fn head_timeout(mut self, head: Duration) -> Self {
+        self.head_timeout = head;
+        self
+    }
+
+    /// Allows `rule` as well as the rules already given.
+    pub fn allow(mut self, rule: NetRule) -> Self {
+        self.policy.push(rule);
+        self
+    }
+
+    /// Binds exactly `secrets`, replacing the ones given before.
+    pub fn secrets(mut self, secrets: impl IntoIterator<Item = Secret>) -> Self {
+        self.secrets = secrets.into_iter().collect();
+        self
+    }
+
+    /// Keeps the audit log in `dir` as well as in memory (`None`: in
+    /// memory only). The library sets it at start: an adoptable sandbox's
+    /// state directory.
+    pub fn audit_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.audit_dir = dir;
+        self
+    }
+
+    /// The roots the host trusts upstream besides the public ones. The
+    /// library sets them at start, from the sandbox's CA certificates.
+    pub fn upstream_roots(mut self, roots: Vec<CertificateDer<'static>>) -> Self {
+        self.upstream_roots = roots;
+        self
+    }
+
+    /// The policy given.
+    pub fn get_policy(&self) -> &NetworkPolicy {
+        &self.policy
+    }
+
+    /// Whether the guest may reach the host itself.
+    pub fn get_host_access(&self) -> HostAccess {
+        self.host_access
+    }
+
+    /// The roots the host trusts upstream besides the public ones.
+    pub fn get_upstream_roots(&self) -> &[CertificateDer<'static>] {
+        &self.upstream_roots
+    }
+
+    /// The most connections open at once.
+    pub fn get_max_connections(&self) -> usize {
+        self.max_connections
+    }
+
+    /// How long a connection may go without a byte either way.
+    pub fn get_idle_timeout(&self) -> Duration {
+        self.idle_timeout
+    }
+
+    /// How long the guest has to send a request head once it began.
+    pub fn get_head_timeout(&self) -> Duration {
+        self.head_timeout
+    }
+
+    /// The most bytes of an HTTP request head the host reads.
+    pub fn get_max_header_bytes(&self) -> usize {
+        self.max_header_bytes
     }
 }

@@ -3,12 +3,13 @@
 //!
 //! [`SandboxCa::generate`] makes a fresh ECDSA P-256 CA when a sandbox is
 //! created; only its certificate ([`SandboxCa::cert_pem`]) goes into the
-//! guest's trust store. Its key stays in this type: no public accessor
-//! returns it, `Debug` redacts it, and it dies with the value, so a CA is
-//! never reused across sandboxes. The one exception is the same sandbox
-//! under a new owner: an adoptable sandbox's record (0600, see
-//! `crate::adopt`) keeps the CA's parts ([`CaParts`]), so that the process
-//! that adopts it rebuilds the very CA its guest already trusts. For each host the guest reaches through the
+//! guest's trust store. Its key stays in this type: `Debug` redacts it,
+//! and it dies with the value, so a CA is never reused across sandboxes.
+//! The one exception is the same sandbox under a new owner: an adoptable
+//! sandbox's record (0600, see the library's `adopt`) keeps the CA's parts
+//! ([`SandboxCa::parts`], the one accessor that returns the key), so that
+//! the process that adopts it rebuilds the very CA its guest already
+//! trusts. For each host the guest reaches through the
 //! proxy, [`SandboxCa::server_config_for`] issues a leaf certificate
 //! (dNSName SAN, serverAuth) and keeps the rustls configuration for the
 //! next connection.
@@ -32,8 +33,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::ServerConfig;
 
-use super::random::{random_hex, RandomError};
 use super::secret::normalize_host;
+use airlock_random::RandomError;
 
 /// How long a sandbox CA is valid after it is made.
 pub const CA_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -114,7 +115,7 @@ const _: () = {
 impl SandboxCa {
     /// A fresh CA, named `Airlock sandbox CA <8 random hex digits>`.
     pub fn generate() -> Result<Self, CaError> {
-        let id = random_hex::<4>()?;
+        let id = airlock_random::hex::<4>().map_err(RandomError)?;
         let now = SystemTime::now();
         let not_before = checked_time(now.checked_sub(CLOCK_SLACK))?;
         let not_after = checked_time(now.checked_add(CA_LIFETIME))?;
@@ -139,7 +140,7 @@ impl SandboxCa {
     /// The CA `parts` describe (one [`parts`](SandboxCa::parts) gave):
     /// the same certificate, key and name, so that a guest trusting the
     /// certificate trusts the leaves it issues.
-    pub(crate) fn from_parts(parts: &CaParts) -> Result<Self, CaError> {
+    pub fn from_parts(parts: &CaParts) -> Result<Self, CaError> {
         let cert = CertificateDer::from_pem_slice(parts.cert_pem.as_bytes())
             .map_err(|_| CaError::Kept("its certificate is not PEM"))?;
         let key =
@@ -162,7 +163,7 @@ impl SandboxCa {
     /// What [`from_parts`](SandboxCa::from_parts) needs to rebuild this
     /// CA, its private key included: for an adoptable sandbox's record
     /// only.
-    pub(crate) fn parts(&self) -> CaParts {
+    pub fn parts(&self) -> CaParts {
         CaParts {
             id: self.id.clone(),
             cert_pem: self.cert_pem.clone(),
@@ -293,12 +294,14 @@ impl fmt::Debug for SandboxCa {
 /// What rebuilds a [`SandboxCa`]: its name, certificate, private key and
 /// end of validity. `Debug` never shows the key.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct CaParts {
+pub struct CaParts {
     /// The 8 hex digits of its name.
     pub id: String,
+    /// The certificate, PEM.
     pub cert_pem: String,
     /// The private key, PKCS #8 in PEM.
     pub key_pem: String,
+    /// The end of its validity.
     pub not_after: SystemTime,
 }
 

@@ -1,12 +1,23 @@
-//! The one source of random values on the host: ids, tokens, keys and a
-//! guest's first entropy all come from the kernel's CSPRNG
-//! (`/dev/urandom`, which never blocks once the host has booted).
+//! The one source of random values on the host: ids, tokens, keys, the
+//! gateway's placeholders and CA names, and a guest's first entropy all
+//! come from the kernel's CSPRNG (`/dev/urandom`, which never blocks once
+//! the host has booted).
+//!
+//! [`fill`], [`bytes`] and [`hex`] return the device's `io::Error`, for
+//! callers that report it beside other I/O; [`RandomError`] names that
+//! failure for an error enum that wants its own variant.
+#![forbid(unsafe_code)]
 
 use std::fmt::Write as _;
 use std::io::Read;
 
 /// The kernel's random device.
 pub const SOURCE: &str = "/dev/urandom";
+
+/// The kernel's random device could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("reading random bytes from {SOURCE}")]
+pub struct RandomError(#[from] pub std::io::Error);
 
 /// Fills `buf` with random bytes.
 pub fn fill(buf: &mut [u8]) -> std::io::Result<()> {
@@ -47,5 +58,19 @@ mod tests {
         );
         assert_ne!(a, b);
         Ok(())
+    }
+
+    #[test]
+    fn bytes_fill_the_whole_array() -> std::io::Result<()> {
+        // 64 zero bytes from a working CSPRNG: about 2^-512.
+        assert_ne!(bytes::<64>()?, [0u8; 64]);
+        Ok(())
+    }
+
+    #[test]
+    fn the_error_names_the_device_and_keeps_its_cause() {
+        let error = RandomError::from(std::io::Error::from(std::io::ErrorKind::NotFound));
+        assert_eq!(error.to_string(), "reading random bytes from /dev/urandom");
+        assert!(std::error::Error::source(&error).is_some());
     }
 }

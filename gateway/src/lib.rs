@@ -1,4 +1,6 @@
-//! Network for sandboxed code, enforced on the host.
+//! Airlock's network gateway: network for sandboxed code, enforced on the
+//! host. The security boundary between a guest and the world, and the main
+//! surface the fuzz targets in `fuzz/` drive.
 //!
 //! The guest has no NIC. Its agent carries every TCP connection and DNS
 //! query to the host over the agent channel; everything here decides what
@@ -9,12 +11,12 @@
 //!   interfaces'), which no rule reaches unless the sandbox's
 //!   [`HostAccess`] allows it;
 //! - [`audit`]: a bounded record of every allowed and refused connection;
-//! - [`fake_ip`] and [`dns`]: the guest's resolver, answered on the host
+//! - `fake_ip` and `dns`: the guest's resolver, answered on the host
 //!   with addresses that stand for names, never with real ones;
 //! - [`resolver`]: how the host itself resolves an allowed name;
-//! - [`sniff`]: the first bytes of a connection (a TLS ClientHello's
+//! - `sniff`: the first bytes of a connection (a TLS ClientHello's
 //!   server name, an HTTP request's Host);
-//! - [`splice`]: bytes both ways with an idle timeout; [`prefixed`]: a
+//! - [`splice`]: bytes both ways with an idle timeout; `prefixed`: a
 //!   stream that first replays the bytes already read from it;
 //! - [`secrets`]: credentials bound to hosts, the per-sandbox CA, and the
 //!   HTTP proxy that puts a secret into requests on the way out;
@@ -31,31 +33,42 @@
 //!   from the host to a program listening in the guest (`Network.Dial`,
 //!   opened by `Sandbox::connect_port`).
 //!
+//! The library (`airlock`, host-bridge/) makes one [`Gateway`] per sandbox
+//! from the embedder's [`NetworkOptions`], keeps a [`CarrierPool`] open on
+//! the agent's channel for it, opens a [`GuestPort`] for each ingress
+//! connection, and reads the [`audit`] log back; docs/architecture.md ("The
+//! gateway crate") lists everything it uses. The `fuzzing` feature exposes
+//! the parsers underneath to the fuzz targets and nothing else.
+//!
 //! The guest's side is the agent's `services::network`; the whole design is
 //! in `docs/network.md`.
+
+#![forbid(unsafe_code)]
 
 pub mod audit;
 mod carried;
 mod carry;
-pub mod dns;
-pub mod fake_ip;
+mod dns;
+mod fake_ip;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod gateway;
 mod guest_port;
 pub mod host;
 mod options;
 pub mod policy;
-pub mod prefixed;
+mod prefixed;
 mod proxy;
 pub mod resolver;
 pub mod secrets;
-pub mod sniff;
+mod sniff;
 pub mod splice;
 mod told;
 
-pub(crate) use carried::Carried;
-pub(crate) use carry::CarrierPool;
-pub(crate) use gateway::Gateway;
-pub use gateway::GatewayError;
+pub use carry::CarrierPool;
+pub use fake_ip::GATEWAY_ADDR;
+pub use gateway::{Gateway, GatewayError};
 pub use guest_port::GuestPort;
 pub use host::HostAccess;
 pub use options::{

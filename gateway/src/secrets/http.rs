@@ -5,7 +5,7 @@
 //! idle that long) and sends them on with hyper's client. Each request head
 //! is checked and rewritten by [`prepare`](super::request); a refused
 //! request is answered here (421, 403 or 400, whose reason phrase and short
-//! text body say why in the gateway's one wording, `crate::network::told`)
+//! text body say why in the gateway's one wording, `crate::told`)
 //! and reported through [`HttpGate::on_refusal`]. Bodies stream through
 //! both ways without being buffered whole.
 //!
@@ -45,8 +45,8 @@ use super::secret::normalize_host;
 use super::set::Secrets;
 use super::untrusted::{self, Untrusted};
 use super::upstream::{Upstream, UpstreamError};
-use crate::network::audit::Refusal;
-use crate::network::told;
+use crate::audit::Refusal;
+use crate::told;
 
 /// The smallest read buffer hyper accepts; a smaller `max_header_bytes`
 /// still bounds the head, but not the buffer.
@@ -146,7 +146,7 @@ where
 
 /// Ends the guest's TLS with a certificate for `host` from `ca`, then
 /// [`serve_http`] on it. `guest` may be a
-/// [`Prefixed`](crate::network::prefixed::Prefixed) stream replaying a
+/// [`Prefixed`](crate::prefixed::Prefixed) stream replaying a
 /// ClientHello already read.
 pub async fn intercept_tls<S>(
     guest: S,
@@ -202,7 +202,7 @@ impl Proxy {
                 Response::from_parts(parts, body.boxed())
             }
             Err(error) => {
-                tracing::warn!(%method, error = %error_chain(&error), "upstream failed");
+                tracing::warn!(%method, error = %airlock_report::chain(&error), "upstream failed");
                 let untrusted = match &error {
                     HttpGateError::Upstream(upstream) => untrusted::of_upstream(upstream),
                     _ => None,
@@ -273,7 +273,7 @@ impl Proxy {
         tokio::spawn(
             async move {
                 if let Err(error) = connection.await {
-                    tracing::debug!(error = %error_chain(&error), "upstream connection ended");
+                    tracing::debug!(error = %airlock_report::chain(&error), "upstream connection ended");
                 }
             }
             .in_current_span(),
@@ -311,29 +311,17 @@ fn guest_reason(error: &HttpGateError) -> String {
             format!("TLS handshake failed: {source}")
         }
         HttpGateError::Upstream(UpstreamError::Timeout { .. }) => "connecting timed out".to_owned(),
-        other => error_chain(other),
+        other => airlock_report::chain(other),
     }
-}
-
-/// An error with its causes, for a log line.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::network::secrets::test_servers::{
+    use crate::secrets::test_servers::{
         echo_upstream, exchange, guest_client, EchoOptions, EchoUpstream, TestResult,
     };
-    use crate::network::secrets::{upstream_client_config, Secret};
+    use crate::secrets::{upstream_client_config, Secret};
     use http_body_util::Full;
     use std::sync::Mutex as StdMutex;
 

@@ -252,7 +252,7 @@ fn replace_in_target(uri: &Uri, host: &str, secrets: &Secrets) -> Result<Uri, Ht
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::network::secrets::Secret;
+    use crate::secrets::Secret;
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -164,7 +164,7 @@ mod tests {
     use std::net::Ipv4Addr;
 
     use super::*;
-    use crate::network::fake_ip::FAKE_RANGE;
+    use crate::fake_ip::FAKE_RANGE;
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
 

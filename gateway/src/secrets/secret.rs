@@ -151,8 +151,9 @@ impl Secret {
             .any(|pattern| pattern_matches(pattern, &host))
     }
 
-    /// The value: for the proxy that puts it into requests, nothing else.
-    pub(crate) fn value(&self) -> &str {
+    /// The value: for the proxy that puts it into requests and for an
+    /// adoptable sandbox's record (0600), nothing else; never log it.
+    pub fn value(&self) -> &str {
         self.value.expose()
     }
 

@@ -10,10 +10,10 @@ use http::StatusCode;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::{Gateway, FIRST_BYTE_WAIT};
-use crate::network::audit::{Protocol, Refusal};
-use crate::network::proxy::Target;
-use crate::network::sniff::{read_head, Head};
-use crate::network::told::{self, Tell, Told};
+use crate::audit::{Protocol, Refusal};
+use crate::proxy::Target;
+use crate::sniff::{read_head, Head};
+use crate::told::{self, Tell, Told};
 
 /// A decision against a connection: what to record, and how the program
 /// learnt of it.

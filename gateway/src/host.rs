@@ -239,7 +239,7 @@ fn read_interfaces() -> Vec<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::network::policy::NetworkPolicy;
+    use crate::policy::NetworkPolicy;
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -122,21 +122,6 @@ impl FakeIps {
         FAKE_RANGE.contains(&addr)
     }
 
-    /// How many names hold an address now.
-    pub fn len(&self) -> usize {
-        self.by_name.len()
-    }
-
-    /// Whether no name holds an address.
-    pub fn is_empty(&self) -> bool {
-        self.by_name.is_empty()
-    }
-
-    /// How many names the table holds at most.
-    pub fn capacity(&self) -> usize {
-        self.capacity as usize
-    }
-
     fn touch(&mut self, name: &str) {
         self.clock += 1;
         if let Some(held) = self.by_name.get_mut(name) {
@@ -167,6 +152,25 @@ fn slot_addr(slot: u32) -> Ipv4Addr {
 fn addr_slot(addr: Ipv4Addr) -> Option<u32> {
     let slot = addr.to_bits().checked_sub(FIRST)?;
     (slot < MAX_SLOTS).then_some(slot)
+}
+
+/// The table's size, which the tests and the fuzz targets read.
+#[cfg_attr(not(feature = "fuzzing"), allow(dead_code))]
+impl FakeIps {
+    /// How many names hold an address now.
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    /// Whether no name holds an address.
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// How many names the table holds at most.
+    pub fn capacity(&self) -> usize {
+        self.capacity as usize
+    }
 }
 
 #[cfg(test)]

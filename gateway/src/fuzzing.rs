@@ -8,7 +8,10 @@ use http::request::Parts;
 
 pub use crate::dns::{answer, DnsError, MAX_QUERY_BYTES};
 pub use crate::fake_ip::{FakeIps, FAKE_RANGE};
-pub use crate::secrets::{serve_http, HttpGate, HttpRefusal, Secrets, Upstream};
+pub use crate::secrets::http::{serve_http, HttpGate};
+pub use crate::secrets::request::HttpRefusal;
+pub use crate::secrets::upstream::Upstream;
+use crate::secrets::Secrets;
 pub use crate::sniff::{classify, read_head, Head, SniffError, MAX_HEAD_BYTES};
 
 /// `secrets::request::prepare`: the HTTP gate's check and rewrite of one

@@ -6,7 +6,7 @@
 //! the guest: the server's API and ingress among them. [`HostAccess`] on a
 //! sandbox's network options says whether that is allowed; by default it
 //! is [`Denied`](HostAccess::Denied), and then:
-//! - the gateway refuses every connection to a [host address](host_kind)
+//! - the gateway refuses every connection to a host address (`host_kind`)
 //!   whatever the rules say (`0.0.0.0/0:*` allows the world, never the
 //!   host; a name that resolves to 127.0.0.1 is refused too), one decision
 //!   made where it admits a destination (direct TCP, TLS, HTTP, the proxy's
@@ -18,7 +18,7 @@
 //!   rule and why ([`HostRuleError`]).
 //!
 //! The host's interface addresses are read with `getifaddrs` and kept for
-//! [`ADDRESSES_KEPT_FOR`], so that a decision is never made on a list much
+//! `ADDRESSES_KEPT_FOR`, so that a decision is never made on a list much
 //! older than the host's interfaces.
 
 use std::fmt;
@@ -31,7 +31,7 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use super::policy::NetRule;
 
 /// How long a reading of the host's interface addresses is used.
-pub const ADDRESSES_KEPT_FOR: Duration = Duration::from_secs(2);
+pub(crate) const ADDRESSES_KEPT_FOR: Duration = Duration::from_secs(2);
 
 /// Whether a sandbox's guest may reach the host it runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -103,12 +103,12 @@ const LINK_LOCAL_V6: Ipv6Net = Ipv6Net::new_assert(Ipv6Addr::new(0xfe80, 0, 0, 0
 /// addresses now (read at most [`ADDRESSES_KEPT_FOR`] ago); `None`: it is
 /// not the host's. An IPv4-mapped IPv6 address is judged by its IPv4
 /// address.
-pub fn host_kind(addr: IpAddr) -> Option<HostKind> {
+pub(crate) fn host_kind(addr: IpAddr) -> Option<HostKind> {
     host_kind_among(addr, &own_addresses())
 }
 
 /// [`host_kind`] with `own` as the host's interface addresses.
-pub fn host_kind_among(addr: IpAddr, own: &[IpAddr]) -> Option<HostKind> {
+pub(crate) fn host_kind_among(addr: IpAddr, own: &[IpAddr]) -> Option<HostKind> {
     let addr = addr.to_canonical();
     let fixed = match addr {
         IpAddr::V4(v4) if LOOPBACK_V4.contains(&v4) => Some(HostKind::Loopback),
@@ -128,7 +128,7 @@ pub fn host_kind_among(addr: IpAddr, own: &[IpAddr]) -> Option<HostKind> {
 
 /// What `net` is of the host's when every address in it is the host's
 /// (judged against `own`); `None` when it allows anything else.
-pub fn net_host_kind_among(net: &IpNet, own: &[IpAddr]) -> Option<HostKind> {
+pub(crate) fn net_host_kind_among(net: &IpNet, own: &[IpAddr]) -> Option<HostKind> {
     let single = net.prefix_len() == net.max_prefix_len();
     let within_v4 = |outer: &Ipv4Net| match net {
         IpNet::V4(v4) => outer.contains(v4),

@@ -66,6 +66,7 @@ mod sniff;
 pub mod splice;
 mod told;
 
+use carried::Carried;
 pub use carry::CarrierPool;
 pub use fake_ip::GATEWAY_ADDR;
 pub use gateway::{Gateway, GatewayError};

@@ -24,8 +24,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use disk::AuditFile;
-pub use disk::{AUDIT_FILE, AUDIT_FILE_OLD, DEFAULT_AUDIT_FILE_CAP};
+use disk::{AuditFile, DEFAULT_AUDIT_FILE_CAP};
 
 /// How many records an [`AuditLog`] keeps unless told otherwise.
 pub const DEFAULT_AUDIT_CAPACITY: usize = 4096;

@@ -96,7 +96,7 @@ pub struct Gateway {
 
 /// One DNS answer, and what the agent is told when the name was refused.
 #[derive(Debug)]
-pub struct DnsReply {
+pub(crate) struct DnsReply {
     /// The whole response for the program.
     pub response: Vec<u8>,
     /// Set when the name was refused.
@@ -209,7 +209,7 @@ impl Gateway {
     }
 
     /// Answers one DNS query, or `None` to drop it.
-    pub fn dns(&self, query: &[u8]) -> Option<DnsReply> {
+    pub(crate) fn dns(&self, query: &[u8]) -> Option<DnsReply> {
         let policy = self.policy();
         let outcome = {
             let mut fake = self.fake.lock().unwrap_or_else(PoisonError::into_inner);
@@ -252,7 +252,7 @@ impl Gateway {
     /// Takes one guest connection to its end. A refusal is recorded; one
     /// the program was answered about (an HTTP response) goes to `tell`,
     /// and one that resets the program's connection is returned.
-    pub async fn connection<S>(
+    pub(crate) async fn connection<S>(
         &self,
         guest: S,
         destination: SocketAddrV4,

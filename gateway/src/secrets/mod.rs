@@ -25,26 +25,24 @@
 //! secrets do.
 
 mod ca;
-mod http;
-mod request;
+pub(crate) mod http;
+pub(crate) mod request;
 mod secret;
 mod set;
 mod untrusted;
-mod upstream;
+pub(crate) mod upstream;
 
 #[cfg(test)]
 mod test_servers;
 
-pub use self::http::{intercept_tls, serve_http, HttpGate, HttpGateError};
+pub(crate) use self::http::{intercept_tls, serve_http, HttpGate};
 pub use airlock_random::RandomError;
-pub use ca::{CaError, CaParts, SandboxCa, CA_LIFETIME, LEAF_LIFETIME, LEAF_RENEW_BEFORE};
+pub use ca::{CaError, CaParts, SandboxCa};
 #[cfg(feature = "fuzzing")]
 pub(crate) use request::prepare as prepare_request;
-pub use request::HttpRefusal;
+pub(crate) use request::HttpRefusal;
 pub use secret::{Secret, SecretError};
 pub use set::{Leak, Secrets, SecretsError};
-pub use untrusted::Untrusted;
-pub use upstream::{
-    upstream_client_config, Upstream, UpstreamError, UpstreamIo, UpstreamStream,
-    UPSTREAM_CONNECT_TIMEOUT,
-};
+pub(crate) use untrusted::Untrusted;
+pub use upstream::UpstreamError;
+pub(crate) use upstream::{upstream_client_config, Upstream};

@@ -41,7 +41,7 @@ pub struct CarrierPool {
 }
 
 impl CarrierPool {
-    /// Keeps [`WAITING_CARRIERS`] calls open on `channel` for `gateway`.
+    /// Keeps `WAITING_CARRIERS` (4) calls open on `channel` for `gateway`.
     pub fn start(channel: Channel, gateway: Arc<Gateway>) -> Self {
         let mut tasks = JoinSet::new();
         for _ in 0..WAITING_CARRIERS {

@@ -20,7 +20,7 @@ use super::policy::normalize_name;
 /// The addresses that stand for names: 198.18.0.0/15.
 pub const FAKE_RANGE: Ipv4Net = Ipv4Net::new_assert(Ipv4Addr::new(198, 18, 0, 0), 15);
 
-/// The guest's DNS server and HTTP proxy address: in [`FAKE_RANGE`] but never
+/// The guest's DNS server and HTTP proxy address: in `FAKE_RANGE` (198.18.0.0/15) but never
 /// assigned to a name.
 pub const GATEWAY_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 

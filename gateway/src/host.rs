@@ -191,7 +191,7 @@ pub fn check_rules<'a>(
 }
 
 /// The host's interface addresses, read again when the last reading is
-/// older than [`ADDRESSES_KEPT_FOR`]. A reading that fails is logged and
+/// older than `ADDRESSES_KEPT_FOR` (2 s). A reading that fails is logged and
 /// gives none: loopback, link-local and unspecified are refused all the
 /// same.
 pub fn own_addresses() -> Vec<IpAddr> {

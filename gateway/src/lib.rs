@@ -72,8 +72,4 @@ pub use fake_ip::GATEWAY_ADDR;
 pub use gateway::{Gateway, GatewayError};
 pub use guest_port::GuestPort;
 pub use host::HostAccess;
-pub use options::{
-    NetworkOptions, DEFAULT_HEAD_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_HEADER_BYTES,
-};
-pub use proxy::PROXY_PORT;
+pub use options::NetworkOptions;

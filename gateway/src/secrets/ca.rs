@@ -10,7 +10,7 @@
 //! ([`SandboxCa::parts`], the one accessor that returns the key), so that
 //! the process that adopts it rebuilds the very CA its guest already
 //! trusts. For each host the guest reaches through the
-//! proxy, [`SandboxCa::server_config_for`] issues a leaf certificate
+//! proxy, `SandboxCa::server_config_for` issues a leaf certificate
 //! (dNSName SAN, serverAuth) and keeps the rustls configuration for the
 //! next connection.
 //!
@@ -203,7 +203,7 @@ impl SandboxCa {
     /// The TLS configuration that presents the guest a certificate for
     /// `host`, issued by this CA, offering only HTTP/1.1 by ALPN. Made on
     /// the first call for a host and kept for the next ones.
-    pub fn server_config_for(&self, host: &str) -> Result<Arc<ServerConfig>, CaError> {
+    pub(crate) fn server_config_for(&self, host: &str) -> Result<Arc<ServerConfig>, CaError> {
         let host = normalize_host(host);
         let now = SystemTime::now();
         if let Some(leaf) = self.lock_leaves().get(&host) {

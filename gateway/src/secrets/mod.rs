@@ -5,14 +5,14 @@
 //! A guest connection to a host some secret is bound to is handed to the
 //! HTTP proxy here instead of being spliced:
 //!
-//! - [`intercept_tls`] ends the guest's TLS with a leaf certificate from the
+//! - `intercept_tls` ends the guest's TLS with a leaf certificate from the
 //!   sandbox's own [`SandboxCa`] (only its certificate is in the guest's
 //!   trust store), then serves HTTP on it;
-//! - [`serve_http`] reads each request with hyper, checks its host,
+//! - `serve_http` reads each request with hyper, checks its host,
 //!   replaces placeholders of secrets bound to that host with their values
-//!   and refuses placeholders of any other secret ([`HttpRefusal`]);
-//! - the request goes on over an [`Upstream`] connection the host makes,
-//!   with TLS verified against real roots ([`upstream_client_config`]);
+//!   and refuses placeholders of any other secret (`HttpRefusal`);
+//! - the request goes on over an `Upstream` connection the host makes,
+//!   with TLS verified against real roots (`upstream_client_config`);
 //!   bodies stream through unchanged both ways.
 //!
 //! Modules: `secret` (one credential), `set` (the placeholders and their

@@ -158,12 +158,12 @@ impl Secrets {
 
     /// Whether some secret is bound to `host`, that is whether connections
     /// to it need the proxy that puts values into requests.
-    pub fn bound_hosts_match(&self, host: &str) -> bool {
+    pub(crate) fn bound_hosts_match(&self, host: &str) -> bool {
         self.entries.iter().any(|e| e.secret.is_bound_to(host))
     }
 
     /// The name of a secret whose placeholder appears in `haystack`.
-    pub fn find_placeholder(&self, haystack: &[u8]) -> Option<&str> {
+    pub(crate) fn find_placeholder(&self, haystack: &[u8]) -> Option<&str> {
         self.occurrences(haystack)
             .next()
             .map(|(_, entry)| entry.secret.name())

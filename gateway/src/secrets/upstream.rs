@@ -51,7 +51,7 @@ pub enum UpstreamError {
         #[source]
         source: io::Error,
     },
-    /// Connecting took longer than [`UPSTREAM_CONNECT_TIMEOUT`].
+    /// Connecting took longer than `UPSTREAM_CONNECT_TIMEOUT` (30 s).
     #[error("connecting to {addr} timed out")]
     Timeout {
         /// Where.

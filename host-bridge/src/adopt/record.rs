@@ -26,8 +26,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::exec::limits::RecordedLimits;
-use crate::lifecycle::{IdlePolicy, PausedCalls};
 use crate::saved::SavedVm;
 use crate::state_dir::owner::ProcessId;
 
@@ -140,7 +138,7 @@ pub(crate) struct RecordedIdle {
     pub policy: RecordedIdlePolicy,
 }
 
-/// [`IdlePolicy`] as recorded.
+/// [`IdlePolicy`](crate::IdlePolicy) as recorded (`lifecycle` converts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum RecordedIdlePolicy {
@@ -149,7 +147,7 @@ pub(crate) enum RecordedIdlePolicy {
     Stop,
 }
 
-/// [`PausedCalls`] as recorded.
+/// [`PausedCalls`](crate::PausedCalls) as recorded (`lifecycle` converts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum RecordedPausedCalls {
@@ -169,6 +167,19 @@ pub(crate) struct RecordedDefaults {
     pub cwd: Option<String>,
     /// The builder's environment ([`SandboxBuilder::env`](crate::SandboxBuilder::env)), in order.
     pub env: Vec<(String, String)>,
+}
+
+/// [`Limits`](crate::Limits) as recorded (`exec::limits` converts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct RecordedLimits {
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u32>,
+    pub cpu_millis: Option<u32>,
+    pub open_files: Option<u64>,
+    pub core_bytes: Option<u64>,
+    pub file_size_bytes: Option<u64>,
+    pub stack_bytes: Option<u64>,
 }
 
 /// The sandbox's network, as the adopter rebuilds it.
@@ -297,46 +308,6 @@ impl AdoptRecord {
     }
 }
 
-impl From<IdlePolicy> for RecordedIdlePolicy {
-    fn from(policy: IdlePolicy) -> Self {
-        match policy {
-            IdlePolicy::Pause => RecordedIdlePolicy::Pause,
-            IdlePolicy::PauseToDisk => RecordedIdlePolicy::PauseToDisk,
-            IdlePolicy::Stop => RecordedIdlePolicy::Stop,
-        }
-    }
-}
-
-impl From<RecordedIdlePolicy> for IdlePolicy {
-    fn from(policy: RecordedIdlePolicy) -> Self {
-        match policy {
-            RecordedIdlePolicy::Pause => IdlePolicy::Pause,
-            RecordedIdlePolicy::PauseToDisk => IdlePolicy::PauseToDisk,
-            RecordedIdlePolicy::Stop => IdlePolicy::Stop,
-        }
-    }
-}
-
-impl From<PausedCalls> for RecordedPausedCalls {
-    fn from(policy: PausedCalls) -> Self {
-        match policy {
-            PausedCalls::Resume => RecordedPausedCalls::Resume,
-            PausedCalls::Wait => RecordedPausedCalls::Wait,
-            PausedCalls::Fail => RecordedPausedCalls::Fail,
-        }
-    }
-}
-
-impl From<RecordedPausedCalls> for PausedCalls {
-    fn from(policy: RecordedPausedCalls) -> Self {
-        match policy {
-            RecordedPausedCalls::Resume => PausedCalls::Resume,
-            RecordedPausedCalls::Wait => PausedCalls::Wait,
-            RecordedPausedCalls::Fail => PausedCalls::Fail,
-        }
-    }
-}
-
 /// `duration` in whole milliseconds.
 pub(crate) fn ms(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
@@ -355,6 +326,7 @@ pub(crate) fn from_unix_ms(ms: u64) -> SystemTime {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::lifecycle::{IdlePolicy, PausedCalls};
     use crate::saved::SavedDisk;
 
     /// A record with every part set, a secret and a CA among them.
@@ -535,20 +507,5 @@ pub(crate) mod tests {
         assert_eq!(record.started_at(), from_unix_ms(1_000_000));
         record.policy.max_lifetime_ms = None;
         assert_eq!(record.ends_at(), None);
-    }
-
-    #[test]
-    fn policies_survive_their_record_form() {
-        for policy in [IdlePolicy::Pause, IdlePolicy::PauseToDisk, IdlePolicy::Stop] {
-            assert_eq!(IdlePolicy::from(RecordedIdlePolicy::from(policy)), policy);
-        }
-        for calls in [PausedCalls::Resume, PausedCalls::Wait, PausedCalls::Fail] {
-            assert_eq!(PausedCalls::from(RecordedPausedCalls::from(calls)), calls);
-        }
-        let limits = crate::Limits::new()
-            .pids(7)
-            .cpu_millis(500)
-            .stack_bytes(1 << 20);
-        assert_eq!(crate::Limits::from(RecordedLimits::from(limits)), limits);
     }
 }

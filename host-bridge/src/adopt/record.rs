@@ -12,18 +12,18 @@
 //! with its value and its placeholder, and the sandbox CA with its private
 //! key. A resolver is not recorded; the adopting builder gives one.
 //!
-//! Written atomically (a fresh file renamed over the old one), mode 0600
-//! and owned by the library's user: the state directory may be shared
-//! with the VMM's unprivileged group (`state_dir::share_with_group`), which
+//! Written atomically and durably (a fresh file renamed over the old one,
+//! both synced), mode 0600 and owned by the library's user: the state
+//! directory may be shared with the VMM's unprivileged group (`state_dir::share_with_group`), which
 //! can create files there but can neither read this one nor replace it
 //! (the directory is sticky). A record that is not a private file of this
 //! user is refused. `Debug` never shows a secret's value or the CA's key.
 
 use std::fmt;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use airlock_atomic_file::Mode;
 use serde::{Deserialize, Serialize};
 
 use crate::saved::SavedVm;
@@ -272,23 +272,17 @@ impl AdoptRecord {
         Ok(record)
     }
 
-    /// Writes the record into `dir` atomically: a fresh private file
-    /// renamed over the old record.
+    /// Writes the record into `dir` atomically and durably: a fresh
+    /// private file renamed over the old record (`airlock_atomic_file`).
     pub fn write(&self, dir: &Path) -> Result<(), RecordError> {
         let path = dir.join(ADOPT_FILE);
         let fail = |source| RecordError::Write {
             path: path.clone(),
             source,
         };
-        // tempfile creates the file with mode 0600.
-        let mut file = tempfile::Builder::new()
-            .prefix(".adopt-")
-            .tempfile_in(dir)
-            .map_err(fail)?;
-        serde_json::to_writer(&mut file, self).map_err(|e| fail(e.into()))?;
-        file.write_all(b"\n").map_err(fail)?;
-        file.persist(&path).map_err(|error| fail(error.error))?;
-        Ok(())
+        let mut bytes = serde_json::to_vec(self).map_err(|e| fail(e.into()))?;
+        bytes.push(b'\n');
+        airlock_atomic_file::write(&path, &bytes, Mode::Private).map_err(fail)
     }
 
     /// When the lifetime ceiling ends the sandbox, if it has one: its

@@ -21,7 +21,7 @@ pub enum Origin {
     /// Forked from the running sandbox `parent`.
     Fork { parent: String },
     /// Taken over, still running, from an owner that died or detached it
-    /// ([`SandboxBuilder::adopt`]).
+    /// ([`SandboxBuilder::adopt`](crate::SandboxBuilder::adopt)).
     Adopted,
 }
 

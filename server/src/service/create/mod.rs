@@ -113,6 +113,7 @@ pub fn check(
     let network = network::network(&request.allow_net, &request.secrets)?;
     let ca_certs = trust::ca_certs(&request.ca_certs)?;
     let public_ports = validate::ports("public_ports", &request.public_ports)?;
+    let options = network.options();
     let machine = Machine {
         image: image.name,
         image_path: image.path,
@@ -121,8 +122,8 @@ pub fn check(
         timeout: lifetime.timeout,
         idle: lifetime.idle,
         cold: request.cold,
-        secret_names: network.secret_names(),
-        rules: network.rules.clone(),
+        rules: network.rules,
+        secret_names: network.secret_names,
         workspace: workspace.path,
         workspace_size_mib: workspace.size_mib,
         ca_certs,
@@ -130,7 +131,7 @@ pub fn check(
     };
     Ok(Create {
         machine,
-        network: network.options(),
+        network: options,
         metadata: labels.metadata,
         envs: labels.envs,
         template: request.template,

@@ -20,15 +20,10 @@ pub struct Network {
     pub rules: Vec<NetRule>,
     pub secrets: Vec<Secret>,
     /// Name and hosts of each secret (what may be shown and compared).
-    names: Vec<(String, Vec<String>)>,
+    pub secret_names: Vec<(String, Vec<String>)>,
 }
 
 impl Network {
-    /// Name and hosts of each secret.
-    pub fn secret_names(&self) -> Vec<(String, Vec<String>)> {
-        self.names.clone()
-    }
-
     /// The library's network options: `None` without rules and secrets
     /// (no network at all).
     pub fn options(&self) -> Option<NetworkOptions> {
@@ -46,11 +41,11 @@ impl Network {
 /// rule parsed, each secret valid and the set without clashes.
 pub fn network(allow_net: &[String], secrets: &[api::Secret]) -> Result<Network, Status> {
     let rules = rules(allow_net)?;
-    let (secrets, names) = bound_secrets(secrets)?;
+    let (secrets, secret_names) = bound_secrets(secrets)?;
     Ok(Network {
         rules,
         secrets,
-        names,
+        secret_names,
     })
 }
 
@@ -71,7 +66,6 @@ fn rules(allow_net: &[String]) -> Result<Vec<NetRule>, Status> {
         .collect()
 }
 
-#[allow(clippy::type_complexity)]
 fn bound_secrets(
     asked: &[api::Secret],
 ) -> Result<(Vec<Secret>, Vec<(String, Vec<String>)>), Status> {
@@ -147,7 +141,7 @@ mod tests {
     fn nothing_asked_is_no_network() {
         let checked = network(&[], &[]).unwrap();
         assert!(checked.options().is_none());
-        assert!(checked.secret_names().is_empty());
+        assert!(checked.secret_names.is_empty());
     }
 
     #[test]
@@ -174,7 +168,7 @@ mod tests {
     fn secrets_need_hosts_and_bounded_values_and_keep_their_names() {
         let checked = network(&[], &[secret("TOKEN", "v", &["api.example"])]).unwrap();
         assert_eq!(
-            checked.secret_names(),
+            checked.secret_names,
             [("TOKEN".to_owned(), vec!["api.example".to_owned()])]
         );
         assert!(checked.options().is_some());

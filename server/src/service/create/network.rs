@@ -14,13 +14,16 @@ use airlock_api::v1 as api;
 use super::Create;
 use crate::validate;
 
+/// Name and hosts of each secret (what may be shown and compared; the
+/// values stay out).
+pub type SecretNames = Vec<(String, Vec<String>)>;
+
 /// A create's network, checked.
 #[derive(Debug, Clone)]
 pub struct Network {
     pub rules: Vec<NetRule>,
     pub secrets: Vec<Secret>,
-    /// Name and hosts of each secret (what may be shown and compared).
-    pub secret_names: Vec<(String, Vec<String>)>,
+    pub secret_names: SecretNames,
 }
 
 impl Network {
@@ -66,9 +69,7 @@ fn rules(allow_net: &[String]) -> Result<Vec<NetRule>, Status> {
         .collect()
 }
 
-fn bound_secrets(
-    asked: &[api::Secret],
-) -> Result<(Vec<Secret>, Vec<(String, Vec<String>)>), Status> {
+fn bound_secrets(asked: &[api::Secret]) -> Result<(Vec<Secret>, SecretNames), Status> {
     validate::count("secrets", asked, limits::MAX_SECRETS)?;
     let mut secrets = Vec::with_capacity(asked.len());
     for secret in asked {

@@ -1,7 +1,8 @@
 //! A stranger's create request (`airlock.api.v1.Sandboxes/Create`): the
 //! message as tonic decodes it off the wire, then the server's checks
-//! (`service::create::check`), as an API key and as the owner, against an
-//! image store holding one image (`default`).
+//! (`service::create::check`), as an API key and as the owner, against a
+//! data directory, an empty store of named templates and an image store
+//! holding one image (`default`).
 //!
 //! Input: the protobuf bytes of a `CreateSandboxRequest`. Invariants: a
 //! refusal carries a reason, and an `INVALID_ARGUMENT` names a field of the

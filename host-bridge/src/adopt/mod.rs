@@ -47,8 +47,8 @@ pub(crate) use keeper::Keeper;
 pub(crate) use record::tests::sample as sample_record;
 pub(crate) use record::{
     from_unix_ms, ms, unix_ms, AdoptRecord, Hidden, RecordedBackend, RecordedCa, RecordedClock,
-    RecordedDefaults, RecordedIdle, RecordedNetwork, RecordedPolicy, RecordedSecret,
-    RECORD_VERSION,
+    RecordedDefaults, RecordedIdle, RecordedIdlePolicy, RecordedLimits, RecordedNetwork,
+    RecordedPausedCalls, RecordedPolicy, RecordedSecret, RECORD_VERSION,
 };
 pub use record::{RecordError, ADOPT_FILE};
 

@@ -17,9 +17,6 @@ use crate::{artifacts, state_dir, Accel};
 use airlock_gateway::policy::NetRule;
 use airlock_gateway::NetworkOptions;
 
-/// QEMU drive ids (and virtio serials) of the root image and the workspace.
-pub(super) const ROOT_DISK: &str = "root";
-pub(super) const WORKSPACE_DISK: &str = "workspace";
 /// The default hard ceiling on a sandbox's wall-clock life.
 pub const DEFAULT_MAX_LIFETIME: Duration = Duration::from_secs(60 * 60);
 /// How long a running sandbox's agent may go without answering, by
@@ -587,7 +584,7 @@ impl SandboxBuilder {
         for (index, disk) in self.disks().into_iter().enumerate() {
             if let Some(device) = guest_disk_device(index) {
                 let key = match disk.id {
-                    ROOT_DISK => keys::ROOT,
+                    Disk::ROOT => keys::ROOT,
                     _ => keys::WORKSPACE,
                 };
                 cmdline.push_str(&format!(" {key}={device}"));
@@ -603,12 +600,12 @@ impl SandboxBuilder {
     /// The disks to attach, in guest order: the image, then the workspace.
     pub(super) fn disks(&self) -> Vec<Disk> {
         let root = self.image.iter().map(|path| Disk {
-            id: ROOT_DISK,
+            id: Disk::ROOT,
             path: path.clone(),
             read_only: true,
         });
         let workspace = self.workspace.iter().map(|path| Disk {
-            id: WORKSPACE_DISK,
+            id: Disk::WORKSPACE,
             path: path.clone(),
             read_only: false,
         });

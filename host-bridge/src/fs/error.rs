@@ -35,8 +35,13 @@ pub enum FsError {
     #[error("invalid tar stream from the guest")]
     BadTar(#[source] std::io::Error),
     /// A guest path leads through more symlinks than a download follows.
-    #[error("{}: more than {} symlinks on the way to a file", .0.display(), super::tree::MAX_SYMLINKS)]
-    SymlinkLoop(PathBuf),
+    #[error("{}: more than {limit} symlinks on the way to a file", path.display())]
+    SymlinkLoop {
+        /// The guest path.
+        path: PathBuf,
+        /// How many a download follows.
+        limit: usize,
+    },
     /// A worker task died.
     #[error("file transfer worker failed: {0}")]
     Worker(String),

@@ -11,8 +11,12 @@
 //! - `channel`: the gRPC channel every call goes through; it counts calls in
 //!   flight (what "idle" means), and holds calls back while the VM is paused.
 //! - `meter`: wall, running and guest CPU time.
+//! - `error`: `Unavailable`, why a call was not let through (an ended,
+//!   paused or saved sandbox), which `Error::agent` turns back into an
+//!   [`Error`](crate::Error).
 
 pub(crate) mod channel;
+mod error;
 mod meter;
 pub(crate) mod vm;
 pub(crate) mod watchdog;
@@ -20,6 +24,7 @@ pub(crate) mod watchdog;
 use std::fmt;
 use std::time::Duration;
 
+pub(crate) use error::Unavailable;
 pub use meter::SandboxUsage;
 
 /// Where a sandbox is in its life.

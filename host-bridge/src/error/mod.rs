@@ -6,10 +6,16 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod kind;
+
+pub use kind::ErrorKind;
+
+use crate::adopt::AdoptError;
 use crate::fs::FsError;
-use crate::lifecycle::vm::Unavailable;
-use crate::lifecycle::EndReason;
+use crate::lifecycle::{EndReason, Unavailable};
 use crate::manager::PoolError;
+use crate::manager::WarmUpError;
+use crate::saved::SavedError;
 use crate::trust::TrustError;
 use crate::vmm::VmmError;
 use crate::workspace::WorkspaceError;
@@ -167,7 +173,7 @@ pub enum Error {
 
     /// A saved sandbox's files: missing, unreadable or refused.
     #[error(transparent)]
-    Saved(#[from] crate::saved::SavedError),
+    Saved(#[from] SavedError),
 
     /// The agent sent something the protocol does not allow.
     #[error("protocol violation: {0}")]
@@ -195,7 +201,7 @@ pub enum Error {
 
     /// A sandbox could not be adopted or detached (see [`crate::adopt`]).
     #[error(transparent)]
-    Adopt(#[from] crate::adopt::AdoptError),
+    Adopt(#[from] AdoptError),
 
     /// A network rule would open the host itself to the guest, and the
     /// sandbox's host access is denied (see [`crate::network::host`]);
@@ -213,33 +219,10 @@ impl From<TrustError> for Error {
     }
 }
 
-/// What kind of failure an [`Error`] is, for a front (an RPC server, a CLI)
-/// that must tell its caller in its own terms: [`Error::kind`] classifies
-/// every error once, so fronts map kinds, not variants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// Something named does not exist: a sandbox, a saved sandbox, a guest
-    /// file, a program, an interpreter.
-    NotFound,
-    /// The caller asked for something malformed or out of bounds.
-    Invalid,
-    /// It exists already (a code context by that id).
-    AlreadyExists,
-    /// A limit was reached: the manager's maximum, the guest's resources.
-    Exhausted,
-    /// The sandbox is not in a state for this: ended, paused, without
-    /// network, configured so that it cannot (a workspace cannot be saved),
-    /// an agent too old, a workspace held elsewhere, a guest refusal.
-    Precondition,
-    /// Try again: the call was cut by a save or a fork, or the connection
-    /// to the agent failed.
-    Unavailable,
-    /// The guest did not answer in time.
-    Timeout,
-    /// Anything else: the VMM, a boot, the host's files, a protocol
-    /// violation.
-    Internal,
+impl From<WarmUpError> for Error {
+    fn from(error: WarmUpError) -> Self {
+        Error::Pool(PoolError::WarmUp(error))
+    }
 }
 
 impl Error {
@@ -268,7 +251,7 @@ impl Error {
             }
             Error::Pool(PoolError::TooLarge { .. }) => K::Invalid,
             Error::Pool(PoolError::NoPool) => K::Precondition,
-            Error::Saved(crate::saved::SavedError::NotSaved { .. }) => K::NotFound,
+            Error::Saved(SavedError::NotSaved { .. }) => K::NotFound,
             Error::Fs(FsError::EscapingEntry { .. } | FsError::NonUtf8Path(_)) => K::Invalid,
             Error::Fs(FsError::NotADirectory(_)) => K::Precondition,
             Error::Adopt(adopt) => adopt.kind(),

@@ -307,17 +307,9 @@ impl Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Formats an error with its causes, `outer: inner: innermost`, for a
-/// one-line report.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+/// one-line report: the workspace's one formatter (a cause whose text the
+/// line already holds is left out).
+pub use airlock_report::chain as error_chain;
 
 #[cfg(test)]
 mod tests {

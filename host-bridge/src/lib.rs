@@ -98,7 +98,7 @@ pub use code::{
     Cell, CellDone, CellError, CellEvent, CellExecution, CellOutput, CellStatus, ContextInfo,
     ContextOptions, Contexts, Language, MimeBundle,
 };
-pub use error::{error_chain, Error, ErrorKind, Result};
+pub use error::{error_chain, Error, ErrorKind, Reason, Result};
 pub use exec::{
     Command, Event, ExecStamps, Execution, Exit, ExitStatus, Limits, Output, ProcessHandle,
     ProcessInfo, ProcessState, Signal, Stdin, Target, TerminalSize, Usage,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::ErrorKind;
+use crate::error::Reason;
 use crate::state_dir::owner::RecordError as OwnerRecordError;
 
 /// Why a sandbox could not be adopted (or detached).
@@ -67,20 +68,24 @@ pub enum AdoptError {
 }
 
 impl AdoptError {
-    /// What kind of failure this is (see [`ErrorKind`](crate::ErrorKind)).
-    pub fn kind(&self) -> ErrorKind {
-        use ErrorKind as K;
+    /// What this error is about (see [`Reason`]).
+    pub fn reason(&self) -> Reason {
         match self {
-            AdoptError::NoSuchSandbox { .. } | AdoptError::VmGone { .. } => K::NotFound,
+            AdoptError::NoSuchSandbox { .. } | AdoptError::VmGone { .. } => Reason::SandboxNotFound,
             AdoptError::NotAdoptable { .. }
             | AdoptError::Held { .. }
-            | AdoptError::LifetimeEnded { .. }
-            | AdoptError::OtherPidNamespace { .. } => K::Precondition,
-            AdoptError::Busy { .. } => K::Unavailable,
+            | AdoptError::OtherPidNamespace { .. } => Reason::Unsupported,
+            AdoptError::LifetimeEnded { .. } => Reason::SandboxEnded,
+            AdoptError::Busy { .. } => Reason::Interrupted,
             AdoptError::Owner { .. } | AdoptError::Record { .. } | AdoptError::Io { .. } => {
-                K::Internal
+                Reason::Internal
             }
         }
+    }
+
+    /// What kind of failure this is (see [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        self.reason().kind()
     }
 }
 

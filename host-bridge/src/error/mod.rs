@@ -8,7 +8,7 @@ use std::time::Duration;
 
 mod kind;
 
-pub use kind::ErrorKind;
+pub use kind::{ErrorKind, Reason};
 
 use crate::adopt::AdoptError;
 use crate::fs::FsError;
@@ -226,51 +226,51 @@ impl From<WarmUpError> for Error {
 }
 
 impl Error {
-    /// What kind of failure this is (see [`ErrorKind`]).
-    pub fn kind(&self) -> ErrorKind {
-        use ErrorKind as K;
+    /// What this error is about (see [`Reason`]): every variant is
+    /// classified here, or by its module's error where it is declared.
+    pub fn reason(&self) -> Reason {
+        use Reason as R;
         match self {
-            Error::Config(_) | Error::Trust(_) | Error::HostRule { .. } => K::Invalid,
-            Error::NoSuchSandbox { .. } => K::NotFound,
-            Error::TooManySandboxes { .. } => K::Exhausted,
-            Error::VmGone { .. }
-            | Error::SandboxEnded { .. }
-            | Error::Paused
-            | Error::ResumeForCall { .. }
-            | Error::AgentTooOld { .. }
-            | Error::CannotSave { .. }
-            | Error::PortRefused { .. }
-            | Error::NamedTemplate { unusable: true, .. } => K::Precondition,
-            Error::SavedDuringCall { .. } | Error::ForkedDuringCall { .. } => K::Unavailable,
-            Error::Transport(_) => K::Unavailable,
-            Error::BootTimeout { .. } => K::Timeout,
-            Error::Workspace(WorkspaceError::Busy(_)) => K::Precondition,
-            Error::Workspace(WorkspaceError::Missing(_)) => K::NotFound,
-            Error::Workspace(WorkspaceError::TooSmall(_) | WorkspaceError::NotExt4(_)) => {
-                K::Invalid
-            }
-            Error::Pool(PoolError::TooLarge { .. }) => K::Invalid,
-            Error::Pool(PoolError::NoPool) => K::Precondition,
-            Error::Saved(SavedError::NotSaved { .. }) => K::NotFound,
-            Error::Fs(FsError::EscapingEntry { .. } | FsError::NonUtf8Path(_)) => K::Invalid,
-            Error::Fs(FsError::NotADirectory(_)) => K::Precondition,
-            Error::Adopt(adopt) => adopt.kind(),
-            Error::Agent { status, .. } => match status.code() {
-                tonic::Code::NotFound => K::NotFound,
-                tonic::Code::InvalidArgument | tonic::Code::OutOfRange => K::Invalid,
-                tonic::Code::AlreadyExists => K::AlreadyExists,
-                tonic::Code::ResourceExhausted => K::Exhausted,
-                tonic::Code::FailedPrecondition
-                | tonic::Code::PermissionDenied
-                | tonic::Code::Unimplemented => K::Precondition,
-                tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Aborted => {
-                    K::Unavailable
+            Error::Config(_) | Error::HostRule { .. } => R::Invalid,
+            Error::Trust(error) => error.reason(),
+            Error::Workspace(error) => error.reason(),
+            Error::Vmm(error) => error.reason(),
+            Error::Pool(error) => error.reason(),
+            Error::Fs(error) => error.reason(),
+            Error::Saved(error) => error.reason(),
+            Error::Adopt(error) => error.reason(),
+            Error::Agent { status, .. } => agent_reason(status.code()),
+            Error::NoSuchSandbox { .. } => R::SandboxNotFound,
+            Error::TooManySandboxes { .. } => R::SandboxLimit,
+            Error::VmGone { .. } | Error::SandboxEnded { .. } => R::SandboxEnded,
+            Error::Paused | Error::ResumeForCall { .. } => R::SandboxPaused,
+            Error::AgentTooOld { .. } | Error::CannotSave { .. } => R::Unsupported,
+            Error::NamedTemplate { unusable, .. } => {
+                if *unusable {
+                    R::Unsupported
+                } else {
+                    R::Internal
                 }
-                tonic::Code::DeadlineExceeded => K::Timeout,
-                _ => K::Internal,
-            },
-            _ => K::Internal,
+            }
+            Error::PortRefused { .. } => R::PortClosed,
+            Error::SavedDuringCall { .. }
+            | Error::ForkedDuringCall { .. }
+            | Error::Transport(_) => R::Interrupted,
+            Error::BootTimeout { .. } => R::Timeout,
+            Error::MissingArtifact { .. }
+            | Error::StateDir { .. }
+            | Error::VmExited { .. }
+            | Error::AgentUnreachable { .. }
+            | Error::Snapshot { .. }
+            | Error::Protocol(_)
+            | Error::Network(_) => R::Internal,
         }
+    }
+
+    /// What kind of failure this is (see [`ErrorKind`]): the kind of its
+    /// [`reason`](Error::reason).
+    pub fn kind(&self) -> ErrorKind {
+        self.reason().kind()
     }
 
     pub(crate) fn agent(call: &'static str, status: tonic::Status) -> Self {
@@ -300,6 +300,23 @@ impl Error {
             Error::Agent { status, .. } => Some(status.code()),
             _ => None,
         }
+    }
+}
+
+/// What the agent's refusal of a call is about, by its status code.
+fn agent_reason(code: tonic::Code) -> Reason {
+    use tonic::Code as C;
+    use Reason as R;
+    match code {
+        C::NotFound => R::GuestNotFound,
+        C::InvalidArgument | C::OutOfRange => R::Invalid,
+        C::AlreadyExists => R::AlreadyExists,
+        C::ResourceExhausted => R::GuestExhausted,
+        C::FailedPrecondition | C::PermissionDenied => R::GuestRefused,
+        C::Unimplemented => R::Unsupported,
+        C::Unavailable | C::Cancelled | C::Aborted => R::Interrupted,
+        C::DeadlineExceeded => R::Timeout,
+        C::Ok | C::Unknown | C::Internal | C::DataLoss | C::Unauthenticated => R::Internal,
     }
 }
 
@@ -351,5 +368,65 @@ mod tests {
         for (error, kind) in cases {
             assert_eq!(error.kind(), kind, "{error}");
         }
+    }
+
+    #[test]
+    fn reasons_tell_apart_what_kinds_share() {
+        let cases = [
+            (
+                Error::NoSuchSandbox { id: "x".into() },
+                Reason::SandboxNotFound,
+            ),
+            (agent(tonic::Code::NotFound), Reason::GuestNotFound),
+            (
+                Error::Workspace(WorkspaceError::Missing("/ws".into())),
+                Reason::NotFound,
+            ),
+            (Error::TooManySandboxes { max: 2 }, Reason::SandboxLimit),
+            (
+                agent(tonic::Code::ResourceExhausted),
+                Reason::GuestExhausted,
+            ),
+            (
+                Error::Workspace(WorkspaceError::Busy("/ws".into())),
+                Reason::Unsupported,
+            ),
+            (agent(tonic::Code::PermissionDenied), Reason::GuestRefused),
+            (Error::Paused, Reason::SandboxPaused),
+            (
+                Error::PortRefused {
+                    port: 80,
+                    reason: "nothing listens on port 80".into(),
+                },
+                Reason::PortClosed,
+            ),
+            (Error::Pool(PoolError::NoPool), Reason::Unsupported),
+        ];
+        for (error, reason) in cases {
+            assert_eq!(error.reason(), reason, "{error}");
+            assert_eq!(error.kind(), reason.kind(), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_chain_names_each_cause_once() {
+        let error = Error::Workspace(WorkspaceError::Io {
+            action: "open",
+            path: "/ws".into(),
+            source: std::io::Error::other("permission denied"),
+        });
+        assert_eq!(
+            error_chain(&error),
+            "cannot open workspace /ws: permission denied"
+        );
+        // A warm-up's cause, the library's own error, boxed.
+        let error = Error::from(WarmUpError::Exec {
+            command: "sh".into(),
+            source: Box::new(Error::Paused),
+        });
+        assert_eq!(
+            error_chain(&error),
+            "warm-up `sh`: the sandbox is paused; resume it first"
+        );
     }
 }

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::error::Reason;
+
 /// A host-side file transfer error (the agent's refusals are
 /// [`crate::Error::Agent`]).
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +59,20 @@ impl FsError {
             op,
             path: path.into(),
             source,
+        }
+    }
+}
+
+impl FsError {
+    /// What this error is about (see [`Reason`]).
+    pub fn reason(&self) -> Reason {
+        match self {
+            FsError::EscapingEntry { .. } | FsError::NonUtf8Path(_) => Reason::Invalid,
+            FsError::NotADirectory(_) => Reason::GuestRefused,
+            FsError::Local { .. }
+            | FsError::BadTar(_)
+            | FsError::SymlinkLoop { .. }
+            | FsError::Worker(_) => Reason::Internal,
         }
     }
 }

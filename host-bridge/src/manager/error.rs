@@ -8,6 +8,8 @@
 
 use std::time::Duration;
 
+use crate::error::Reason;
+
 /// A cause that is the library's [`Error`](crate::Error).
 type BoxedError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -62,4 +64,30 @@ pub enum WarmUpError {
     /// Preparing the warm-up or cleaning up after it failed.
     #[error("preparing or checking the warm-up")]
     Setup(#[source] BoxedError),
+}
+
+impl PoolError {
+    /// What this error is about (see [`Reason`]).
+    pub fn reason(&self) -> Reason {
+        match self {
+            PoolError::TooLarge { .. } => Reason::Invalid,
+            PoolError::NoPool => Reason::Unsupported,
+            PoolError::NoRuntime => Reason::Internal,
+            PoolError::WarmUp(error) => error.reason(),
+        }
+    }
+}
+
+impl WarmUpError {
+    /// What this error is about (see [`Reason`]): a member the pool could
+    /// not prepare, whatever the cause.
+    pub fn reason(&self) -> Reason {
+        match self {
+            WarmUpError::Exec { .. }
+            | WarmUpError::Failed { .. }
+            | WarmUpError::TimedOut { .. }
+            | WarmUpError::LeftChanges { .. }
+            | WarmUpError::Setup(_) => Reason::Internal,
+        }
+    }
 }

@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::error::Reason;
+
 /// Errors of saved sandboxes.
 #[derive(Debug, thiserror::Error)]
 pub enum SavedError {
@@ -32,6 +34,20 @@ impl SavedError {
         move |source| SavedError::Io {
             path: path.to_owned(),
             source,
+        }
+    }
+}
+
+impl SavedError {
+    /// What this error is about (see [`Reason`]).
+    pub fn reason(&self) -> Reason {
+        match self {
+            SavedError::NotSaved { .. } => Reason::SandboxNotFound,
+            SavedError::Io { .. }
+            | SavedError::Corrupt { .. }
+            | SavedError::Encode(_)
+            | SavedError::OtherQemu { .. }
+            | SavedError::NoGoodSnapshot { .. } => Reason::Internal,
         }
     }
 }

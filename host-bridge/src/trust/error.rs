@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use airlock_proto::contract::trust::{MAX_ROOTS, MAX_TOTAL_BYTES};
 
 use super::origin::{Origin, CA_CERTS_ENV};
+use crate::error::Reason;
 
 /// A certificate that cannot be trusted as given.
 #[derive(Debug, thiserror::Error)]
@@ -182,4 +183,17 @@ pub enum TrustError {
         /// Their size together (DER).
         bytes: usize,
     },
+}
+
+impl TrustError {
+    /// What this error is about (see [`Reason`]): certificates that
+    /// cannot be used as given.
+    pub fn reason(&self) -> Reason {
+        match self {
+            TrustError::Cert(_)
+            | TrustError::HostStore(_)
+            | TrustError::FromEnv(_)
+            | TrustError::TooMany { .. } => Reason::Invalid,
+        }
+    }
 }

@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::error::Reason;
+
 /// Errors starting or controlling the VMM processes.
 #[derive(Debug, thiserror::Error)]
 pub enum VmmError {
@@ -67,4 +69,27 @@ pub enum VmmError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl VmmError {
+    /// What this error is about (see [`Reason`]): the host's VMM, so
+    /// nothing a caller's request did.
+    pub fn reason(&self) -> Reason {
+        match self {
+            VmmError::ProgramNotFound { .. }
+            | VmmError::Spawn { .. }
+            | VmmError::LogFile { .. }
+            | VmmError::DeviceNotReady { .. }
+            | VmmError::DeviceExited { .. }
+            | VmmError::Exited
+            | VmmError::Version { .. }
+            | VmmError::Signal(_)
+            | VmmError::Adopt(_)
+            | VmmError::Wait(_)
+            | VmmError::UserNeedsRoot { .. }
+            | VmmError::UserCannotReach { .. }
+            | VmmError::ReadySocket { .. }
+            | VmmError::StateDir { .. } => Reason::Internal,
+        }
+    }
 }

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::error::Reason;
+
 /// Errors attaching a workspace.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
@@ -49,4 +51,18 @@ pub enum WorkspaceError {
         /// What mkfs.ext4 said.
         detail: String,
     },
+}
+
+impl WorkspaceError {
+    /// What this error is about (see [`Reason`]).
+    pub fn reason(&self) -> Reason {
+        match self {
+            WorkspaceError::Busy(_) => Reason::Unsupported,
+            WorkspaceError::Missing(_) => Reason::NotFound,
+            WorkspaceError::NotExt4(_) | WorkspaceError::TooSmall(_) => Reason::Invalid,
+            WorkspaceError::Io { .. }
+            | WorkspaceError::Mkfs { .. }
+            | WorkspaceError::Format { .. } => Reason::Internal,
+        }
+    }
 }

@@ -115,8 +115,8 @@ pub use network::resolver::{Resolve, StaticResolver, SystemResolver};
 pub use network::secrets::Secret;
 pub use network::{GuestPort, HostAccess, NetworkOptions};
 pub use sandbox::{
-    BootTimings, GuestChannel, Origin, Sandbox, SandboxBuilder, DEFAULT_CONSOLE_LOG_BUDGET,
-    DEFAULT_MAX_LIFETIME, DEFAULT_UNRESPONSIVE_AFTER,
+    BootTimings, ConfigError, GuestChannel, NamedTemplateError, Origin, Sandbox, SandboxBuilder,
+    DEFAULT_CONSOLE_LOG_BUDGET, DEFAULT_MAX_LIFETIME, DEFAULT_UNRESPONSIVE_AFTER,
 };
 /// gRPC status codes, as returned by [`Error::agent_code`].
 pub use tonic::Code;

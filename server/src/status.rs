@@ -95,7 +95,7 @@ mod tests {
                 ErrorReason::InvalidArgument,
             ),
             (
-                Error::Config("bad".into()),
+                Error::Config(airlock::ConfigError::ZeroIdleTimeout),
                 Code::InvalidArgument,
                 ErrorReason::InvalidArgument,
             ),
@@ -122,8 +122,9 @@ mod tests {
             (
                 Error::NamedTemplate {
                     name: "web".into(),
-                    reason: "its snapshot was made by another kernel; rebuild it".into(),
-                    unusable: true,
+                    problem: airlock::NamedTemplateError::Unusable(
+                        "its snapshot was made by another kernel; rebuild it".into(),
+                    ),
                 },
                 Code::FailedPrecondition,
                 ErrorReason::Unsupported,
@@ -131,8 +132,7 @@ mod tests {
             (
                 Error::NamedTemplate {
                     name: "web".into(),
-                    reason: "QEMU exited".into(),
-                    unusable: false,
+                    problem: airlock::NamedTemplateError::Start("QEMU exited".into()),
                 },
                 Code::Internal,
                 ErrorReason::Internal,
@@ -156,6 +156,11 @@ mod tests {
                 Error::Protocol("odd".into()),
                 Code::Internal,
                 ErrorReason::Internal,
+            ),
+            (
+                Error::Config(airlock::ConfigError::NoNetwork),
+                Code::FailedPrecondition,
+                ErrorReason::NoNetwork,
             ),
             (
                 Error::Workspace(airlock::WorkspaceError::Busy("/ws".into())),

@@ -15,6 +15,8 @@ use crate::fs::FsError;
 use crate::lifecycle::{EndReason, Unavailable};
 use crate::manager::PoolError;
 use crate::manager::WarmUpError;
+use crate::sandbox::ConfigError;
+use crate::sandbox::NamedTemplateError;
 use crate::saved::SavedError;
 use crate::trust::TrustError;
 use crate::vmm::VmmError;
@@ -24,9 +26,10 @@ use crate::workspace::WorkspaceError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The builder was given something unusable.
+    /// The builder was given something unusable, or a call asked for
+    /// what this sandbox's configuration lacks.
     #[error("invalid sandbox configuration: {0}")]
-    Config(String),
+    Config(#[from] ConfigError),
 
     /// A file the sandbox needs (kernel, initramfs, root image) is missing.
     #[error("{what} not found at {path}; build it with `scripts/setup` (see README)")]
@@ -167,9 +170,14 @@ pub enum Error {
     #[error("cannot save this sandbox: {reason}")]
     CannotSave { reason: String },
 
-    /// Saving a VM to disk, or starting it again from a snapshot, failed.
-    #[error("{what}: {detail}")]
-    Snapshot { what: &'static str, detail: String },
+    /// Saving a VM to disk, or starting it again from a snapshot, failed:
+    /// QEMU's migration, the snapshot's files, or the restored agent.
+    #[error("{what}: {source}")]
+    Snapshot {
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 
     /// A saved sandbox's files: missing, unreadable or refused.
     #[error(transparent)]
@@ -189,14 +197,11 @@ pub enum Error {
     Network(#[from] crate::network::GatewayError),
 
     /// A start from a named template failed; it never boots cold instead.
-    /// `unusable`: the template cannot serve this start as it is (made for
-    /// another size, or by another kernel or agent: rebuild it), rather
-    /// than a start that failed.
-    #[error("template {name}: {reason}")]
+    #[error("template {name}: {problem}")]
     NamedTemplate {
         name: String,
-        reason: String,
-        unusable: bool,
+        #[source]
+        problem: NamedTemplateError,
     },
 
     /// A sandbox could not be adopted or detached (see [`crate::adopt`]).
@@ -231,7 +236,9 @@ impl Error {
     pub fn reason(&self) -> Reason {
         use Reason as R;
         match self {
-            Error::Config(_) | Error::HostRule { .. } => R::Invalid,
+            Error::Config(error) => error.reason(),
+            Error::NamedTemplate { problem, .. } => problem.reason(),
+            Error::HostRule { .. } => R::Invalid,
             Error::Trust(error) => error.reason(),
             Error::Workspace(error) => error.reason(),
             Error::Vmm(error) => error.reason(),
@@ -245,13 +252,6 @@ impl Error {
             Error::VmGone { .. } | Error::SandboxEnded { .. } => R::SandboxEnded,
             Error::Paused | Error::ResumeForCall { .. } => R::SandboxPaused,
             Error::AgentTooOld { .. } | Error::CannotSave { .. } => R::Unsupported,
-            Error::NamedTemplate { unusable, .. } => {
-                if *unusable {
-                    R::Unsupported
-                } else {
-                    R::Internal
-                }
-            }
             Error::PortRefused { .. } => R::PortClosed,
             Error::SavedDuringCall { .. }
             | Error::ForkedDuringCall { .. }
@@ -271,6 +271,17 @@ impl Error {
     /// [`reason`](Error::reason).
     pub fn kind(&self) -> ErrorKind {
         self.reason().kind()
+    }
+
+    /// Saving or restoring a VM (`what`) failed because of `source`.
+    pub(crate) fn snapshot(
+        what: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Error::Snapshot {
+            what,
+            source: source.into(),
+        }
     }
 
     pub(crate) fn agent(call: &'static str, status: tonic::Status) -> Self {
@@ -341,7 +352,10 @@ mod tests {
         let cases = [
             (agent(tonic::Code::NotFound), ErrorKind::NotFound),
             (Error::NoSuchSandbox { id: "x".into() }, ErrorKind::NotFound),
-            (Error::Config("bad".into()), ErrorKind::Invalid),
+            (
+                Error::Config(ConfigError::ZeroIdleTimeout),
+                ErrorKind::Invalid,
+            ),
             (agent(tonic::Code::InvalidArgument), ErrorKind::Invalid),
             (agent(tonic::Code::AlreadyExists), ErrorKind::AlreadyExists),
             (Error::TooManySandboxes { max: 2 }, ErrorKind::Exhausted),

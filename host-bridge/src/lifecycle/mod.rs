@@ -13,7 +13,7 @@
 //! - `meter`: wall, running and guest CPU time.
 //! - `error`: `Unavailable`, why a call was not let through (an ended,
 //!   paused or saved sandbox), which `Error::agent` turns back into an
-//!   [`Error`](crate::Error).
+//!   [`Error`](crate::Error); `SnapshotProblem`.
 
 pub(crate) mod channel;
 mod error;
@@ -24,7 +24,7 @@ pub(crate) mod watchdog;
 use std::fmt;
 use std::time::Duration;
 
-pub(crate) use error::Unavailable;
+pub(crate) use error::{ClockError, SnapshotProblem, Unavailable};
 pub use meter::SandboxUsage;
 
 /// Where a sandbox is in its life.

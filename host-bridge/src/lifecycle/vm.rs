@@ -22,7 +22,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit};
 use tonic::transport::Channel;
 
 use super::meter::SandboxUsage;
-use super::{EndReason, PausedCalls, SandboxState, Unavailable};
+use super::{ClockError, EndReason, PausedCalls, SandboxState, Unavailable};
 use airlock_proto::Feature;
 
 use crate::error::{Error, Result};
@@ -413,13 +413,13 @@ impl VmShared {
             return;
         }
         if let Err(error) = self.set_clock(SET_CLOCK_TIMEOUT).await {
-            tracing::warn!(error, "guest clock not set");
+            tracing::warn!(error = %crate::error_chain(&error), "guest clock not set");
         }
     }
 
     /// Sets the guest's clock to the host's wall-clock time, or says why
     /// it could not within `timeout`.
-    async fn set_clock(&self, timeout: Duration) -> Result<(), String> {
+    async fn set_clock(&self, timeout: Duration) -> Result<(), ClockError> {
         let unix_nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
@@ -433,8 +433,8 @@ impl VmShared {
                 );
                 Ok(())
             }
-            Ok(Err(status)) => Err(status.to_string()),
-            Err(_) => Err(format!("no answer within {timeout:?}")),
+            Ok(Err(status)) => Err(ClockError::Refused(status)),
+            Err(_) => Err(ClockError::NoAnswer(timeout)),
         }
     }
 

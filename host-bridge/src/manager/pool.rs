@@ -353,7 +353,7 @@ mod tests {
         let order = pool.order_fill().unwrap();
         pool.fill_started(order.id, tokio::spawn(async {}));
         assert_eq!(pool.status().filling, 1);
-        let failed = Err(crate::Error::Config("no kernel".into()));
+        let failed = Err(crate::Error::Protocol("no kernel".into()));
         let drained = pool.fill_finished(order.id, order.generation, failed, now);
         assert!(drained.members.is_empty());
         let status = pool.status();
@@ -376,7 +376,7 @@ mod tests {
             pool.configure(PoolConfig::new(SandboxBuilder::default(), 1).warm_up(WarmUp::none()));
         assert_eq!(drained.fills.len(), 1);
         assert!(drained.members.is_empty() && drained.keeper.is_none());
-        let failed = Err(crate::Error::Config("stale".into()));
+        let failed = Err(crate::Error::Protocol("stale".into()));
         let _ = pool.fill_finished(old.id, old.generation, failed, Instant::now());
         assert_eq!(pool.status().last_error, None, "an old fill is not ours");
         assert_eq!(pool.status().size, 1);

@@ -57,6 +57,7 @@ mod builder;
 mod clone;
 mod connect;
 mod dial;
+mod error;
 mod fork;
 mod named;
 mod network;
@@ -70,6 +71,7 @@ pub use builder::{
     DEFAULT_UNRESPONSIVE_AFTER,
 };
 pub(crate) use clone::WARM_UP as TEMPLATE_WARM_UP;
+pub use error::{ConfigError, NamedTemplateError};
 
 /// A running microVM with the Airlock agent as PID 1.
 ///
@@ -293,9 +295,7 @@ impl Sandbox {
     /// guest listens on (the agent's own port is taken by gRPC).
     pub async fn connect_vsock(&self, port: u32) -> Result<tokio::net::UnixStream> {
         let AgentTransport::HybridVsock { uds, .. } = self.vm.transport() else {
-            return Err(Error::Config(format!(
-                "vsock port {port}: this backend has no guest vsock ports"
-            )));
+            return Err(ConfigError::NoVsockPorts { port }.into());
         };
         transport::connect_hybrid(uds, port)
             .await

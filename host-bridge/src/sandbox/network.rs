@@ -26,6 +26,7 @@ use crate::network::secrets::{CaParts, SandboxCa, Secret, Secrets};
 use crate::network::{CarrierPool, Gateway, GatewayError, NetworkOptions};
 use crate::trust::GuestRoots;
 
+use super::error::ConfigError;
 use super::Sandbox;
 
 /// The network half of a running sandbox.
@@ -161,8 +162,11 @@ impl SandboxNetwork {
 }
 
 /// Why a recorded network could not be made again.
-fn unusable(what: String) -> Error {
-    Error::Config(format!("the adoption record's network: {what}"))
+fn unusable(
+    what: impl Into<String>,
+    source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> Error {
+    ConfigError::recorded_network(what, source).into()
 }
 
 /// The options a recorded network describes, with `base`'s resolver (the
@@ -177,7 +181,7 @@ pub(super) fn recorded_options(
         .iter()
         .map(|rule| {
             rule.parse::<NetRule>()
-                .map_err(|error| unusable(format!("rule {rule:?}: {error}")))
+                .map_err(|error| unusable(format!("rule {rule:?}"), error))
         })
         .collect::<Result<Vec<_>>>()?;
     let upstream_roots = recorded
@@ -187,7 +191,7 @@ pub(super) fn recorded_options(
             base64::engine::general_purpose::STANDARD
                 .decode(root)
                 .map(CertificateDer::from)
-                .map_err(|error| unusable(format!("an upstream root: {error}")))
+                .map_err(|error| unusable("an upstream root", error))
         })
         .collect::<Result<Vec<_>>>()?;
     let mut options = base.cloned().unwrap_or_default();
@@ -216,7 +220,7 @@ fn recorded_secrets(recorded: &RecordedNetwork) -> Result<Vec<(Secret, String)>>
         .map(|kept| {
             Secret::new(kept.name.clone(), kept.value.0.clone())
                 .map(|secret| (secret.hosts(&kept.hosts), kept.placeholder.clone()))
-                .map_err(|error| unusable(error.to_string()))
+                .map_err(|error| unusable(format!("secret {}", kept.name), error))
         })
         .collect()
 }
@@ -242,12 +246,9 @@ fn recorded_gateway(recorded: &RecordedNetwork, options: NetworkOptions) -> Resu
 
 impl Sandbox {
     fn network_on(&self) -> Result<&SandboxNetwork> {
-        self.network.as_ref().ok_or_else(|| {
-            Error::Config(
-                "this sandbox has no network; start it with SandboxBuilder::network or allow_net"
-                    .to_owned(),
-            )
-        })
+        self.network
+            .as_ref()
+            .ok_or_else(|| Error::from(ConfigError::NoNetwork))
     }
 
     /// Every allowed and refused connection and DNS query so far (the
@@ -333,17 +334,17 @@ mod tests {
             .policy(NetworkPolicy::from_rules([
                 "api.test:443"
                     .parse::<NetRule>()
-                    .map_err(|e| unusable(e.to_string()))?,
+                    .map_err(|e| unusable("the test network", e))?,
                 "127.0.0.1"
                     .parse::<NetRule>()
-                    .map_err(|e| unusable(e.to_string()))?,
+                    .map_err(|e| unusable("the test network", e))?,
                 "[::1]:8080"
                     .parse::<NetRule>()
-                    .map_err(|e| unusable(e.to_string()))?,
+                    .map_err(|e| unusable("the test network", e))?,
             ]))
             .secret(
                 Secret::new("API_TOKEN", "real-value")
-                    .map_err(|e| unusable(e.to_string()))?
+                    .map_err(|e| unusable("the test network", e))?
                     .host("api.test"),
             )
             .max_connections(12);

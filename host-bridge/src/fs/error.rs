@@ -45,8 +45,11 @@ pub enum FsError {
         limit: usize,
     },
     /// A worker task died.
-    #[error("file transfer worker failed: {0}")]
-    Worker(String),
+    #[error("file transfer worker failed")]
+    Worker(#[source] tokio::task::JoinError),
+    /// The tar stream being unpacked failed (its error, as it displays).
+    #[error("the tar stream failed: {0}")]
+    Stream(String),
 }
 
 impl FsError {
@@ -72,7 +75,8 @@ impl FsError {
             FsError::Local { .. }
             | FsError::BadTar(_)
             | FsError::SymlinkLoop { .. }
-            | FsError::Worker(_) => Reason::Internal,
+            | FsError::Worker(_)
+            | FsError::Stream(_) => Reason::Internal,
         }
     }
 }

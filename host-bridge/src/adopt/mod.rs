@@ -51,8 +51,8 @@ pub(crate) use record::tests::sample as sample_record;
 pub use record::ADOPT_FILE;
 pub(crate) use record::{
     from_unix_ms, ms, unix_ms, AdoptRecord, Hidden, RecordedBackend, RecordedCa, RecordedClock,
-    RecordedDefaults, RecordedIdle, RecordedNetwork, RecordedPolicy, RecordedSecret,
-    RECORD_VERSION,
+    RecordedDefaults, RecordedIdle, RecordedIdlePolicy, RecordedLimits, RecordedNetwork,
+    RecordedPausedCalls, RecordedPolicy, RecordedSecret, RECORD_VERSION,
 };
 
 /// A sandbox waiting for adoption: its owner is gone (or detached it), its

@@ -11,13 +11,15 @@
 //! - `channel`: the gRPC channel every call goes through; it counts calls in
 //!   flight (what "idle" means), and holds calls back while the VM is paused.
 //! - `meter`: wall, running and guest CPU time.
+//! - `recorded`: the policies to and from an adoption record's form.
 //! - `error`: `Unavailable`, why a call was not let through (an ended,
 //!   paused or saved sandbox), which `Error::agent` turns back into an
-//!   [`Error`](crate::Error); `SnapshotProblem`.
+//!   [`Error`](crate::Error); `SnapshotProblem`; `ClockError`.
 
 pub(crate) mod channel;
 mod error;
 mod meter;
+mod recorded;
 pub(crate) mod vm;
 pub(crate) mod watchdog;
 

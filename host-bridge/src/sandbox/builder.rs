@@ -18,9 +18,6 @@ use crate::vmm::{guest_disk_device, BackendKind, Disk, SerialPort, VmmUser};
 use crate::workspace::DEFAULT_WORKSPACE_BYTES;
 use crate::{artifacts, state_dir, Accel};
 
-/// QEMU drive ids (and virtio serials) of the root image and the workspace.
-pub(super) const ROOT_DISK: &str = "root";
-pub(super) const WORKSPACE_DISK: &str = "workspace";
 /// The default hard ceiling on a sandbox's wall-clock life.
 pub const DEFAULT_MAX_LIFETIME: Duration = Duration::from_secs(60 * 60);
 /// How long a running sandbox's agent may go without answering, by
@@ -568,7 +565,7 @@ impl SandboxBuilder {
         for (index, disk) in self.disks().into_iter().enumerate() {
             if let Some(device) = guest_disk_device(index) {
                 let key = match disk.id {
-                    ROOT_DISK => keys::ROOT,
+                    Disk::ROOT => keys::ROOT,
                     _ => keys::WORKSPACE,
                 };
                 cmdline.push_str(&format!(" {key}={device}"));
@@ -584,12 +581,12 @@ impl SandboxBuilder {
     /// The disks to attach, in guest order: the image, then the workspace.
     pub(super) fn disks(&self) -> Vec<Disk> {
         let root = self.image.iter().map(|path| Disk {
-            id: ROOT_DISK,
+            id: Disk::ROOT,
             path: path.clone(),
             read_only: true,
         });
         let workspace = self.workspace.iter().map(|path| Disk {
-            id: WORKSPACE_DISK,
+            id: Disk::WORKSPACE,
             path: path.clone(),
             read_only: false,
         });

@@ -138,6 +138,7 @@ impl TestServer {
         };
         let mut config = ServerConfig {
             data_dir: dir.path().join("data"),
+            templates_dir: dir.path().join("templates"),
             builder,
             // What a test leaves running ends with its server (a server's
             // default leaves sandboxes for the next one to adopt, which on

@@ -386,7 +386,7 @@ async fn root_image(
     let work = cache.work(&format!("flatten-{key}"), Some(layer))?;
     let out = scratch.path().join("rootfs.ext4");
     vm.flatten(&work, context, scratch.path(), &out).await?;
-    std::fs::rename(&out, &target).map_err(BuildError::io(&target))?;
+    airlock_atomic_file::rename(&out, &target).map_err(BuildError::io(&target))?;
     Ok(target)
 }
 

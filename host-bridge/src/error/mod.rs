@@ -1,7 +1,15 @@
 //! The public error type of the host library.
 //!
-//! Each module has its own precise error; this enum is what crosses the
-//! crate's public face. Messages say what to do where a user can act.
+//! Each module has its own precise error, in its own `error.rs` (which
+//! imports only files that import nothing of the crate, and other
+//! `error.rs` files); this enum wraps them and is what crosses the crate's
+//! public face, so it imports those files and never the modules
+//! themselves, and every module may return it. Messages say what to do
+//! where a user can act; [`error_chain`] prints an error with its causes.
+//!
+//! - `kind`: [`Reason`] and [`ErrorKind`], how each error is classified
+//!   for a front ([`Error::reason`], [`Error::kind`]); every variant is
+//!   classified where it is declared, by an exhaustive `match`.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -110,7 +110,7 @@ pub use code::{
     Cell, CellDone, CellError, CellEvent, CellExecution, CellOutput, CellStatus, ContextInfo,
     ContextOptions, Contexts, Language, MimeBundle,
 };
-pub use error::{error_chain, Error, ErrorKind, Result};
+pub use error::{error_chain, Error, ErrorKind, Reason, Result};
 pub use exec::{
     Command, Event, ExecStamps, Execution, Exit, ExitStatus, Limits, Output, ProcessHandle,
     ProcessInfo, ProcessState, Signal, Stdin, Target, TerminalSize, Usage,
@@ -122,8 +122,8 @@ pub use manager::{
     WARM_UP_CHECKED_ROOTS,
 };
 pub use sandbox::{
-    BootTimings, GuestChannel, Origin, Sandbox, SandboxBuilder, DEFAULT_CONSOLE_LOG_BUDGET,
-    DEFAULT_MAX_LIFETIME, DEFAULT_UNRESPONSIVE_AFTER,
+    BootTimings, ConfigError, GuestChannel, NamedTemplateError, Origin, Sandbox, SandboxBuilder,
+    DEFAULT_CONSOLE_LOG_BUDGET, DEFAULT_MAX_LIFETIME, DEFAULT_UNRESPONSIVE_AFTER,
 };
 /// gRPC status codes, as returned by [`Error::agent_code`].
 pub use tonic::Code;

@@ -1,12 +1,14 @@
 //! The library's errors as statuses: the one mapping, used by every call.
-//! The reason comes from the error's variant where that says more than
-//! its kind (an ended sandbox, an interrupted call), else from its
-//! [`ErrorKind`]; the message is the error with its causes, as the CLI
+//! The library classifies each error once ([`Error::reason`], whose
+//! [`Reason::kind`] is its [`ErrorKind`]); here each reason is named by
+//! the API's [`ErrorReason`] (which carries its gRPC code,
+//! [`reason::code`]), in one table, and a reason this server does not know
+//! yet by its kind. The message is the error with its causes, as the CLI
 //! prints it.
 
 use tonic::Status;
 
-use airlock::{error_chain, Error, ErrorKind};
+use airlock::{error_chain, Error, ErrorKind, Reason};
 use airlock_api::reason;
 use airlock_api::v1::ErrorReason;
 
@@ -17,28 +19,46 @@ pub fn error_status(error: &Error) -> Status {
 
 /// The reason for `error`.
 pub fn error_reason(error: &Error) -> ErrorReason {
+    api_reason(error.reason())
+}
+
+/// The API's name for the library's `reason`.
+fn api_reason(reason: Reason) -> ErrorReason {
     use ErrorReason as R;
-    match error {
-        Error::NoSuchSandbox { .. } => R::SandboxNotFound,
-        Error::Saved(airlock::saved::SavedError::NotSaved { .. }) => R::SandboxNotFound,
-        Error::TooManySandboxes { .. } => R::SandboxLimit,
-        Error::SandboxEnded { .. } | Error::VmGone { .. } => R::SandboxEnded,
-        Error::Paused | Error::ResumeForCall { .. } => R::SandboxPaused,
-        Error::SavedDuringCall { .. } | Error::ForkedDuringCall { .. } => R::Interrupted,
-        Error::AgentTooOld { .. }
-        | Error::CannotSave { .. }
-        | Error::NamedTemplate { unusable: true, .. } => R::Unsupported,
-        Error::Workspace(airlock::WorkspaceError::Busy(_)) => R::Unsupported,
-        _ => match error.kind() {
-            ErrorKind::NotFound => R::GuestNotFound,
-            ErrorKind::Invalid => R::InvalidArgument,
-            ErrorKind::AlreadyExists => R::AlreadyExists,
-            ErrorKind::Exhausted => R::GuestExhausted,
-            ErrorKind::Precondition => R::GuestRefused,
-            ErrorKind::Unavailable => R::Interrupted,
-            ErrorKind::Timeout => R::Timeout,
-            _ => R::Internal,
-        },
+    match reason {
+        Reason::SandboxNotFound => R::SandboxNotFound,
+        Reason::NotFound => R::NotFound,
+        Reason::GuestNotFound => R::GuestNotFound,
+        Reason::Invalid => R::InvalidArgument,
+        Reason::AlreadyExists => R::AlreadyExists,
+        Reason::SandboxLimit => R::SandboxLimit,
+        Reason::GuestExhausted => R::GuestExhausted,
+        Reason::SandboxEnded => R::SandboxEnded,
+        Reason::SandboxPaused => R::SandboxPaused,
+        Reason::NoNetwork => R::NoNetwork,
+        Reason::Unsupported => R::Unsupported,
+        Reason::GuestRefused => R::GuestRefused,
+        Reason::PortClosed => R::PortClosed,
+        Reason::Interrupted => R::Interrupted,
+        Reason::Timeout => R::Timeout,
+        Reason::Internal => R::Internal,
+        other => kind_reason(other.kind()),
+    }
+}
+
+/// The reason for an error of `kind` whose [`Reason`] this server does not
+/// know yet (the library added one): the general reason of its code.
+fn kind_reason(kind: ErrorKind) -> ErrorReason {
+    use ErrorReason as R;
+    match kind {
+        ErrorKind::NotFound => R::NotFound,
+        ErrorKind::Invalid => R::InvalidArgument,
+        ErrorKind::AlreadyExists => R::AlreadyExists,
+        ErrorKind::Exhausted => R::GuestExhausted,
+        ErrorKind::Precondition => R::Unsupported,
+        ErrorKind::Unavailable => R::Interrupted,
+        ErrorKind::Timeout => R::Timeout,
+        _ => R::Internal,
     }
 }
 
@@ -75,7 +95,7 @@ mod tests {
                 ErrorReason::InvalidArgument,
             ),
             (
-                Error::Config("bad".into()),
+                Error::Config(airlock::ConfigError::ZeroIdleTimeout),
                 Code::InvalidArgument,
                 ErrorReason::InvalidArgument,
             ),
@@ -102,8 +122,9 @@ mod tests {
             (
                 Error::NamedTemplate {
                     name: "web".into(),
-                    reason: "its snapshot was made by another kernel; rebuild it".into(),
-                    unusable: true,
+                    problem: airlock::NamedTemplateError::Unusable(
+                        "its snapshot was made by another kernel; rebuild it".into(),
+                    ),
                 },
                 Code::FailedPrecondition,
                 ErrorReason::Unsupported,
@@ -111,8 +132,7 @@ mod tests {
             (
                 Error::NamedTemplate {
                     name: "web".into(),
-                    reason: "QEMU exited".into(),
-                    unusable: false,
+                    problem: airlock::NamedTemplateError::Start("QEMU exited".into()),
                 },
                 Code::Internal,
                 ErrorReason::Internal,
@@ -137,12 +157,72 @@ mod tests {
                 Code::Internal,
                 ErrorReason::Internal,
             ),
+            (
+                Error::Config(airlock::ConfigError::NoNetwork),
+                Code::FailedPrecondition,
+                ErrorReason::NoNetwork,
+            ),
+            (
+                Error::Workspace(airlock::WorkspaceError::Busy("/ws".into())),
+                Code::FailedPrecondition,
+                ErrorReason::Unsupported,
+            ),
+            (
+                Error::Workspace(airlock::WorkspaceError::Missing("/ws".into())),
+                Code::NotFound,
+                ErrorReason::NotFound,
+            ),
+            (
+                Error::Saved(airlock::saved::SavedError::NotSaved { id: "x".into() }),
+                Code::NotFound,
+                ErrorReason::SandboxNotFound,
+            ),
+            (
+                Error::PortRefused {
+                    port: 8080,
+                    reason: "nothing listens on port 8080".into(),
+                },
+                Code::FailedPrecondition,
+                ErrorReason::PortClosed,
+            ),
         ];
         for (error, code, reason) in cases {
             let status = error_status(&error);
             assert_eq!(status.code(), code, "{error}");
             assert_eq!(reason::reason_of(&status), Some(reason), "{error}");
             assert!(status.message().contains(&error.to_string()), "{status:?}");
+        }
+    }
+
+    #[test]
+    fn every_reason_keeps_the_code_of_its_kind() {
+        // The library's kind of an error and the code the client sees
+        // never disagree: each reason's code is its kind's.
+        let reasons = [
+            Reason::SandboxNotFound,
+            Reason::NotFound,
+            Reason::GuestNotFound,
+            Reason::Invalid,
+            Reason::AlreadyExists,
+            Reason::SandboxLimit,
+            Reason::GuestExhausted,
+            Reason::SandboxEnded,
+            Reason::SandboxPaused,
+            Reason::NoNetwork,
+            Reason::Unsupported,
+            Reason::GuestRefused,
+            Reason::PortClosed,
+            Reason::Interrupted,
+            Reason::Timeout,
+            Reason::Internal,
+        ];
+        for library in reasons {
+            let named = api_reason(library);
+            assert_eq!(
+                reason::code(named),
+                reason::code(kind_reason(library.kind())),
+                "{library:?} is {named:?}"
+            );
         }
     }
 }

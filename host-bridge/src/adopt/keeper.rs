@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::record::{AdoptRecord, RecordError};
+use super::error::RecordError;
+use super::record::AdoptRecord;
 
 /// The record of one adoptable sandbox and where it is written.
 #[derive(Debug)]

@@ -20,7 +20,8 @@
 //! - `keeper`: the record kept current by its owner.
 //! - `claim`: the checks an adoption makes, and the lock that keeps two
 //!   processes from adopting one sandbox at once.
-//! - this file: [`AdoptError`], what an orphan is, [`orphans`].
+//! - `error`: [`AdoptError`] and [`RecordError`].
+//! - this file: what an orphan is, [`orphans`].
 //!
 //! The audit log survives: an adoptable sandbox's is kept in its state
 //! directory beside the record (`audit.jsonl`, see
@@ -32,6 +33,7 @@
 //! owner died.
 
 mod claim;
+mod error;
 mod keeper;
 mod record;
 
@@ -42,92 +44,16 @@ use crate::state_dir::owner::{Comparable, OwnerRecord};
 use crate::state_dir::DIR_PREFIX;
 
 pub(crate) use claim::Claim;
+pub use error::{AdoptError, RecordError};
 pub(crate) use keeper::Keeper;
 #[cfg(test)]
 pub(crate) use record::tests::sample as sample_record;
+pub use record::ADOPT_FILE;
 pub(crate) use record::{
     from_unix_ms, ms, unix_ms, AdoptRecord, Hidden, RecordedBackend, RecordedCa, RecordedClock,
     RecordedDefaults, RecordedIdle, RecordedIdlePolicy, RecordedLimits, RecordedNetwork,
     RecordedPausedCalls, RecordedPolicy, RecordedSecret, RECORD_VERSION,
 };
-pub use record::{RecordError, ADOPT_FILE};
-
-/// Why a sandbox could not be adopted (or detached).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum AdoptError {
-    /// No sandbox by that id under the state directory base.
-    #[error("no sandbox {id} under {base}; airlock::adopt::orphans lists the ones to adopt")]
-    NoSuchSandbox { id: String, base: PathBuf },
-    /// The sandbox was not started adoptable (or is a pool member not yet
-    /// handed out).
-    #[error(
-        "sandbox {id} was not started adoptable (SandboxBuilder::adoptable), so it cannot be \
-         adopted or detached"
-    )]
-    NotAdoptable { id: String },
-    /// Its owner still runs and holds it.
-    #[error(
-        "sandbox {id} is held by process {pid}; adopt it once that process ends or detaches it"
-    )]
-    Held { id: String, pid: u32 },
-    /// Another process (or task) is adopting it right now.
-    #[error("sandbox {id} is being adopted by another process")]
-    Busy { id: String },
-    /// Its VM no longer runs.
-    #[error(
-        "sandbox {id}'s VM no longer runs; `airlock gc` removes what is left (a sandbox saved \
-         to disk is restored, not adopted)"
-    )]
-    VmGone { id: String },
-    /// Its lifetime ceiling passed while nobody held it.
-    #[error("sandbox {id} outlived its lifetime ceiling of {limit:?} while nobody held it; `airlock gc` ends it")]
-    LifetimeEnded { id: String, limit: Duration },
-    /// Its owner ran in another pid namespace: nothing here can tell
-    /// whether it lives.
-    #[error("sandbox {id}'s owner ran in another pid namespace; adopt it from there")]
-    OtherPidNamespace { id: String },
-    /// Its owner record cannot be read.
-    #[error("sandbox {id}'s owner record")]
-    Owner {
-        id: String,
-        #[source]
-        source: crate::state_dir::owner::RecordError,
-    },
-    /// Its adoption record cannot be read or written.
-    #[error("sandbox {id}'s adoption record")]
-    Record {
-        id: String,
-        #[source]
-        source: RecordError,
-    },
-    /// A file of its state directory (the adoption lock, the owner record).
-    #[error("cannot {action} {path}")]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-impl AdoptError {
-    /// What kind of failure this is (see [`ErrorKind`](crate::ErrorKind)).
-    pub fn kind(&self) -> crate::ErrorKind {
-        use crate::ErrorKind as K;
-        match self {
-            AdoptError::NoSuchSandbox { .. } | AdoptError::VmGone { .. } => K::NotFound,
-            AdoptError::NotAdoptable { .. }
-            | AdoptError::Held { .. }
-            | AdoptError::LifetimeEnded { .. }
-            | AdoptError::OtherPidNamespace { .. } => K::Precondition,
-            AdoptError::Busy { .. } => K::Unavailable,
-            AdoptError::Owner { .. } | AdoptError::Record { .. } | AdoptError::Io { .. } => {
-                K::Internal
-            }
-        }
-    }
-}
 
 /// A sandbox waiting for adoption: its owner is gone (or detached it), its
 /// VM runs, and its lifetime ceiling has not passed.

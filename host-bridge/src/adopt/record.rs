@@ -26,6 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use airlock_atomic_file::Mode;
 use serde::{Deserialize, Serialize};
 
+use super::error::RecordError;
 use crate::saved::SavedVm;
 use crate::state_dir::owner::ProcessId;
 
@@ -34,44 +35,6 @@ pub const ADOPT_FILE: &str = "adopt.json";
 
 /// The record format this library writes and reads.
 pub(crate) const RECORD_VERSION: u32 = 1;
-
-/// Errors reading or writing an adoption record.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RecordError {
-    #[error("cannot read {path}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot write {path}")]
-    Write {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path} is not an adoption record")]
-    Parse {
-        path: PathBuf,
-        #[source]
-        source: serde_json::Error,
-    },
-    #[error(
-        "{path} has record version {version}, not {RECORD_VERSION}; adopt it with the airlock \
-         that wrote it"
-    )]
-    Version { path: PathBuf, version: u32 },
-    #[error("{path} is not a private file of this user (owner and mode 0600); refusing it")]
-    NotPrivate { path: PathBuf },
-}
-
-impl RecordError {
-    /// The record does not exist: the sandbox is not adoptable.
-    pub fn is_missing(&self) -> bool {
-        matches!(self, RecordError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
-    }
-}
 
 /// What `adopt.json` says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -267,6 +230,7 @@ impl AdoptRecord {
             return Err(RecordError::Version {
                 path,
                 version: record.version,
+                expected: RECORD_VERSION,
             });
         }
         Ok(record)

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::error::Reason;
+
 /// A host-side file transfer error (the agent's refusals are
 /// [`crate::Error::Agent`]).
 #[derive(Debug, thiserror::Error)]
@@ -35,11 +37,19 @@ pub enum FsError {
     #[error("invalid tar stream from the guest")]
     BadTar(#[source] std::io::Error),
     /// A guest path leads through more symlinks than a download follows.
-    #[error("{}: more than {} symlinks on the way to a file", .0.display(), super::tree::MAX_SYMLINKS)]
-    SymlinkLoop(PathBuf),
+    #[error("{}: more than {limit} symlinks on the way to a file", path.display())]
+    SymlinkLoop {
+        /// The guest path.
+        path: PathBuf,
+        /// How many a download follows.
+        limit: usize,
+    },
     /// A worker task died.
-    #[error("file transfer worker failed: {0}")]
-    Worker(String),
+    #[error("file transfer worker failed")]
+    Worker(#[source] tokio::task::JoinError),
+    /// The tar stream being unpacked failed (its error, as it displays).
+    #[error("the tar stream failed: {0}")]
+    Stream(String),
 }
 
 impl FsError {
@@ -52,6 +62,21 @@ impl FsError {
             op,
             path: path.into(),
             source,
+        }
+    }
+}
+
+impl FsError {
+    /// What this error is about (see [`Reason`]).
+    pub fn reason(&self) -> Reason {
+        match self {
+            FsError::EscapingEntry { .. } | FsError::NonUtf8Path(_) => Reason::Invalid,
+            FsError::NotADirectory(_) => Reason::GuestRefused,
+            FsError::Local { .. }
+            | FsError::BadTar(_)
+            | FsError::SymlinkLoop { .. }
+            | FsError::Worker(_)
+            | FsError::Stream(_) => Reason::Internal,
         }
     }
 }

@@ -31,7 +31,7 @@ pub fn pack(dir: PathBuf) -> impl Stream<Item = Result<Bytes, FsError>> + Send +
         match builder.await {
             Ok(Ok(())) => None,
             Ok(Err(error)) => Some(Err(error)),
-            Err(joined) => Some(Err(FsError::Worker(joined.to_string()))),
+            Err(joined) => Some(Err(FsError::Worker(joined))),
         }
     })
     .filter_map(futures::future::ready);
@@ -59,15 +59,13 @@ where
                 }
             }
             Err(error) => {
-                failure = Some(FsError::Worker(format!("the tar stream failed: {error}")));
+                failure = Some(FsError::Stream(error.to_string()));
                 break;
             }
         }
     }
     drop(tx);
-    let extracted = extractor
-        .await
-        .map_err(|e| FsError::Worker(e.to_string()))?;
+    let extracted = extractor.await.map_err(FsError::Worker)?;
     if let Some(error) = failure {
         return Err(error);
     }

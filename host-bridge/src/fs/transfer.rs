@@ -49,7 +49,7 @@ impl Files {
             .await;
         builder
             .await
-            .map_err(|e| Error::from(FsError::Worker(e.to_string())))??;
+            .map_err(|e| Error::from(FsError::Worker(e)))??;
         Ok(answer
             .map_err(|s| Error::agent("Files.UploadTar", s))?
             .into_inner()
@@ -171,7 +171,7 @@ pub(super) async fn extract_stream(
     drop(tx);
     let extracted = extractor
         .await
-        .map_err(|e| Error::from(FsError::Worker(e.to_string())))?;
+        .map_err(|e| Error::from(FsError::Worker(e)))?;
     if let Some(e) = failure {
         return Err(e);
     }

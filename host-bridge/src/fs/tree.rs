@@ -32,7 +32,11 @@ impl Files {
                 None => PathBuf::from(target),
             };
         }
-        Err(FsError::SymlinkLoop(path.as_ref().to_owned()).into())
+        Err(FsError::SymlinkLoop {
+            path: path.as_ref().to_owned(),
+            limit: MAX_SYMLINKS,
+        }
+        .into())
     }
 
     /// Metadata of a guest path (a final symlink is not followed).

@@ -26,8 +26,9 @@ use tonic::transport::Channel;
 use tonic::Status;
 use tower::{Service, ServiceExt};
 
-use super::vm::{CallEpoch, CallGuard, Unavailable, VmShared};
+use super::vm::{CallEpoch, CallGuard, VmShared};
 use super::PausedCalls;
+use super::Unavailable;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -12,8 +12,12 @@
 //!   flight (what "idle" means), and holds calls back while the VM is paused.
 //! - `meter`: wall, running and guest CPU time.
 //! - `recorded`: the policies to and from an adoption record's form.
+//! - `error`: `Unavailable`, why a call was not let through (an ended,
+//!   paused or saved sandbox), which `Error::agent` turns back into an
+//!   [`Error`](crate::Error); `SnapshotProblem`; `ClockError`.
 
 pub(crate) mod channel;
+mod error;
 mod meter;
 mod recorded;
 pub(crate) mod vm;
@@ -22,6 +26,7 @@ pub(crate) mod watchdog;
 use std::fmt;
 use std::time::Duration;
 
+pub(crate) use error::{ClockError, SnapshotProblem, Unavailable};
 pub use meter::SandboxUsage;
 
 /// Where a sandbox is in its life.

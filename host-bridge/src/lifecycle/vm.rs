@@ -22,7 +22,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit};
 use tonic::transport::Channel;
 
 use super::meter::SandboxUsage;
-use super::{EndReason, PausedCalls, SandboxState};
+use super::{ClockError, EndReason, PausedCalls, SandboxState, Unavailable};
 use airlock_proto::Feature;
 
 use crate::error::{Error, Result};
@@ -41,31 +41,6 @@ pub(crate) use persist::{relaunch, Persistence};
 const CONSOLE_TAIL_BYTES: usize = 4096;
 /// How long the clock push after a resume may take.
 const SET_CLOCK_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Why a call was not let through to the agent. Carried as the source of
-/// the call's status, and turned back into [`Error::SandboxEnded`],
-/// [`Error::Paused`] and the like by `Error::agent`.
-#[derive(Debug, Clone, thiserror::Error)]
-pub(crate) enum Unavailable {
-    #[error("the sandbox has ended: {0}")]
-    Ended(EndReason),
-    #[error("the sandbox is paused")]
-    Paused,
-    #[error(
-        "the sandbox was saved to disk while the call was open (its VM process ended); \
-         the next call restores it"
-    )]
-    SavedDuringCall,
-    #[error(
-        "the sandbox was forked while the call was open (the fork's snapshot ended its \
-         connection); the sandbox runs on, and the call can be made again"
-    )]
-    ForkedDuringCall,
-    /// The sandbox was on disk or paused, and starting it again for the
-    /// call failed (the cause, formatted).
-    #[error("resuming the sandbox for the call failed: {0}")]
-    ResumeFailed(String),
-}
 
 /// Where a VM's life was when a call began: its saves to disk, and the
 /// connections ended for a snapshot.
@@ -438,13 +413,13 @@ impl VmShared {
             return;
         }
         if let Err(error) = self.set_clock(SET_CLOCK_TIMEOUT).await {
-            tracing::warn!(error, "guest clock not set");
+            tracing::warn!(error = %crate::error_chain(&error), "guest clock not set");
         }
     }
 
     /// Sets the guest's clock to the host's wall-clock time, or says why
     /// it could not within `timeout`.
-    async fn set_clock(&self, timeout: Duration) -> Result<(), String> {
+    async fn set_clock(&self, timeout: Duration) -> Result<(), ClockError> {
         let unix_nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
@@ -458,8 +433,8 @@ impl VmShared {
                 );
                 Ok(())
             }
-            Ok(Err(status)) => Err(status.to_string()),
-            Err(_) => Err(format!("no answer within {timeout:?}")),
+            Ok(Err(status)) => Err(ClockError::Refused(status)),
+            Err(_) => Err(ClockError::NoAnswer(timeout)),
         }
     }
 

@@ -11,6 +11,7 @@
 //! - `pool`: the warm pool's state: its frozen members, the fills in
 //!   flight, and when to top it up.
 //! - `refill`: the background tasks that keep the pool full.
+//! - `error`: [`PoolError`] and [`WarmUpError`].
 //! - `warm_up`: what each member runs before it is frozen, and the checks
 //!   that it left no trace.
 
@@ -24,13 +25,15 @@ use crate::error::{Error, Result};
 use crate::lifecycle::{SandboxState, SandboxUsage};
 use crate::sandbox::{Sandbox, SandboxBuilder};
 
+mod error;
 mod pool;
 mod refill;
 mod warm_up;
 
+pub use error::{PoolError, WarmUpError};
 use pool::{Evicted, Pool};
-pub use pool::{PoolConfig, PoolError, PoolStatus};
-pub use warm_up::{WarmUp, WarmUpError, CHECKED_ROOTS as WARM_UP_CHECKED_ROOTS};
+pub use pool::{PoolConfig, PoolStatus};
+pub use warm_up::{WarmUp, CHECKED_ROOTS as WARM_UP_CHECKED_ROOTS};
 
 /// How long a thawed pool member's agent may take to answer before the
 /// member is discarded.

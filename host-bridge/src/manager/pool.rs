@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
-use super::warm_up::{WarmUp, WarmUpError};
+use super::warm_up::WarmUp;
 use super::SandboxInfo;
 use crate::lifecycle::SandboxState;
 use crate::sandbox::{Sandbox, SandboxBuilder};
@@ -24,31 +24,6 @@ pub(super) const PARALLEL_FILLS: usize = 2;
 /// row, up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
-
-/// Why a pool call failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PoolError {
-    /// The pool would not fit in the manager.
-    #[error("a pool of {size} does not fit in a manager of at most {max} sandboxes")]
-    TooLarge { size: usize, max: usize },
-    /// [`Sandboxes::start_pooled`](crate::Sandboxes::start_pooled) on a
-    /// manager without a pool.
-    #[error("this manager has no pool; set one with Sandboxes::set_pool")]
-    NoPool,
-    /// The pool refills from tokio tasks.
-    #[error("a pool refills in the background; set it from within a tokio runtime")]
-    NoRuntime,
-    /// A member's warm-up failed; the member was discarded.
-    #[error(transparent)]
-    WarmUp(#[from] WarmUpError),
-}
-
-impl From<WarmUpError> for crate::Error {
-    fn from(error: WarmUpError) -> Self {
-        crate::Error::Pool(PoolError::WarmUp(error))
-    }
-}
 
 /// A pool's configuration, for
 /// [`Sandboxes::configure_pool`](crate::Sandboxes::configure_pool): what
@@ -378,7 +353,7 @@ mod tests {
         let order = pool.order_fill().unwrap();
         pool.fill_started(order.id, tokio::spawn(async {}));
         assert_eq!(pool.status().filling, 1);
-        let failed = Err(crate::Error::Config("no kernel".into()));
+        let failed = Err(crate::Error::Protocol("no kernel".into()));
         let drained = pool.fill_finished(order.id, order.generation, failed, now);
         assert!(drained.members.is_empty());
         let status = pool.status();
@@ -401,7 +376,7 @@ mod tests {
             pool.configure(PoolConfig::new(SandboxBuilder::default(), 1).warm_up(WarmUp::none()));
         assert_eq!(drained.fills.len(), 1);
         assert!(drained.members.is_empty() && drained.keeper.is_none());
-        let failed = Err(crate::Error::Config("stale".into()));
+        let failed = Err(crate::Error::Protocol("stale".into()));
         let _ = pool.fill_finished(old.id, old.generation, failed, Instant::now());
         assert_eq!(pool.status().last_error, None, "an old fill is not ours");
         assert_eq!(pool.status().size, 1);

@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use airlock_proto::Feature;
 
+use super::error::WarmUpError;
 use crate::error::{Error, Result};
 use crate::exec::Command;
 use crate::sandbox::Sandbox;
@@ -204,39 +205,6 @@ impl WarmUp {
         }
         Ok(())
     }
-}
-
-/// Why a pool member's warm-up failed; the member is discarded and the
-/// fill reported as failed ([`PoolStatus::last_error`](crate::PoolStatus)).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum WarmUpError {
-    /// A program could not be started or followed.
-    #[error("warm-up `{command}`")]
-    Exec {
-        command: String,
-        #[source]
-        source: Box<Error>,
-    },
-    /// A program did not exit 0.
-    #[error("warm-up `{command}` ended with {status}{stderr}; a warm-up program must succeed")]
-    Failed {
-        command: String,
-        status: String,
-        stderr: String,
-    },
-    /// A program ran past its limit and was killed.
-    #[error("warm-up `{command}` ran past {limit:?} and was killed")]
-    TimedOut { command: String, limit: Duration },
-    /// The warm-up created, changed or deleted files a user would see.
-    #[error(
-        "the warm-up changed {paths} (checked: {roots}); a warm-up may write only under its \
-         HOME and TMPDIR, which are removed after it"
-    )]
-    LeftChanges { roots: String, paths: String },
-    /// Preparing the warm-up or cleaning up after it failed.
-    #[error("preparing or checking the warm-up")]
-    Setup(#[source] Box<Error>),
 }
 
 fn setup(error: Error) -> Error {

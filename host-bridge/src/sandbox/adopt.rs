@@ -21,6 +21,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::builder::{GuestChannel, SandboxBuilder};
 use super::connect::Deadline;
+use super::error::ConfigError;
 use super::launched::Launched;
 use super::network::{recorded_options, SandboxNetwork};
 use super::parts::SandboxParts;
@@ -59,11 +60,7 @@ impl SandboxBuilder {
     pub(super) fn adoption_record(&self, parts: Recorded<'_>) -> Result<AdoptRecord> {
         let backend = match (&self.backend, parts.machine) {
             (BackendKind::Qemu, Some(machine)) => RecordedBackend::Qemu { machine },
-            (BackendKind::Qemu, None) => {
-                return Err(Error::Config(
-                    "only a QEMU sandbox on the serial channel can be adoptable".into(),
-                ))
-            }
+            (BackendKind::Qemu, None) => return Err(ConfigError::NotAdoptable.into()),
             (BackendKind::Process { agent }, _) => RecordedBackend::Process {
                 agent: agent.clone(),
             },
@@ -179,16 +176,14 @@ impl SandboxBuilder {
         let claim = Claim::take(&self.state_dir_base, id)?;
         let record = claim.record().clone();
         let builder = self.adopted(&record)?;
-        let accel: Accel = record
-            .accel
-            .parse()
-            .map_err(|e: crate::ParseAccelError| Error::Config(e.to_string()))?;
+        let accel: Accel = record.accel.parse().map_err(ConfigError::from)?;
         let workspace = match &record.workspace {
             Some(path) if !path.exists() => {
-                return Err(Error::Config(format!(
-                    "sandbox {id}: its workspace {} is gone",
-                    path.display()
-                )))
+                return Err(ConfigError::WorkspaceGone {
+                    sandbox: format!("sandbox {id}"),
+                    path: path.clone(),
+                }
+                .into())
             }
             // It exists, so no group is given.
             Some(path) => Some(Workspace::open(path, builder.workspace_bytes, None)?),

@@ -16,6 +16,7 @@ use tonic::transport::Channel;
 use super::builder::{GuestChannel, SandboxBuilder};
 use super::clone::CloneError;
 use super::connect::Deadline;
+use super::error::{ConfigError, NamedTemplateError};
 use super::launched::Launched;
 use super::network::SandboxNetwork;
 use super::parts::SandboxParts;
@@ -77,10 +78,7 @@ impl SandboxBuilder {
         // Read and checked before anything boots: a bad file is an error
         // naming it, and no VM has started.
         self.trust.resolve()?;
-        let accel = self
-            .accel
-            .resolve()
-            .map_err(|e| Error::Config(e.to_string()))?;
+        let accel = self.accel.resolve().map_err(ConfigError::from)?;
         // The lock is taken before anything starts, and lives in the Sandbox.
         let workspace = match &self.workspace {
             Some(path) => Some(Workspace::open(
@@ -106,8 +104,7 @@ impl SandboxBuilder {
             Some(reason) if self.named_template.is_some() => {
                 return Err(Error::NamedTemplate {
                     name: self.named_template.clone().unwrap_or_default(),
-                    reason: format!("cannot start from it: {reason}"),
-                    unusable: true,
+                    problem: NamedTemplateError::Refused { why: reason },
                 })
             }
             Some(reason) => {
@@ -122,11 +119,14 @@ impl SandboxBuilder {
             None => match self.launch_clone(accel, &disks, deadline).await {
                 Ok((launched, key, built)) => (launched, Origin::Clone { key, built }),
                 Err(error) if self.named_template.is_some() => {
+                    let problem = match error {
+                        CloneError::NamedMissing => NamedTemplateError::Unusable(Box::new(error)),
+                        error => NamedTemplateError::Start(Box::new(error)),
+                    };
                     return Err(Error::NamedTemplate {
                         name: self.named_template.clone().unwrap_or_default(),
-                        reason: crate::error_chain(&error),
-                        unusable: matches!(error, CloneError::NamedMissing),
-                    })
+                        problem,
+                    });
                 }
                 Err(error) => {
                     let reason = crate::error_chain(&error);
@@ -221,10 +221,7 @@ impl SandboxBuilder {
             // An agent on the host: the host's own store is not the
             // sandbox's to change.
             (Backend::Process(_), Some(_)) if !self.trust.env_decides() => {
-                return Err(Error::Config(
-                    "CA certificates are installed in a VM's guest; the process backend has none"
-                        .into(),
-                ))
+                return Err(ConfigError::ProcessBackendCa.into())
             }
             _ => None,
         };

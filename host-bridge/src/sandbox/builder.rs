@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use airlock_proto::contract::cmdline as keys;
 
+use super::error::ConfigError;
 use crate::error::{Error, Result};
 use crate::exec::Limits;
 use crate::lifecycle::{IdlePolicy, PausedCalls};
@@ -460,31 +461,26 @@ impl SandboxBuilder {
 
     pub(super) fn validate(&self) -> Result<()> {
         if self.memory_mib < 64 {
-            return Err(Error::Config(format!(
-                "memory {} MiB is too small; use at least 64",
-                self.memory_mib
-            )));
+            return Err(ConfigError::MemoryTooSmall {
+                mib: self.memory_mib,
+            }
+            .into());
         }
         if self.vcpus == 0 || self.vcpus > 255 {
-            return Err(Error::Config(format!(
-                "vcpus must be 1..=255, not {}",
-                self.vcpus
-            )));
+            return Err(ConfigError::Vcpus { vcpus: self.vcpus }.into());
         }
         let artifacts = match &self.backend {
             BackendKind::Qemu => vec![("kernel", &self.kernel), ("initramfs", &self.initramfs)],
             BackendKind::Process { agent } => {
                 if self.image.is_some() || self.workspace.is_some() || !self.serial_ports.is_empty()
                 {
-                    return Err(Error::Config(
-                        "the process backend has no disks or serial ports".into(),
-                    ));
+                    return Err(ConfigError::ProcessBackendDevices.into());
                 }
                 if !agent.is_file() {
-                    return Err(Error::Config(format!(
-                        "agent binary {} not found; build it with `cargo build -p airlock-agent`",
-                        agent.display()
-                    )));
+                    return Err(ConfigError::AgentBinaryMissing {
+                        path: agent.clone(),
+                    }
+                    .into());
                 }
                 Vec::new()
             }
@@ -506,43 +502,31 @@ impl SandboxBuilder {
             }
         }
         if self.max_lifetime == Some(Duration::ZERO) {
-            return Err(Error::Config(
-                "a maximum lifetime of zero would kill the sandbox at once; use None for no ceiling"
-                    .into(),
-            ));
+            return Err(ConfigError::ZeroLifetime.into());
         }
         if self
             .unresponsive_after
             .is_some_and(|after| after < Duration::from_secs(1))
         {
-            return Err(Error::Config(
-                "an unresponsive limit under a second would kill busy guests; use None to turn the probe off"
-                    .into(),
-            ));
+            return Err(ConfigError::UnresponsiveTooShort.into());
         }
         if self.console_log_budget < 64 * 1024 {
-            return Err(Error::Config(format!(
-                "a console log budget of {} bytes is too small to keep a useful tail; use at least 64 KiB",
-                self.console_log_budget
-            )));
+            return Err(ConfigError::ConsoleBudgetTooSmall {
+                bytes: self.console_log_budget,
+            }
+            .into());
         }
         if self.idle.is_some_and(|(after, _)| after.is_zero()) {
-            return Err(Error::Config("the idle timeout must be above zero".into()));
+            return Err(ConfigError::ZeroIdleTimeout.into());
         }
         if self.workspace.is_some() && self.image.is_none() {
-            return Err(Error::Config(
-                "a workspace needs a root image; set one with .image()".into(),
-            ));
+            return Err(ConfigError::WorkspaceWithoutImage.into());
         }
         if self.adoptable
             && self.backend == BackendKind::Qemu
             && self.channel != GuestChannel::Serial
         {
-            return Err(Error::Config(
-                "an adoptable sandbox needs the serial channel (the default); the vsock \
-                 channel cannot be adopted"
-                    .into(),
-            ));
+            return Err(ConfigError::AdoptableNeedsSerial.into());
         }
         if let Some(network) = &self.network {
             airlock_gateway::host::check_rules(
@@ -556,9 +540,7 @@ impl SandboxBuilder {
             .iter()
             .find(|(key, _)| key.is_empty() || key.contains(['=', '\0']))
         {
-            return Err(Error::Config(format!(
-                "environment variable name {key:?} is empty or holds '=' or NUL"
-            )));
+            return Err(ConfigError::EnvName { name: key.clone() }.into());
         }
         Ok(())
     }

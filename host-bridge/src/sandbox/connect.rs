@@ -116,8 +116,8 @@ async fn wait_for_announcement(
         match read_announcement(stream).await {
             Ok(()) => return Ok(Instant::now()),
             Err(error) => {
-                tracing::warn!(%error, "ignoring a malformed announcement");
-                last_error = error;
+                last_error = crate::error_chain(&error);
+                tracing::warn!(error = %last_error, "ignoring a malformed announcement");
             }
         }
     }
@@ -172,7 +172,7 @@ async fn dial_opened(
     match tokio::time::timeout(PROBE_TIMEOUT, attempt).await {
         Ok(Ok(ready)) => Ok(ready),
         Ok(Err(error)) => {
-            tracing::debug!(%error, "the first connection failed; dialling again");
+            tracing::debug!(error = %crate::error_chain(&error), "the first connection failed; dialling again");
             dial(vmm, answered, DIAL_GRACE, deadline).await
         }
         Err(_) => {
@@ -182,21 +182,38 @@ async fn dial_opened(
     }
 }
 
+/// Why an announcement on the ready socket was not the agent's.
+#[derive(Debug, thiserror::Error)]
+enum AnnouncementError {
+    #[error("the announcement did not arrive within {0:?}")]
+    Late(Duration),
+    #[error("reading the announcement")]
+    Read(#[source] std::io::Error),
+    #[error("unexpected announcement {0:?}")]
+    Unexpected(String),
+}
+
+/// Why a dial did not reach the agent.
+#[derive(Debug, thiserror::Error)]
+enum ProbeError {
+    #[error("connect")]
+    Connect(#[source] tonic::transport::Error),
+    #[error("health")]
+    Health(#[source] tonic::Status),
+}
+
 /// Reads exactly [`READY_ANNOUNCEMENT`] and the end of the stream.
-async fn read_announcement(stream: UnixStream) -> std::result::Result<(), String> {
+async fn read_announcement(stream: UnixStream) -> std::result::Result<(), AnnouncementError> {
     let mut received = Vec::with_capacity(READY_ANNOUNCEMENT.len() + 1);
     let limit = u64::try_from(READY_ANNOUNCEMENT.len() + 1).unwrap_or(u64::MAX);
     let mut stream = stream.take(limit);
     let read = stream.read_to_end(&mut received);
     match tokio::time::timeout(ANNOUNCEMENT_TIMEOUT, read).await {
-        Err(_) => Err(format!(
-            "the announcement did not arrive within {ANNOUNCEMENT_TIMEOUT:?}"
-        )),
-        Ok(Err(error)) => Err(format!("reading the announcement: {error}")),
+        Err(_) => Err(AnnouncementError::Late(ANNOUNCEMENT_TIMEOUT)),
+        Ok(Err(error)) => Err(AnnouncementError::Read(error)),
         Ok(Ok(_)) if received == READY_ANNOUNCEMENT => Ok(()),
-        Ok(Ok(_)) => Err(format!(
-            "unexpected announcement {:?}",
-            String::from_utf8_lossy(&received)
+        Ok(Ok(_)) => Err(AnnouncementError::Unexpected(
+            String::from_utf8_lossy(&received).into_owned(),
         )),
     }
 }
@@ -217,7 +234,7 @@ async fn dial(
         let attempt = probe(transport.clone(), None);
         let last_error = match tokio::time::timeout(PROBE_TIMEOUT, attempt).await {
             Ok(Ok(ready)) => return Ok(ready),
-            Ok(Err(error)) => error,
+            Ok(Err(error)) => crate::error_chain(&error),
             Err(_) => format!("no answer within {PROBE_TIMEOUT:?}"),
         };
         tracing::debug!(%last_error, "the announced agent did not answer yet");
@@ -239,17 +256,17 @@ async fn dial(
 async fn probe(
     transport: AgentTransport,
     opened: Option<AgentStream>,
-) -> std::result::Result<Reached, String> {
+) -> std::result::Result<Reached, ProbeError> {
     let quiesce = Quiesce::default();
     let channel = transport
         .channel_quiesced(opened, quiesce.clone())
         .await
-        .map_err(|e| format!("connect: {}", crate::error_chain(&e)))?;
+        .map_err(ProbeError::Connect)?;
     let health = HealthClient::new(channel.clone())
         .capped()
         .check(CheckRequest {})
         .await
-        .map_err(|status| format!("health: {status}"))?
+        .map_err(ProbeError::Health)?
         .into_inner();
     Ok(Reached {
         channel,
@@ -276,7 +293,10 @@ mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
 
-    async fn announce(bytes: &'static [u8], close: bool) -> std::result::Result<(), String> {
+    async fn announce(
+        bytes: &'static [u8],
+        close: bool,
+    ) -> std::result::Result<(), AnnouncementError> {
         let (host, mut guest) = UnixStream::pair().unwrap();
         tokio::spawn(async move {
             guest.write_all(bytes).await.unwrap();
@@ -293,7 +313,8 @@ mod tests {
 
     #[tokio::test]
     async fn the_exact_announcement_is_accepted() {
-        assert_eq!(announce(READY_ANNOUNCEMENT, true).await, Ok(()));
+        let answer = announce(READY_ANNOUNCEMENT, true).await;
+        assert!(answer.is_ok(), "{answer:?}");
     }
 
     #[tokio::test]
@@ -304,14 +325,14 @@ mod tests {
             b"airlock-agent ready\nmore",
             b"hello\n",
         ] {
-            let error = announce(bytes, true).await.unwrap_err();
+            let error = announce(bytes, true).await.unwrap_err().to_string();
             assert!(error.contains("unexpected announcement"), "{error}");
         }
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_silent_guest_times_out() {
-        let error = announce(b"airlock", false).await.unwrap_err();
+        let error = announce(b"airlock", false).await.unwrap_err().to_string();
         assert!(error.contains("did not arrive"), "{error}");
     }
 }

@@ -10,6 +10,7 @@ use airlock_proto::Feature;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
+use super::error::ConfigError;
 use super::Sandbox;
 use crate::error::{Error, Result};
 use crate::transport::CapMessages;
@@ -26,7 +27,7 @@ impl Sandbox {
     pub async fn connect_port(&self, port: u16) -> Result<GuestPort> {
         self.features.require(Feature::Dial)?;
         if port == 0 {
-            return Err(Error::Config("port 0 is not a guest port".to_owned()));
+            return Err(ConfigError::PortZero.into());
         }
         let (to_guest, requests) = mpsc::channel(TO_GUEST_DEPTH);
         let open = DialFromHost {

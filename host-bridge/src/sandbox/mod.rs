@@ -62,6 +62,7 @@ mod builder;
 mod clone;
 mod connect;
 mod dial;
+mod error;
 mod fork;
 mod launched;
 mod named;
@@ -77,6 +78,7 @@ pub use builder::{
     DEFAULT_UNRESPONSIVE_AFTER,
 };
 pub(crate) use clone::WARM_UP as TEMPLATE_WARM_UP;
+pub use error::{ConfigError, NamedTemplateError};
 pub use started::{BootTimings, Origin};
 
 /// A running microVM with the Airlock agent as PID 1.
@@ -301,9 +303,7 @@ impl Sandbox {
     /// guest listens on (the agent's own port is taken by gRPC).
     pub async fn connect_vsock(&self, port: u32) -> Result<tokio::net::UnixStream> {
         let AgentTransport::HybridVsock { uds, .. } = self.vm.transport() else {
-            return Err(Error::Config(format!(
-                "vsock port {port}: this backend has no guest vsock ports"
-            )));
+            return Err(ConfigError::NoVsockPorts { port }.into());
         };
         transport::connect_hybrid(uds, port)
             .await

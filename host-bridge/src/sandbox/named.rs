@@ -13,12 +13,14 @@ use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
 use crate::error::{Error, Result};
+use crate::lifecycle::SnapshotProblem;
 use crate::template::{NamedTemplate, Template, TemplateStore};
 use crate::vmm::{self, Backend, GuestMemory};
 
 use super::builder::SandboxBuilder;
 use super::clone::{disconnect, warm_up};
 use super::connect::{connect_agent, Deadline};
+use super::error::ConfigError;
 
 /// How long a build waits for another build of the same snapshot.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(600);
@@ -66,26 +68,20 @@ impl SandboxBuilder {
         Fut: Future<Output = std::result::Result<T, E>>,
     {
         self.validate()?;
-        let accel = self
-            .accel
-            .resolve()
-            .map_err(|e| Error::Config(e.to_string()))?;
-        let failed = |detail: String| Error::Snapshot {
-            what: "making the template's snapshot",
-            detail,
+        let accel = self.accel.resolve().map_err(ConfigError::from)?;
+        let failed = |source: Box<dyn std::error::Error + Send + Sync>| {
+            Error::snapshot("making the template's snapshot", source)
         };
-        let inputs = self
-            .template_inputs(accel)
-            .map_err(|e| failed(crate::error_chain(&e)))?;
+        let inputs = self.template_inputs(accel).map_err(|e| failed(e.into()))?;
         let key = inputs.key();
         let store = TemplateStore::new(&self.template_dir);
         let lock = store
             .lock(&key, LOCK_TIMEOUT)
             .await
-            .map_err(|e| failed(crate::error_chain(&e)))?;
+            .map_err(|e| failed(e.into()))?;
         let building = store
             .begin(&key, u64::from(self.memory_mib) << 20, &lock)
-            .map_err(|e| failed(crate::error_chain(&e)))?;
+            .map_err(|e| failed(e.into()))?;
         let memory = GuestMemory::File {
             path: building.memory_path(),
             shared: true,
@@ -112,22 +108,20 @@ impl SandboxBuilder {
         warm_up(&reached.channel).await;
         disconnect(reached.channel).await;
         let saved = async {
-            let state = building
-                .create_state()
-                .map_err(|e| failed(crate::error_chain(&e)))?;
+            let state = building.create_state().map_err(|e| failed(e.into()))?;
             let Backend::Qemu(vm) = &mut vmm else {
-                return Err(failed("the process backend has no VM to snapshot".into()));
+                return Err(failed(SnapshotProblem::NoVm.into()));
             };
             vmm::snapshot::save_template(vm.qmp_socket(), &state)
                 .await
-                .map_err(|e| failed(crate::error_chain(&e)))
+                .map_err(|e| failed(e.into()))
         }
         .await;
         vmm.kill();
         saved?;
         let template = building
             .commit(inputs, reached.health.agent_version)
-            .map_err(|e| failed(crate::error_chain(&e)))?;
+            .map_err(|e| failed(e.into()))?;
         Ok(Ok((template, prepared)))
     }
 }

@@ -25,6 +25,7 @@ use airlock_gateway::policy::{NetRule, NetworkPolicy};
 use airlock_gateway::secrets::{CaParts, SandboxCa, Secret, Secrets};
 use airlock_gateway::{CarrierPool, Gateway, GatewayError, NetworkOptions, GATEWAY_ADDR};
 
+use super::error::ConfigError;
 use super::Sandbox;
 
 /// The network half of a running sandbox.
@@ -163,8 +164,11 @@ impl SandboxNetwork {
 }
 
 /// Why a recorded network could not be made again.
-fn unusable(what: String) -> Error {
-    Error::Config(format!("the adoption record's network: {what}"))
+fn unusable(
+    what: impl Into<String>,
+    source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> Error {
+    ConfigError::recorded_network(what, source).into()
 }
 
 /// The options a recorded network describes, with `base`'s resolver (the
@@ -179,7 +183,7 @@ pub(super) fn recorded_options(
         .iter()
         .map(|rule| {
             rule.parse::<NetRule>()
-                .map_err(|error| unusable(format!("rule {rule:?}: {error}")))
+                .map_err(|error| unusable(format!("rule {rule:?}"), error))
         })
         .collect::<Result<Vec<_>>>()?;
     let upstream_roots = recorded
@@ -189,7 +193,7 @@ pub(super) fn recorded_options(
             base64::engine::general_purpose::STANDARD
                 .decode(root)
                 .map(CertificateDer::from)
-                .map_err(|error| unusable(format!("an upstream root: {error}")))
+                .map_err(|error| unusable("an upstream root", error))
         })
         .collect::<Result<Vec<_>>>()?;
     let secrets = recorded_secrets(recorded)?
@@ -220,7 +224,7 @@ fn recorded_secrets(recorded: &RecordedNetwork) -> Result<Vec<(Secret, String)>>
         .map(|kept| {
             Secret::new(kept.name.clone(), kept.value.0.clone())
                 .map(|secret| (secret.hosts(&kept.hosts), kept.placeholder.clone()))
-                .map_err(|error| unusable(error.to_string()))
+                .map_err(|error| unusable(format!("secret {}", kept.name), error))
         })
         .collect()
 }
@@ -246,12 +250,9 @@ fn recorded_gateway(recorded: &RecordedNetwork, options: NetworkOptions) -> Resu
 
 impl Sandbox {
     fn network_on(&self) -> Result<&SandboxNetwork> {
-        self.network.as_ref().ok_or_else(|| {
-            Error::Config(
-                "this sandbox has no network; start it with SandboxBuilder::network or allow_net"
-                    .to_owned(),
-            )
-        })
+        self.network
+            .as_ref()
+            .ok_or_else(|| Error::from(ConfigError::NoNetwork))
     }
 
     /// Every allowed and refused connection and DNS query so far (the
@@ -337,17 +338,17 @@ mod tests {
             .policy(NetworkPolicy::from_rules([
                 "api.test:443"
                     .parse::<NetRule>()
-                    .map_err(|e| unusable(e.to_string()))?,
+                    .map_err(|e| unusable("the test network", e))?,
                 "127.0.0.1"
                     .parse::<NetRule>()
-                    .map_err(|e| unusable(e.to_string()))?,
+                    .map_err(|e| unusable("the test network", e))?,
                 "[::1]:8080"
                     .parse::<NetRule>()
-                    .map_err(|e| unusable(e.to_string()))?,
+                    .map_err(|e| unusable("the test network", e))?,
             ]))
             .secret(
                 Secret::new("API_TOKEN", "real-value")
-                    .map_err(|e| unusable(e.to_string()))?
+                    .map_err(|e| unusable("the test network", e))?
                     .host("api.test"),
             )
             .max_connections(12);

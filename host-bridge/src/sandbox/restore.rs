@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::saved::SavedStore;
 use crate::state_dir;
 use crate::workspace::Workspace;
@@ -15,6 +15,7 @@ use crate::Accel;
 
 use super::boot::{Assembly, Machine};
 use super::builder::SandboxBuilder;
+use super::error::ConfigError;
 use super::started::Origin;
 use super::Sandbox;
 
@@ -43,17 +44,14 @@ impl SandboxBuilder {
         let begin = Instant::now();
         let store = SavedStore::new(&self.saved_dir);
         let record = store.record(id)?;
-        let accel: Accel = record
-            .vm
-            .accel
-            .parse()
-            .map_err(|e: crate::ParseAccelError| Error::Config(e.to_string()))?;
+        let accel: Accel = record.vm.accel.parse().map_err(ConfigError::from)?;
         let workspace = match &record.workspace {
             Some(path) if !path.exists() => {
-                return Err(Error::Config(format!(
-                    "saved sandbox {id}: its workspace {} is gone",
-                    path.display()
-                )))
+                return Err(ConfigError::WorkspaceGone {
+                    sandbox: format!("saved sandbox {id}"),
+                    path: path.clone(),
+                }
+                .into())
             }
             // It exists, so no group is given.
             Some(path) => Some(Workspace::open(path, self.workspace_bytes, None)?),

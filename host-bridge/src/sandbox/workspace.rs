@@ -4,7 +4,8 @@
 //! user, so that an unprivileged QEMU can use the disk.
 
 use super::builder::SandboxBuilder;
-use crate::error::{Error, Result};
+use super::error::ConfigError;
+use crate::error::Result;
 use crate::vmm::BackendKind;
 use crate::workspace::Workspace;
 use crate::Accel;
@@ -25,19 +26,14 @@ impl SandboxBuilder {
     /// 0660, when the VMM runs as another user). Returns whether it made
     /// the file; a workspace that is there already is checked to hold ext4
     /// and left as it is. Nothing stays locked afterwards. Fails with
-    /// [`Error::Config`] when the builder has no workspace, and
+    /// [`ConfigError::NoWorkspace`] when the builder has no workspace, and
     /// [`WorkspaceError::Busy`](crate::WorkspaceError::Busy) while a sandbox
     /// holds it.
     pub fn create_workspace(&self) -> Result<bool> {
         let Some(path) = &self.workspace else {
-            return Err(Error::Config(
-                "no workspace to create; set one with .workspace()".into(),
-            ));
+            return Err(ConfigError::NoWorkspace.into());
         };
-        let accel = self
-            .accel
-            .resolve()
-            .map_err(|e| Error::Config(e.to_string()))?;
+        let accel = self.accel.resolve().map_err(ConfigError::from)?;
         let workspace = Workspace::open(path, self.workspace_bytes, self.workspace_group(accel))?;
         Ok(workspace.created())
     }

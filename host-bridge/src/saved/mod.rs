@@ -3,6 +3,7 @@
 //! restored into a new QEMU process on the next call, also by another
 //! process after the first one (or the host) restarted.
 //!
+//! - `error`: [`SavedError`].
 //! - `file`: one snapshot file, its checked header and atomic writing.
 //! - `store`: [`SavedStore`], the directory of saved sandboxes: records,
 //!   generations (the newest two are kept, and a load falls back from a
@@ -11,12 +12,14 @@
 //! Saving and restoring the VM itself is `vmm::snapshot`; when a sandbox is
 //! saved and restored is `lifecycle::vm`.
 
+mod error;
 mod file;
 mod store;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
+pub use error::SavedError;
 pub(crate) use file::{open as open_snapshot, Writing};
 pub use file::{SnapshotHeader, SNAPSHOT_FORMAT};
 pub(crate) use store::{unix_ms, GoodSnapshot};
@@ -45,38 +48,4 @@ pub struct Restored {
     pub refused: Vec<String>,
     /// From the new VM process's start until the guest ran again.
     pub took: Duration,
-}
-
-/// Errors of saved sandboxes.
-#[derive(Debug, thiserror::Error)]
-pub enum SavedError {
-    #[error("i/o on {path}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("snapshot {path} refused: {reason}")]
-    Corrupt { path: PathBuf, reason: String },
-    #[error("cannot encode a snapshot's header or record: {0}")]
-    Encode(String),
-    #[error("no saved sandbox {id}")]
-    NotSaved { id: String },
-    #[error("snapshot {path} was written by QEMU {written_by}; this host runs QEMU {here}")]
-    OtherQemu {
-        path: PathBuf,
-        written_by: String,
-        here: String,
-    },
-    #[error("sandbox {id} has no snapshot that passes its checks: {reasons}")]
-    NoGoodSnapshot { id: String, reasons: String },
-}
-
-impl SavedError {
-    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SavedError + '_ {
-        move |source| SavedError::Io {
-            path: path.to_owned(),
-            source,
-        }
-    }
 }

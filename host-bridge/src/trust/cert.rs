@@ -9,7 +9,7 @@
 //! it came from (a path, or "the PEM text") and what to give instead.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use base64::Engine;
 use rustls::pki_types::CertificateDer;
@@ -18,157 +18,11 @@ use x509_parser::time::ASN1Time;
 
 use airlock_proto::contract::trust::{MAX_ROOTS, MAX_ROOT_BYTES};
 
+use super::error::CaCertError;
+use super::origin::Origin;
+
 /// The most bytes of PEM read from one file.
 const MAX_PEM_BYTES: u64 = 8 << 20;
-
-/// Where certificates came from, for messages.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Origin {
-    /// A file.
-    File(PathBuf),
-    /// Text given as such (an API request, say).
-    Text,
-    /// The host's system store, this file of it.
-    HostStore(PathBuf),
-}
-
-impl fmt::Display for Origin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Origin::File(path) => write!(f, "{}", path.display()),
-            Origin::Text => f.write_str("the PEM text"),
-            Origin::HostStore(path) => write!(f, "the host's trust store {}", path.display()),
-        }
-    }
-}
-
-/// A certificate that cannot be trusted as given.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum CaCertError {
-    /// The file could not be read.
-    #[error("cannot read {path}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The file is larger than any certificate file.
-    #[error("{origin} is {bytes} bytes, too large for a file of CA certificates")]
-    TooLarge {
-        /// Where.
-        origin: Origin,
-        /// Its size.
-        bytes: u64,
-    },
-    /// No PEM certificate at all.
-    #[error(
-        "{origin} holds no PEM certificate (a block starting -----BEGIN CERTIFICATE-----){hint}"
-    )]
-    NoCertificate {
-        /// Where.
-        origin: Origin,
-        /// What it looks like instead, if that can be told.
-        hint: &'static str,
-    },
-    /// A private key where a certificate belongs.
-    #[error(
-        "{origin} holds a private key (-----BEGIN {label}-----); give only the CA's \
-         certificate (-----BEGIN CERTIFICATE-----), never a key"
-    )]
-    PrivateKey {
-        /// Where.
-        origin: Origin,
-        /// The PEM label.
-        label: String,
-    },
-    /// Another kind of PEM block.
-    #[error("{origin} holds a {label}, not a certificate; give the CA's certificate")]
-    OtherBlock {
-        /// Where.
-        origin: Origin,
-        /// The PEM label.
-        label: String,
-    },
-    /// A block that is not valid PEM or not an X.509 certificate.
-    #[error("certificate {index} in {origin} is not a valid X.509 certificate: {detail}")]
-    Malformed {
-        /// Where.
-        origin: Origin,
-        /// Its place among the file's certificates, from 1.
-        index: usize,
-        /// What is wrong.
-        detail: String,
-    },
-    /// The certificate has expired.
-    #[error(
-        "certificate {index} in {origin} ({subject}) expired on {not_after}; \
-         give the CA's current certificate"
-    )]
-    Expired {
-        /// Where.
-        origin: Origin,
-        /// Its place among the file's certificates, from 1.
-        index: usize,
-        /// Its subject.
-        subject: String,
-        /// When it expired.
-        not_after: String,
-    },
-    /// The certificate is not valid yet.
-    #[error(
-        "certificate {index} in {origin} ({subject}) is not valid before {not_before}; \
-         check the host's clock or give the CA's current certificate"
-    )]
-    NotYetValid {
-        /// Where.
-        origin: Origin,
-        /// Its place among the file's certificates, from 1.
-        index: usize,
-        /// Its subject.
-        subject: String,
-        /// When it becomes valid.
-        not_before: String,
-    },
-    /// A certificate issued by a CA for something else (a server, say).
-    #[error(
-        "certificate {index} in {origin} ({subject}) is not a CA certificate: it was issued \
-         by {issuer}; give that CA's certificate instead"
-    )]
-    NotACa {
-        /// Where.
-        origin: Origin,
-        /// Its place among the file's certificates, from 1.
-        index: usize,
-        /// Its subject.
-        subject: String,
-        /// Its issuer.
-        issuer: String,
-    },
-    /// rustls does not take the certificate as a trust anchor.
-    #[error("certificate {index} in {origin} ({subject}) cannot be used as a root")]
-    Unusable {
-        /// Where.
-        origin: Origin,
-        /// Its place among the file's certificates, from 1.
-        index: usize,
-        /// Its subject.
-        subject: String,
-        /// What rustls said.
-        #[source]
-        source: Box<rustls::Error>,
-    },
-    /// More certificates than a guest takes.
-    #[error("{origin} holds {count} certificates; a sandbox takes at most {MAX_ROOTS}")]
-    TooMany {
-        /// Where.
-        origin: Origin,
-        /// How many.
-        count: usize,
-    },
-}
 
 /// A CA certificate that a sandbox's guest trusts besides (or instead of)
 /// its image's roots, and that the host trusts when it checks the servers

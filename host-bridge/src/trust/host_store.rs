@@ -6,7 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::cert::{parse_pem, read_limited, CaCert, CaCertError, Origin, Strictness};
+use super::cert::{parse_pem, read_limited, CaCert, Strictness};
+use super::error::{HostStoreError, NoHostStore};
+use super::origin::Origin;
 
 /// Where OpenSSL looks for the bundle unless told otherwise.
 const BUNDLE_ENV: &str = "SSL_CERT_FILE";
@@ -21,28 +23,6 @@ const CANDIDATES: [&str; 6] = [
     "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
     "/etc/ssl/cert.pem",
 ];
-
-/// The host has no bundle where one is looked for.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "this host has no system trust store (looked at {tried}); install Debian's ca-certificates, \
-     or set SSL_CERT_FILE to a bundle"
-)]
-pub struct NoHostStore {
-    /// The places looked at.
-    pub tried: String,
-}
-
-/// Why the host's roots could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum HostStoreError {
-    /// No bundle.
-    #[error(transparent)]
-    Missing(#[from] NoHostStore),
-    /// The bundle could not be read, or holds no certificate.
-    #[error(transparent)]
-    Bundle(#[from] CaCertError),
-}
 
 /// Every root of the host's system store.
 pub fn host_roots() -> Result<Vec<CaCert>, HostStoreError> {

@@ -17,50 +17,21 @@
 //! hosts against.
 
 mod cert;
+mod error;
 mod host_store;
+mod origin;
 
 use std::sync::Arc;
 
 use airlock_proto::contract::trust::{MAX_ROOTS, MAX_TOTAL_BYTES};
 
-pub use cert::{CaCert, CaCertError, Origin};
-pub use host_store::{host_roots, HostStoreError, NoHostStore};
-
-/// The environment variable that gives every start its CA certificates
-/// unless the builder was given some: PEM files separated by `:`, and
-/// `host` for the host's system store (as
-/// [`trust_host_roots`](crate::SandboxBuilder::trust_host_roots)). Empty
-/// or unset: none.
-pub const CA_CERTS_ENV: &str = "AIRLOCK_CA_CERTS";
+pub use cert::CaCert;
+pub use error::{CaCertError, HostStoreError, NoHostStore, TrustError};
+pub use host_store::host_roots;
+pub use origin::{Origin, CA_CERTS_ENV};
 
 /// The entry of [`CA_CERTS_ENV`] that stands for the host's store.
 const HOST_ENTRY: &str = "host";
-
-/// The roots of a start could not be gathered.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum TrustError {
-    /// A certificate that cannot be trusted.
-    #[error(transparent)]
-    Cert(#[from] CaCertError),
-    /// The host's store could not be read.
-    #[error(transparent)]
-    HostStore(#[from] HostStoreError),
-    /// What [`CA_CERTS_ENV`] names cannot be used.
-    #[error("{CA_CERTS_ENV}: {0}")]
-    FromEnv(Box<TrustError>),
-    /// More than a guest takes.
-    #[error(
-        "{count} CA certificates of {bytes} bytes are more than a sandbox takes \
-         (at most {MAX_ROOTS} of {MAX_TOTAL_BYTES} bytes together)"
-    )]
-    TooMany {
-        /// How many.
-        count: usize,
-        /// Their size together (DER).
-        bytes: usize,
-    },
-}
 
 /// The roots a guest is given at start.
 #[derive(Debug, Clone, PartialEq, Eq)]

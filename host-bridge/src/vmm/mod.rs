@@ -35,6 +35,7 @@
 mod binaries;
 mod child;
 mod cpu_time;
+mod error;
 mod handle;
 mod log_file;
 mod process;
@@ -51,6 +52,7 @@ use tokio::net::UnixListener;
 
 use crate::transport::AgentTransport;
 
+pub use error::VmmError;
 pub(crate) use handle::{Exited, VmmProcess};
 pub(crate) use process::ProcessVm;
 pub(crate) use qemu::{
@@ -59,71 +61,6 @@ pub(crate) use qemu::{
 pub(crate) use qemu_vm::{QemuVm, VmPaths};
 pub(crate) use snapshot::SnapshotError;
 pub use user::VmmUser;
-
-/// Errors starting or controlling the VMM processes.
-#[derive(Debug, thiserror::Error)]
-pub enum VmmError {
-    #[error("{name} not found (set {env} or {hint})")]
-    ProgramNotFound {
-        name: &'static str,
-        env: &'static str,
-        hint: &'static str,
-    },
-    #[error("cannot start {program}")]
-    Spawn {
-        program: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot create {path}")]
-    LogFile {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("vhost-device-vsock did not create {socket} within {timeout:?}; its log:\n{log}")]
-    DeviceNotReady {
-        socket: PathBuf,
-        timeout: Duration,
-        log: String,
-    },
-    #[error("the vsock device exited ({status}); its log:\n{log}")]
-    DeviceExited { status: String, log: String },
-    #[error("QEMU has already exited")]
-    Exited,
-    #[error("cannot tell the version of {program} from {output:?}")]
-    Version { program: PathBuf, output: String },
-    #[error("cannot signal QEMU")]
-    Signal(#[source] nix::Error),
-    #[error("cannot take over the VMM process")]
-    Adopt(#[source] std::io::Error),
-    #[error("waiting for a VMM process")]
-    Wait(#[source] std::io::Error),
-    #[error("running the VMM as uid {uid} needs root; use VmmUser::Caller")]
-    UserNeedsRoot { uid: u32 },
-    #[error(
-        "the VMM user (uid {uid}, gid {gid}) cannot {access} {path}; give it access \
-         (and to the directories above) or choose another VMM user"
-    )]
-    UserCannotReach {
-        uid: u32,
-        gid: u32,
-        path: PathBuf,
-        access: &'static str,
-    },
-    #[error("cannot listen on {path} for the agent's announcement")]
-    ReadySocket {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot prepare the state directory {path} for the VMM")]
-    StateDir {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// The QEMU binary this host runs.
 pub(crate) fn locate_qemu() -> Result<PathBuf, VmmError> {

@@ -33,7 +33,7 @@ fn parse(field: &str, rules: &[String]) -> Result<Vec<NetRule>, Status> {
 /// The policy in force, or NO_NETWORK for a sandbox created without one.
 fn policy_of(sandbox: &Sandbox) -> Result<NetworkPolicy, Status> {
     sandbox.network_policy().map_err(|error| match error {
-        airlock::Error::Config(_) => no_network(sandbox.id()),
+        airlock::Error::Config(airlock::ConfigError::NoNetwork) => no_network(sandbox.id()),
         other => error_status(&other),
     })
 }

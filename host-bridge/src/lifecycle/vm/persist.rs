@@ -33,6 +33,7 @@ use airlock_proto::v1::CheckRequest;
 
 use super::{lock, CutFor, SandboxState, VmShared};
 use crate::error::{Error, Result};
+use crate::lifecycle::SnapshotProblem;
 use crate::saved::{
     self, unix_ms, GoodSnapshot, Restored, SavedRecord, SavedStore, SavedUsage, SavedVm,
     SnapshotHeader, Writing, SNAPSHOT_FORMAT,
@@ -229,10 +230,7 @@ impl VmShared {
             }),
             Err(error) => {
                 self.run_again(persistence, frozen).await;
-                Err(Error::Snapshot {
-                    what: "saving the VM",
-                    detail: crate::error_chain(&error),
-                })
+                Err(Error::snapshot("saving the VM", error))
             }
         }
     }
@@ -278,10 +276,7 @@ impl VmShared {
         // The agent goes back to waiting for an opening; the next call
         // opens a connection.
         drop(opening_only);
-        resumed.map_err(|error| Error::Snapshot {
-            what: "running the VM again after saving it",
-            detail: crate::error_chain(&error),
-        })?;
+        resumed.map_err(|error| Error::snapshot("running the VM again after saving it", error))?;
         // The guest's clock stood still while it was stopped.
         if !frozen && self.push_clock {
             self.push_clock().await;
@@ -322,16 +317,13 @@ impl VmShared {
         .await
         {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(status)) => Err(status.to_string()),
-            Err(_) => Err(format!("no answer within {RESTORED_ANSWER_TIMEOUT:?}")),
+            Ok(Err(status)) => Err(SnapshotProblem::AgentRefused(status)),
+            Err(_) => Err(SnapshotProblem::NoAnswer(RESTORED_ANSWER_TIMEOUT)),
         };
-        if let Err(detail) = answered {
+        if let Err(problem) = answered {
             tracing::warn!(console = %lock(&self.vmm).diagnostics(2048), "the restored agent does not answer");
             lock(&self.vmm).kill();
-            return Err(Error::Snapshot {
-                what: "restoring the VM",
-                detail: format!("the restored agent does not answer: {detail}"),
-            });
+            return Err(Error::snapshot("restoring the VM", problem));
         }
         {
             let mut clock = lock(&self.clock);
@@ -444,10 +436,7 @@ impl VmShared {
 
 /// `OnDisk` right after a successful restore cannot be.
 fn still_on_disk() -> Error {
-    Error::Snapshot {
-        what: "restoring the VM",
-        detail: "the sandbox is still on disk after its restore".into(),
-    }
+    Error::snapshot("restoring the VM", SnapshotProblem::StillOnDisk)
 }
 
 /// Starts QEMU for `vm` in `paths`, waiting for its state, and loads
@@ -478,10 +467,7 @@ pub(crate) async fn relaunch(
     .await
     {
         tracing::debug!(console = %qemu.diagnostics(2048), "the VM did not restore");
-        return Err(Error::Snapshot {
-            what: "restoring the VM",
-            detail: crate::error_chain(&error),
-        });
+        return Err(Error::snapshot("restoring the VM", error));
     }
     Ok((
         qemu,

@@ -1,15 +1,31 @@
 //! The public error type of the host library.
 //!
-//! Each module has its own precise error; this enum is what crosses the
-//! crate's public face. Messages say what to do where a user can act.
+//! Each module has its own precise error, in its own `error.rs` (which
+//! imports only files that import nothing of the crate, and other
+//! `error.rs` files); this enum wraps them and is what crosses the crate's
+//! public face, so it imports those files and never the modules
+//! themselves, and every module may return it. Messages say what to do
+//! where a user can act; [`error_chain`] prints an error with its causes.
+//!
+//! - `kind`: [`Reason`] and [`ErrorKind`], how each error is classified
+//!   for a front ([`Error::reason`], [`Error::kind`]); every variant is
+//!   classified where it is declared, by an exhaustive `match`.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod kind;
+
+pub use kind::{ErrorKind, Reason};
+
+use crate::adopt::AdoptError;
 use crate::fs::FsError;
-use crate::lifecycle::vm::Unavailable;
-use crate::lifecycle::EndReason;
+use crate::lifecycle::{EndReason, Unavailable};
 use crate::manager::PoolError;
+use crate::manager::WarmUpError;
+use crate::sandbox::ConfigError;
+use crate::sandbox::NamedTemplateError;
+use crate::saved::SavedError;
 use crate::trust::TrustError;
 use crate::vmm::VmmError;
 use crate::workspace::WorkspaceError;
@@ -18,9 +34,10 @@ use crate::workspace::WorkspaceError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The builder was given something unusable.
+    /// The builder was given something unusable, or a call asked for
+    /// what this sandbox's configuration lacks.
     #[error("invalid sandbox configuration: {0}")]
-    Config(String),
+    Config(#[from] ConfigError),
 
     /// A file the sandbox needs (kernel, initramfs, root image) is missing.
     #[error("{what} not found at {path}; build it with `scripts/setup` (see README)")]
@@ -161,13 +178,18 @@ pub enum Error {
     #[error("cannot save this sandbox: {reason}")]
     CannotSave { reason: String },
 
-    /// Saving a VM to disk, or starting it again from a snapshot, failed.
-    #[error("{what}: {detail}")]
-    Snapshot { what: &'static str, detail: String },
+    /// Saving a VM to disk, or starting it again from a snapshot, failed:
+    /// QEMU's migration, the snapshot's files, or the restored agent.
+    #[error("{what}: {source}")]
+    Snapshot {
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 
     /// A saved sandbox's files: missing, unreadable or refused.
     #[error(transparent)]
-    Saved(#[from] crate::saved::SavedError),
+    Saved(#[from] SavedError),
 
     /// The agent sent something the protocol does not allow.
     #[error("protocol violation: {0}")]
@@ -183,19 +205,16 @@ pub enum Error {
     Network(#[from] airlock_gateway::GatewayError),
 
     /// A start from a named template failed; it never boots cold instead.
-    /// `unusable`: the template cannot serve this start as it is (made for
-    /// another size, or by another kernel or agent: rebuild it), rather
-    /// than a start that failed.
-    #[error("template {name}: {reason}")]
+    #[error("template {name}: {problem}")]
     NamedTemplate {
         name: String,
-        reason: String,
-        unusable: bool,
+        #[source]
+        problem: NamedTemplateError,
     },
 
     /// A sandbox could not be adopted or detached (see [`crate::adopt`]).
     #[error(transparent)]
-    Adopt(#[from] crate::adopt::AdoptError),
+    Adopt(#[from] AdoptError),
 
     /// A network rule would open the host itself to the guest, and the
     /// sandbox's host access is denied (see [`airlock_gateway::host`]);
@@ -213,80 +232,63 @@ impl From<TrustError> for Error {
     }
 }
 
-/// What kind of failure an [`Error`] is, for a front (an RPC server, a CLI)
-/// that must tell its caller in its own terms: [`Error::kind`] classifies
-/// every error once, so fronts map kinds, not variants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// Something named does not exist: a sandbox, a saved sandbox, a guest
-    /// file, a program, an interpreter.
-    NotFound,
-    /// The caller asked for something malformed or out of bounds.
-    Invalid,
-    /// It exists already (a code context by that id).
-    AlreadyExists,
-    /// A limit was reached: the manager's maximum, the guest's resources.
-    Exhausted,
-    /// The sandbox is not in a state for this: ended, paused, without
-    /// network, configured so that it cannot (a workspace cannot be saved),
-    /// an agent too old, a workspace held elsewhere, a guest refusal.
-    Precondition,
-    /// Try again: the call was cut by a save or a fork, or the connection
-    /// to the agent failed.
-    Unavailable,
-    /// The guest did not answer in time.
-    Timeout,
-    /// Anything else: the VMM, a boot, the host's files, a protocol
-    /// violation.
-    Internal,
+impl From<WarmUpError> for Error {
+    fn from(error: WarmUpError) -> Self {
+        Error::Pool(PoolError::WarmUp(error))
+    }
 }
 
 impl Error {
-    /// What kind of failure this is (see [`ErrorKind`]).
-    pub fn kind(&self) -> ErrorKind {
-        use ErrorKind as K;
+    /// What this error is about (see [`Reason`]): every variant is
+    /// classified here, or by its module's error where it is declared.
+    pub fn reason(&self) -> Reason {
+        use Reason as R;
         match self {
-            Error::Config(_) | Error::Trust(_) | Error::HostRule { .. } => K::Invalid,
-            Error::NoSuchSandbox { .. } => K::NotFound,
-            Error::TooManySandboxes { .. } => K::Exhausted,
-            Error::VmGone { .. }
-            | Error::SandboxEnded { .. }
-            | Error::Paused
-            | Error::ResumeForCall { .. }
-            | Error::AgentTooOld { .. }
-            | Error::CannotSave { .. }
-            | Error::PortRefused { .. }
-            | Error::NamedTemplate { unusable: true, .. } => K::Precondition,
-            Error::SavedDuringCall { .. } | Error::ForkedDuringCall { .. } => K::Unavailable,
-            Error::Transport(_) => K::Unavailable,
-            Error::BootTimeout { .. } => K::Timeout,
-            Error::Workspace(WorkspaceError::Busy(_)) => K::Precondition,
-            Error::Workspace(WorkspaceError::Missing(_)) => K::NotFound,
-            Error::Workspace(WorkspaceError::TooSmall(_) | WorkspaceError::NotExt4(_)) => {
-                K::Invalid
-            }
-            Error::Pool(PoolError::TooLarge { .. }) => K::Invalid,
-            Error::Pool(PoolError::NoPool) => K::Precondition,
-            Error::Saved(crate::saved::SavedError::NotSaved { .. }) => K::NotFound,
-            Error::Fs(FsError::EscapingEntry { .. } | FsError::NonUtf8Path(_)) => K::Invalid,
-            Error::Fs(FsError::NotADirectory(_)) => K::Precondition,
-            Error::Adopt(adopt) => adopt.kind(),
-            Error::Agent { status, .. } => match status.code() {
-                tonic::Code::NotFound => K::NotFound,
-                tonic::Code::InvalidArgument | tonic::Code::OutOfRange => K::Invalid,
-                tonic::Code::AlreadyExists => K::AlreadyExists,
-                tonic::Code::ResourceExhausted => K::Exhausted,
-                tonic::Code::FailedPrecondition
-                | tonic::Code::PermissionDenied
-                | tonic::Code::Unimplemented => K::Precondition,
-                tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Aborted => {
-                    K::Unavailable
-                }
-                tonic::Code::DeadlineExceeded => K::Timeout,
-                _ => K::Internal,
-            },
-            _ => K::Internal,
+            Error::Config(error) => error.reason(),
+            Error::NamedTemplate { problem, .. } => problem.reason(),
+            Error::HostRule { .. } => R::Invalid,
+            Error::Trust(error) => error.reason(),
+            Error::Workspace(error) => error.reason(),
+            Error::Vmm(error) => error.reason(),
+            Error::Pool(error) => error.reason(),
+            Error::Fs(error) => error.reason(),
+            Error::Saved(error) => error.reason(),
+            Error::Adopt(error) => error.reason(),
+            Error::Agent { status, .. } => agent_reason(status.code()),
+            Error::NoSuchSandbox { .. } => R::SandboxNotFound,
+            Error::TooManySandboxes { .. } => R::SandboxLimit,
+            Error::VmGone { .. } | Error::SandboxEnded { .. } => R::SandboxEnded,
+            Error::Paused | Error::ResumeForCall { .. } => R::SandboxPaused,
+            Error::AgentTooOld { .. } | Error::CannotSave { .. } => R::Unsupported,
+            Error::PortRefused { .. } => R::PortClosed,
+            Error::SavedDuringCall { .. }
+            | Error::ForkedDuringCall { .. }
+            | Error::Transport(_) => R::Interrupted,
+            Error::BootTimeout { .. } => R::Timeout,
+            Error::MissingArtifact { .. }
+            | Error::StateDir { .. }
+            | Error::VmExited { .. }
+            | Error::AgentUnreachable { .. }
+            | Error::Snapshot { .. }
+            | Error::Protocol(_)
+            | Error::Network(_) => R::Internal,
+        }
+    }
+
+    /// What kind of failure this is (see [`ErrorKind`]): the kind of its
+    /// [`reason`](Error::reason).
+    pub fn kind(&self) -> ErrorKind {
+        self.reason().kind()
+    }
+
+    /// Saving or restoring a VM (`what`) failed because of `source`.
+    pub(crate) fn snapshot(
+        what: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Error::Snapshot {
+            what,
+            source: source.into(),
         }
     }
 
@@ -320,21 +322,30 @@ impl Error {
     }
 }
 
+/// What the agent's refusal of a call is about, by its status code.
+fn agent_reason(code: tonic::Code) -> Reason {
+    use tonic::Code as C;
+    use Reason as R;
+    match code {
+        C::NotFound => R::GuestNotFound,
+        C::InvalidArgument | C::OutOfRange => R::Invalid,
+        C::AlreadyExists => R::AlreadyExists,
+        C::ResourceExhausted => R::GuestExhausted,
+        C::FailedPrecondition | C::PermissionDenied => R::GuestRefused,
+        C::Unimplemented => R::Unsupported,
+        C::Unavailable | C::Cancelled | C::Aborted => R::Interrupted,
+        C::DeadlineExceeded => R::Timeout,
+        C::Ok | C::Unknown | C::Internal | C::DataLoss | C::Unauthenticated => R::Internal,
+    }
+}
+
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Formats an error with its causes, `outer: inner: innermost`, for a
-/// one-line report.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+/// one-line report: the workspace's one formatter (a cause whose text the
+/// line already holds is left out).
+pub use airlock_report::chain as error_chain;
 
 #[cfg(test)]
 mod tests {
@@ -349,7 +360,10 @@ mod tests {
         let cases = [
             (agent(tonic::Code::NotFound), ErrorKind::NotFound),
             (Error::NoSuchSandbox { id: "x".into() }, ErrorKind::NotFound),
-            (Error::Config("bad".into()), ErrorKind::Invalid),
+            (
+                Error::Config(ConfigError::ZeroIdleTimeout),
+                ErrorKind::Invalid,
+            ),
             (agent(tonic::Code::InvalidArgument), ErrorKind::Invalid),
             (agent(tonic::Code::AlreadyExists), ErrorKind::AlreadyExists),
             (Error::TooManySandboxes { max: 2 }, ErrorKind::Exhausted),
@@ -376,5 +390,65 @@ mod tests {
         for (error, kind) in cases {
             assert_eq!(error.kind(), kind, "{error}");
         }
+    }
+
+    #[test]
+    fn reasons_tell_apart_what_kinds_share() {
+        let cases = [
+            (
+                Error::NoSuchSandbox { id: "x".into() },
+                Reason::SandboxNotFound,
+            ),
+            (agent(tonic::Code::NotFound), Reason::GuestNotFound),
+            (
+                Error::Workspace(WorkspaceError::Missing("/ws".into())),
+                Reason::NotFound,
+            ),
+            (Error::TooManySandboxes { max: 2 }, Reason::SandboxLimit),
+            (
+                agent(tonic::Code::ResourceExhausted),
+                Reason::GuestExhausted,
+            ),
+            (
+                Error::Workspace(WorkspaceError::Busy("/ws".into())),
+                Reason::Unsupported,
+            ),
+            (agent(tonic::Code::PermissionDenied), Reason::GuestRefused),
+            (Error::Paused, Reason::SandboxPaused),
+            (
+                Error::PortRefused {
+                    port: 80,
+                    reason: "nothing listens on port 80".into(),
+                },
+                Reason::PortClosed,
+            ),
+            (Error::Pool(PoolError::NoPool), Reason::Unsupported),
+        ];
+        for (error, reason) in cases {
+            assert_eq!(error.reason(), reason, "{error}");
+            assert_eq!(error.kind(), reason.kind(), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_chain_names_each_cause_once() {
+        let error = Error::Workspace(WorkspaceError::Io {
+            action: "open",
+            path: "/ws".into(),
+            source: std::io::Error::other("permission denied"),
+        });
+        assert_eq!(
+            error_chain(&error),
+            "cannot open workspace /ws: permission denied"
+        );
+        // A warm-up's cause, the library's own error, boxed.
+        let error = Error::from(WarmUpError::Exec {
+            command: "sh".into(),
+            source: Box::new(Error::Paused),
+        });
+        assert_eq!(
+            error_chain(&error),
+            "warm-up `sh`: the sandbox is paused; resume it first"
+        );
     }
 }

@@ -16,6 +16,8 @@
 //! as it is: whether the VMM can use it decides who runs the VMM (see
 //! `vmm::user`). [`remove`] deletes a workspace no sandbox holds.
 
+mod error;
+
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -25,6 +27,8 @@ use std::process::Command;
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
+pub use error::WorkspaceError;
+
 /// Size of a new workspace unless configured: 4 GiB (sparse, so it costs
 /// only what is written).
 pub const DEFAULT_WORKSPACE_BYTES: u64 = 4 << 30;
@@ -33,44 +37,6 @@ const MIN_WORKSPACE_BYTES: u64 = 16 << 20;
 /// Offset and value of the ext2/3/4 superblock magic.
 const EXT4_MAGIC_OFFSET: u64 = 1024 + 56;
 const EXT4_MAGIC: u16 = 0xEF53;
-
-/// Errors attaching a workspace.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkspaceError {
-    /// Another sandbox holds the workspace.
-    #[error("workspace {0} is in use by another sandbox; wait for it to finish or use another workspace")]
-    Busy(PathBuf),
-    /// The file exists but holds no ext4 filesystem.
-    #[error("{0} is not an Airlock workspace (no ext4 filesystem); remove it or name a new file")]
-    NotExt4(PathBuf),
-    /// The requested size is too small.
-    #[error("workspace size {0} bytes is too small; use at least 16 MiB")]
-    TooSmall(u64),
-    /// The file could not be opened, sized or read.
-    #[error("cannot {action} workspace {path}")]
-    Io {
-        /// What was being done.
-        action: &'static str,
-        /// The workspace file.
-        path: PathBuf,
-        /// Why it failed.
-        #[source]
-        source: std::io::Error,
-    },
-    /// There is no workspace file there.
-    #[error("no workspace {0}")]
-    Missing(PathBuf),
-    /// `mkfs.ext4` failed or is missing.
-    #[error(
-        "cannot format workspace {path} with mkfs.ext4 (install Debian's e2fsprogs): {detail}"
-    )]
-    Format {
-        /// The workspace file.
-        path: PathBuf,
-        /// What mkfs.ext4 said.
-        detail: String,
-    },
-}
 
 /// An attached workspace: the file, locked for this sandbox's life.
 #[derive(Debug)]
@@ -210,9 +176,10 @@ fn format(path: &Path) -> Result<(), WorkspaceError> {
         .args(["-E", "assume_storage_prezeroed=1"])
         .arg(path)
         .output()
-        .map_err(|e| WorkspaceError::Format {
+        .map_err(|source| WorkspaceError::Mkfs {
             path: path.to_owned(),
-            detail: format!("{}: {e}", program.display()),
+            program: program.clone(),
+            source,
         })?;
     if output.status.success() {
         Ok(())

@@ -164,10 +164,9 @@ fn rootfs_resolver() -> BaseResolver {
                     Source::Tar(path)
                 }
             }
-            Base::Image(name) => return Err(format!("no image {name}")),
+            Base::Image(name) => return Err(format!("no image {name}").into()),
         };
-        let built =
-            image::build(&BuildOptions::new(source)).map_err(|e| airlock::error_chain(&e))?;
+        let built = image::build(&BuildOptions::new(source))?;
         Ok(built.info.path)
     })
 }

@@ -39,7 +39,12 @@ const ROOTS_DIR: &str = ".roots";
 /// Turns a base the library cannot make itself (`debian:SUITE`, an OCI
 /// layout, a tarball) into a root image file; given the base and the
 /// context directory. The CLI's builds them with `airlock-rootfs`.
-pub type BaseResolver = Arc<dyn Fn(&Base, &Path) -> Result<PathBuf, String> + Send + Sync>;
+pub type BaseResolver =
+    Arc<dyn Fn(&Base, &Path) -> Result<PathBuf, BaseResolveError> + Send + Sync>;
+
+/// Why a [`BaseResolver`] could not make a base's root image: the
+/// embedder's own error, kept as the build error's source.
+pub type BaseResolveError = Box<dyn std::error::Error + Send + Sync>;
 
 /// How to build.
 #[derive(Clone)]
@@ -127,8 +132,28 @@ pub enum BuildEvent {
 /// Why a build failed.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    #[error("FROM: {0}")]
-    Base(String),
+    /// `FROM` names an image the image store cannot give.
+    #[error("FROM {name}: `airlock image ls` lists the images")]
+    BaseImage {
+        name: String,
+        #[source]
+        source: airlock_images::ImageStoreError,
+    },
+    /// `FROM` names an `.ext4` root image the context does not hold.
+    #[error("FROM: no root image at {}", path.display())]
+    NoRootImage { path: PathBuf },
+    /// The embedder's [`BaseResolver`] failed.
+    #[error("FROM {base}")]
+    BaseResolve {
+        base: String,
+        #[source]
+        source: BaseResolveError,
+    },
+    /// A base only a [`BaseResolver`] can make, and the embedder gave none.
+    #[error(
+        "FROM {base}: this embedder builds no images; build one with airlock-rootfs and name it"
+    )]
+    NoBaseResolver { base: String },
     #[error(
         "step {number}{} ({instruction}) failed with {status}; the last of its output:\n{tail}",
         line.map(|l| format!(" at line {l}")).unwrap_or_default()
@@ -396,24 +421,28 @@ fn resolve_base(base: &Base, options: &BuildOptions) -> Result<PathBuf, BuildErr
             .images
             .resolve(name)
             .map(|info| info.path)
-            .map_err(|e| {
-                BuildError::Base(format!(
-                    "{}; `airlock image ls` lists the images",
-                    crate::error_chain(&e)
-                ))
+            .map_err(|source| BuildError::BaseImage {
+                name: name.clone(),
+                source,
             }),
         Base::Path(path) if path.extension().is_some_and(|e| e == "ext4") => {
             let path = options.context_dir.join(path);
-            path.is_file()
-                .then_some(path.clone())
-                .ok_or_else(|| BuildError::Base(format!("no root image at {}", path.display())))
+            if path.is_file() {
+                Ok(path)
+            } else {
+                Err(BuildError::NoRootImage { path })
+            }
         }
         other => match &options.resolve_base {
-            Some(resolve) => resolve(other, &options.context_dir).map_err(BuildError::Base),
-            None => Err(BuildError::Base(format!(
-                "{}: this embedder builds no images; build one with airlock-rootfs and name it",
-                describe_base(other)
-            ))),
+            Some(resolve) => {
+                resolve(other, &options.context_dir).map_err(|source| BuildError::BaseResolve {
+                    base: describe_base(other),
+                    source,
+                })
+            }
+            None => Err(BuildError::NoBaseResolver {
+                base: describe_base(other),
+            }),
         },
     }
 }

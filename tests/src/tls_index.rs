@@ -100,27 +100,10 @@ fn issue(
     rustls::pki_types::CertificateDer<'static>,
     rustls::pki_types::PrivateKeyDer<'static>,
 ) {
-    let made = (|| {
-        let ca_key = rcgen::KeyPair::generate()?;
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "Airlock throwaway test CA");
-        let ca = ca_params.self_signed(&ca_key)?;
-        let leaf_key = rcgen::KeyPair::generate()?;
-        let mut leaf_params = rcgen::CertificateParams::new(vec![name.to_owned()])?;
-        leaf_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
-        let leaf = leaf_params.signed_by(&leaf_key, &issuer)?;
-        Ok::<_, rcgen::Error>((ca.pem(), leaf.der().clone(), leaf_key.serialize_der()))
-    })();
-    let (ca_pem, leaf, key) = made.unwrap_or_else(|e| panic!("test certificates: {e}"));
-    let key =
-        rustls::pki_types::PrivateKeyDer::try_from(key).unwrap_or_else(|e| panic!("test key: {e}"));
-    (ca_pem, leaf, key)
+    let issued = airlock_testkit::tls::issue("Airlock throwaway test CA", &[name]);
+    let key = rustls::pki_types::PrivateKeyDer::try_from(issued.key_der)
+        .unwrap_or_else(|e| panic!("test key: {e}"));
+    (issued.ca_pem, issued.cert_der.into(), key)
 }
 
 /// Answers requests on one connection (keep-alive) until it closes.

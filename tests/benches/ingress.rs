@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use airlock_client::{api, Client};
-use airlock_testkit::{Options, TestServer};
+use airlock_testkit::{start, Options, TestServer};
 use bytes::Bytes;
 use common::{echo_binary, echo_throughput, ms, percentile, with_echo_port, ECHO_PORT_NAME, MIB};
 use http::{Request, StatusCode};
@@ -206,18 +206,6 @@ fn data_chunks(data: &[u8]) -> Vec<Bytes> {
     data.chunks(512 * 1024)
         .map(Bytes::copy_from_slice)
         .collect()
-}
-
-/// Starts `argv` in the sandbox; the stream keeps it attached.
-async fn start(client: &Client, id: &str, argv: &[&str]) -> airlock_client::ProcessStream {
-    client
-        .start(api::StartProcess {
-            sandbox_id: id.to_owned(),
-            argv: argv.iter().map(|a| (*a).to_owned()).collect(),
-            ..api::StartProcess::default()
-        })
-        .await
-        .expect("start")
 }
 
 /// A GET through the ingress; its status and the body's length.

@@ -11,8 +11,8 @@
 //!   and the HTTP ingress, every sandbox from the process backend or from
 //!   a builder of the caller's; clients of `airlock-client` for the owner
 //!   and for keys.
-//! - [`tls`]: a throwaway CA and a certificate it signed, in memory or as
-//!   PEM files.
+//! - [`tls`]: a throwaway CA and a certificate it signed, in memory, as PEM
+//!   files or served by a TLS acceptor.
 //! - [`api`]: calls through the public API a test makes again and again
 //!   (create a sandbox, run a program to its exit, read a refusal).
 //! - [`peer`]: connections from another loopback address, so a test can be

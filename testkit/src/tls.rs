@@ -2,9 +2,11 @@
 //! signed for the names the test serves. Both carry a common name, so
 //! OpenSSL-based clients (Python's ssl, curl, Node) do not take the
 //! certificate, whose issuer would otherwise be its own (empty) subject,
-//! for a self-signed one.
+//! for a self-signed one. [`Issued::acceptor`] serves the certificate on
+//! the test's own TLS servers.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 
@@ -13,6 +15,8 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, 
 pub struct Issued {
     /// The CA's certificate, PEM.
     pub ca_pem: String,
+    /// The CA's certificate, DER.
+    pub ca_der: Vec<u8>,
     /// The certificate, PEM.
     pub cert_pem: String,
     /// The certificate, DER.
@@ -47,10 +51,32 @@ pub fn issue(ca_name: &str, names: &[&str]) -> Issued {
         .unwrap_or_else(|e| fail("certificate", e));
     Issued {
         ca_pem: ca.pem(),
+        ca_der: ca.der().to_vec(),
         cert_pem: cert.pem(),
         cert_der: cert.der().to_vec(),
         key_pem: key.serialize_pem(),
         key_der: key.serialize_der(),
+    }
+}
+
+impl Issued {
+    /// A TLS acceptor (rustls, the ring provider) presenting the
+    /// certificate.
+    pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        let key = rustls::pki_types::PrivateKeyDer::try_from(self.key_der.clone())
+            .unwrap_or_else(|e| panic!("test key: {e}"));
+        let cert = rustls::pki_types::CertificateDer::from(self.cert_der.clone());
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .and_then(|builder| {
+            builder
+                .with_no_client_auth()
+                .with_single_cert(vec![cert], key)
+        })
+        .unwrap_or_else(|e| panic!("test server TLS config: {e}"));
+        tokio_rustls::TlsAcceptor::from(Arc::new(config))
     }
 }
 

@@ -33,6 +33,7 @@ pub const MAX_CA_CERT_BYTES: usize = 64 * 1024;
 pub const MIN_MEMORY_MIB: u32 = 64;
 pub const MAX_MEMORY_MIB: u32 = 65536;
 /// Virtual CPUs.
+pub const MIN_VCPUS: u32 = 1;
 pub const MAX_VCPUS: u32 = 64;
 /// A named workspace's size, MiB (a create's `workspace_size_mib`), and the
 /// size of one made without it (4 GiB; sparse, so it costs what is written).
@@ -54,6 +55,20 @@ pub const DEFAULT_PAGE_SIZE: u32 = 100;
 /// A program's arguments, and their bytes in all.
 pub const MAX_ARGS: usize = 4096;
 pub const MAX_ARGV_BYTES: usize = 1 << 20;
+/// A program's own limits (`StartProcess.limits`, the cgroup of its
+/// tree): memory in bytes (1 MiB to 1 PiB), processes (`pids.max`), and
+/// CPU in thousandths of a CPU (`cpu.max`, up to 1024 CPUs).
+pub const MIN_PROGRAM_MEMORY_BYTES: u64 = 1 << 20;
+pub const MAX_PROGRAM_MEMORY_BYTES: u64 = 1 << 50;
+pub const MIN_PROGRAM_PIDS: u32 = 1;
+pub const MAX_PROGRAM_PIDS: u32 = 1 << 20;
+pub const MIN_PROGRAM_CPU_MILLIS: u32 = 1;
+pub const MAX_PROGRAM_CPU_MILLIS: u32 = 1_024_000;
+/// A signal's number (to a program's tree).
+pub const MIN_SIGNAL: i32 = 1;
+pub const MAX_SIGNAL: i32 = 64;
+/// A written file's mode bits (permissions, setuid, setgid, sticky).
+pub const MAX_FILE_MODE: u32 = 0o7777;
 /// Bytes in a guest path.
 pub const MAX_PATH_BYTES: usize = 4096;
 /// Bytes in a tag, a user name, a context id, a name.
@@ -68,8 +83,14 @@ pub const MAX_CODE_BYTES: usize = 4 << 20;
 pub const MAX_LIST_DEPTH: u32 = 64;
 /// Roots of a change tracker.
 pub const MAX_TRACK_ROOTS: usize = 16;
+/// Change trackers one sandbox may have at once.
+pub const MAX_TRACKERS: usize = 16;
 /// A terminal's rows and columns.
 pub const MAX_TERMINAL: u32 = 1000;
+/// Calls in flight at once: the owner's (the Unix socket), and a key's
+/// unless its quota or the server's configuration says.
+pub const MAX_OWNER_CALLS: u32 = 4096;
+pub const DEFAULT_MAX_CALLS_PER_KEY: u32 = 64;
 /// Bytes in a key's name.
 pub const MAX_KEY_NAME_BYTES: usize = 64;
 /// Bytes of a whole message either way (a chunk plus its framing fits).

@@ -1,7 +1,8 @@
 //! A stranger's create request (`airlock.api.v1.Sandboxes/Create`): the
 //! message as tonic decodes it off the wire, then the server's checks
-//! (`service::create::check`), as an API key and as the owner, against an
-//! image store holding one image (`default`).
+//! (`service::create::check`), as an API key and as the owner, against a
+//! data directory, an empty store of named templates and an image store
+//! holding one image (`default`).
 //!
 //! Input: the protobuf bytes of a `CreateSandboxRequest`. Invariants: a
 //! refusal carries a reason, and an `INVALID_ARGUMENT` names a field of the
@@ -19,7 +20,8 @@ use airlock::images::{ImageMeta, ImageStore};
 use airlock_api::limits;
 use airlock_api::reason;
 use airlock_api::v1::CreateSandboxRequest;
-use airlock_server::fuzzing::{check, Create};
+use airlock::template::NamedStore;
+use airlock_server::fuzzing::{check, Context, Create};
 use airlock_server::Principal;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
@@ -48,11 +50,13 @@ const FIELDS: &[&str] = &[
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);
 const KEY: &str = "fuzz";
 
-/// A data directory and an image store with one image, made once.
+/// A data directory, an image store with one image and an empty store of
+/// named templates, made once.
 struct Fixture {
     _dir: tempfile::TempDir,
     data_dir: std::path::PathBuf,
     images: ImageStore,
+    templates: NamedStore,
 }
 
 fn fixture() -> &'static Fixture {
@@ -82,6 +86,7 @@ fn fixture() -> &'static Fixture {
         Fixture {
             data_dir: dir.path().join("data"),
             images,
+            templates: NamedStore::new(dir.path().join("templates")),
             _dir: dir,
         }
     })
@@ -89,13 +94,13 @@ fn fixture() -> &'static Fixture {
 
 fn checked(request: CreateSandboxRequest, principal: &Principal) {
     let fixture = fixture();
-    match check(
-        request,
-        principal,
-        &fixture.images,
-        &fixture.data_dir,
-        DEFAULT_TIMEOUT,
-    ) {
+    let context = Context {
+        images: &fixture.images,
+        templates: &fixture.templates,
+        data_dir: &fixture.data_dir,
+        default_timeout: DEFAULT_TIMEOUT,
+    };
+    match check(request, principal, &context) {
         Ok(create) => accepted(&create, principal, &fixture.data_dir),
         Err(status) => {
             assert!(

@@ -1,4 +1,4 @@
-//! Destinations and fake addresses (`network::policy`, `network::fake_ip`):
+//! Destinations and fake addresses (the gateway's `policy` and `fake_ip`):
 //! the rules that decide where a guest may connect, the addresses a name may
 //! not resolve to without a range rule, and the table of fake addresses
 //! that stand for names the guest resolved.
@@ -12,8 +12,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use airlock::network::fake_ip::{FakeIps, FAKE_RANGE, GATEWAY_ADDR};
-use airlock::network::policy::{
+use airlock_gateway::fuzzing::{FakeIps, FAKE_RANGE};
+use airlock_gateway::GATEWAY_ADDR;
+use airlock_gateway::policy::{
     is_restricted, normalize_name, DomainPattern, NetRule, NetworkPolicy,
 };
 use airlock_fuzz::Input;

@@ -1,4 +1,4 @@
-//! The guest's DNS queries (`network::dns::answer`, which the gateway calls
+//! The guest's DNS queries (the gateway's `dns::answer`, which it calls
 //! on every query the agent carries), answered from a policy with fake
 //! addresses.
 //!
@@ -8,9 +8,9 @@
 
 use std::net::Ipv4Addr;
 
-use airlock::network::dns::{answer, DnsError, MAX_QUERY_BYTES};
-use airlock::network::fake_ip::{FakeIps, FAKE_RANGE, GATEWAY_ADDR};
-use airlock::network::policy::NetworkPolicy;
+use airlock_gateway::fuzzing::{answer, DnsError, FakeIps, FAKE_RANGE, MAX_QUERY_BYTES};
+use airlock_gateway::policy::NetworkPolicy;
+use airlock_gateway::GATEWAY_ADDR;
 use airlock_fuzz::Input;
 use hickory_proto::op::{Message, MessageType, ResponseCode};
 use hickory_proto::rr::{DNSClass, RData, RecordType};

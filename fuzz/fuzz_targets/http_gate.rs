@@ -1,4 +1,4 @@
-//! The HTTP gate (`network::secrets::serve_http`): a guest's plain HTTP
+//! The HTTP gate (the gateway's `secrets::serve_http`): a guest's plain HTTP
 //! connection to a host secrets are bound to, served by hyper, checked and
 //! rewritten, and sent on to a real upstream server on the host's loopback
 //! that records every request it gets.
@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use airlock::network::secrets::{serve_http, HttpGate, HttpRefusal, Upstream};
+use airlock_gateway::fuzzing::{serve_http, HttpGate, HttpRefusal, Upstream};
 use airlock_fuzz::{
     block_on, bound, count, holds_placeholder, host_of_header, secrets, with_placeholders, Input,
     HOSTS, SECRETS,

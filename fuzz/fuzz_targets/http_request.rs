@@ -1,5 +1,5 @@
 //! The HTTP gate's check and rewrite of one request head
-//! (`network::secrets::request::prepare`): the request a guest sends on a
+//! (the gateway's `secrets::request::prepare`): the request a guest sends on a
 //! connection to a host some secret is bound to, parsed as hyper parses it.
 //!
 //! Input: `[host choice: u8][request head]`, where `{API}`, `{KEY}`,
@@ -12,8 +12,7 @@
 //! refused for a placeholder did carry one not bound to the host.
 #![no_main]
 
-use airlock::fuzzing::prepare_request;
-use airlock::network::secrets::HttpRefusal;
+use airlock_gateway::fuzzing::{prepare_request, HttpRefusal};
 use airlock_fuzz::{
     bound, count, holds_placeholder, host_of_header, placeholder, secrets, with_placeholders,
     Input, HOSTS, SECRETS,

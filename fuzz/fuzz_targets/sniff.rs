@@ -1,4 +1,4 @@
-//! The first bytes of every carried connection (`network::sniff`): what
+//! The first bytes of every carried connection (the gateway's `sniff`): what
 //! the gateway reads to tell a TLS ClientHello's server name or an HTTP
 //! request's host before it dials anything.
 //!
@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use airlock::network::sniff::{classify, read_head, Head, SniffError, MAX_HEAD_BYTES};
+use airlock_gateway::fuzzing::{classify, read_head, Head, SniffError, MAX_HEAD_BYTES};
 use airlock_fuzz::{block_on, chunks, ChunkedReader, Input};
 use libfuzzer_sys::fuzz_target;
 

@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::sync::OnceLock;
 use std::task::{Context, Poll};
 
-use airlock::network::secrets::{Secret, Secrets};
+use airlock_gateway::secrets::{Secret, Secrets};
 use tokio::io::{AsyncRead, ReadBuf};
 
 /// A reader of an input's bytes, front to back.

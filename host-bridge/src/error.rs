@@ -180,7 +180,7 @@ pub enum Error {
 
     /// The sandbox's network could not be set up on the host.
     #[error("setting up the sandbox's network")]
-    Network(#[from] crate::network::GatewayError),
+    Network(#[from] airlock_gateway::GatewayError),
 
     /// A start from a named template failed; it never boots cold instead.
     /// `unusable`: the template cannot serve this start as it is (made for
@@ -198,12 +198,12 @@ pub enum Error {
     Adopt(#[from] crate::adopt::AdoptError),
 
     /// A network rule would open the host itself to the guest, and the
-    /// sandbox's host access is denied (see [`crate::network::host`]);
+    /// sandbox's host access is denied (see [`airlock_gateway::host`]);
     /// `index` is the rule's place in the policy.
     #[error("{error}")]
     HostRule {
         index: usize,
-        error: crate::network::host::HostRuleError,
+        error: airlock_gateway::host::HostRuleError,
     },
 }
 

@@ -2,17 +2,16 @@
 //! crate-private functions the host runs on what a guest (or a file read
 //! back from disk) hands it, exposed unchanged so that the fuzz crate drives
 //! the real code rather than a copy. Not an API: only the fuzz crate turns
-//! the feature on, and nothing here is covered by semver.
+//! the feature on, and nothing here is covered by semver. The gateway's
+//! parsers have their own seams, in `airlock_gateway::fuzzing`.
 
 use std::ffi::OsString;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use airlock_proto::v1::{FileInfo, TreeChangesChunk, WatchEvent as ProtoWatchEvent};
-use http::request::Parts;
 
 use crate::fs::{Changes, FsError, Metadata, WatchEvent};
-use crate::network::secrets::{HttpRefusal, Secrets};
 use crate::saved::{SavedError, SavedRecord, SavedStore, SnapshotHeader};
 use crate::vmm::VmPaths;
 
@@ -43,16 +42,6 @@ pub fn metadata(info: FileInfo) -> Metadata {
 /// What `Watch::next` makes of the agent's event (`None`: skipped).
 pub fn watch_event(event: ProtoWatchEvent) -> Option<WatchEvent> {
     WatchEvent::from_proto(event)
-}
-
-/// `secrets::request::prepare`: the HTTP gate's check and rewrite of one
-/// request head bound for `expected_host` (normalized).
-pub fn prepare_request(
-    parts: &mut Parts,
-    expected_host: &str,
-    secrets: &Secrets,
-) -> Result<(), HttpRefusal> {
-    crate::network::secrets::prepare_request(parts, expected_host, secrets)
 }
 
 /// What a restore does with a saved sandbox's files: the newest snapshot

@@ -40,6 +40,10 @@
 //!   or built in code) built by [`template::build()`] into an environment whose
 //!   `START` program is already running in every sandbox
 //!   ([`SandboxBuilder::template`]).
+//! - [`network`]: the `airlock-gateway` crate, which decides and carries
+//!   every connection and DNS query of a sandbox with a network; `sandbox`
+//!   makes its `Gateway` and carriers and reads its audit log.
+//! - [`random`]: the `airlock-random` crate, the host's one random source.
 //! - [`trust`]: CA certificates the guest trusts ([`CaCert`],
 //!   `.ca_cert()`, `.trust_host_roots()`), installed at every start.
 //!
@@ -74,8 +78,6 @@ pub mod fuzzing;
 pub mod gc;
 mod lifecycle;
 mod manager;
-pub mod network;
-pub mod random;
 mod sandbox;
 pub mod saved;
 pub mod state_dir;
@@ -86,12 +88,22 @@ mod vmm;
 pub mod workspace;
 
 pub use accel::{detect as detect_accel, Accel, ParseAccelError, ACCEL_ENV};
+/// The network gateway (the `airlock-gateway` crate): policy, audit,
+/// secrets and the rest of what a sandbox's network is made of.
+pub use airlock_gateway as network;
+pub use airlock_gateway::audit::{AuditRecord, Protocol as NetProtocol, Refusal, Verdict};
+pub use airlock_gateway::policy::{NetRule, NetworkPolicy};
+pub use airlock_gateway::resolver::{Resolve, StaticResolver, SystemResolver};
+pub use airlock_gateway::secrets::Secret;
+pub use airlock_gateway::{GuestPort, HostAccess, NetworkOptions};
 /// The image store (the `airlock-images` crate).
 pub use airlock_images as images;
 /// Where the guest kernel and initramfs live (the `airlock-images` crate).
 pub use airlock_images::artifacts;
 /// A protocol feature an agent may lack (see [`Error::AgentTooOld`]).
 pub use airlock_proto::Feature;
+/// The host's one source of random values (the `airlock-random` crate).
+pub use airlock_random as random;
 /// Output chunks and stdin data are [`bytes::Bytes`].
 pub use bytes::Bytes;
 pub use code::{
@@ -109,11 +121,6 @@ pub use manager::{
     PoolConfig, PoolError, PoolStatus, SandboxInfo, Sandboxes, WarmUp, WarmUpError,
     WARM_UP_CHECKED_ROOTS,
 };
-pub use network::audit::{AuditRecord, Protocol as NetProtocol, Refusal, Verdict};
-pub use network::policy::{NetRule, NetworkPolicy};
-pub use network::resolver::{Resolve, StaticResolver, SystemResolver};
-pub use network::secrets::Secret;
-pub use network::{GuestPort, HostAccess, NetworkOptions};
 pub use sandbox::{
     BootTimings, GuestChannel, Origin, Sandbox, SandboxBuilder, DEFAULT_CONSOLE_LOG_BUDGET,
     DEFAULT_MAX_LIFETIME, DEFAULT_UNRESPONSIVE_AFTER,

@@ -18,6 +18,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use airlock_atomic_file::Mode;
 use serde::{Deserialize, Serialize};
 use tempfile::TempDir;
 
@@ -227,9 +228,8 @@ impl ImageStore {
         let dir = self.root.join(NAMES_DIR);
         std::fs::create_dir_all(&dir).map_err(|source| io("create", &dir, source))?;
         let path = dir.join(name);
-        let tmp = dir.join(format!(".{name}.{}", std::process::id()));
-        std::fs::write(&tmp, format!("{id}\n")).map_err(|source| io("write", &tmp, source))?;
-        std::fs::rename(&tmp, &path).map_err(|source| io("write", &path, source))
+        airlock_atomic_file::write(&path, format!("{id}\n").as_bytes(), Mode::Default)
+            .map_err(|source| io("write", &path, source))
     }
 
     /// Removes a name, or an id and every name pointing at it. The image's
@@ -300,13 +300,15 @@ impl ImageStore {
                 path: meta_path.clone(),
                 source,
             })?;
-        std::fs::write(&meta_path, text).map_err(|source| io("write", &meta_path, source))?;
+        airlock_atomic_file::write(&meta_path, text.as_bytes(), Mode::Default)
+            .map_err(|source| io("write", &meta_path, source))?;
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(source) => return Err(io("replace", &dir, source)),
         }
-        std::fs::rename(&build, &dir).map_err(|source| io("move into place", &dir, source))?;
+        airlock_atomic_file::rename(&build, &dir)
+            .map_err(|source| io("move into place", &dir, source))?;
         drop(staged);
         self.get(&meta.id)?
             .ok_or_else(|| ImageStoreError::NotFound(meta.id.clone()))

@@ -389,11 +389,11 @@ fn caller(owner: &OnceLock<KeyId>, context: &RequestContext<RoleServer>) -> Resu
     Ok(caller)
 }
 
-/// Eight hex digits from the host's one random source, [`airlock::random`]
+/// Eight hex digits from the host's one random source, `airlock-random`
 /// (the clock's, if that cannot be read: a tag names a session in labels
 /// and log names, and is no secret).
 fn random_tag() -> String {
-    match airlock::random::hex::<4>() {
+    match airlock_random::hex::<4>() {
         Ok(tag) => tag,
         Err(error) => {
             tracing::warn!(error = %airlock_report::chain(&error), "no random session tag; using the clock's");

@@ -1,4 +1,11 @@
 //! [`ServerConfig`]: what a server is made of besides its listeners.
+//!
+//! Every place a server reads or writes on disk is here: its data
+//! directory (keys, sandbox records, named workspaces), and the image and
+//! named-template stores its creates name. The server resolves nothing
+//! against a process-wide default of its own: two servers with different
+//! configurations share nothing on disk. [`ServerConfig::default`] reads
+//! the defaults once (the environment and the Airlock home).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -61,6 +68,15 @@ pub struct ServerConfig {
     pub max_sandboxes: usize,
     /// Keys, sandbox records and workspaces.
     pub data_dir: PathBuf,
+    /// Where a create's image names are looked up (the image store
+    /// `airlock-rootfs image build` fills; by default the Airlock home's,
+    /// `images/`).
+    pub images_dir: PathBuf,
+    /// Where a create's template names are looked up, and what
+    /// `ListTemplates` lists (the named templates `airlock template build`
+    /// makes; by default `$AIRLOCK_NAMED_TEMPLATE_DIR`, else
+    /// `named-templates/` in the Airlock home).
+    pub templates_dir: PathBuf,
     /// The builder every sandbox starts from.
     pub builder: BuilderFactory,
     /// Keep this many sandboxes of the default configuration (a create
@@ -86,6 +102,8 @@ impl fmt::Debug for ServerConfig {
         f.debug_struct("ServerConfig")
             .field("max_sandboxes", &self.max_sandboxes)
             .field("data_dir", &self.data_dir)
+            .field("images_dir", &self.images_dir)
+            .field("templates_dir", &self.templates_dir)
             .field("pool", &self.pool)
             .field("pool_warm_up", &self.pool_warm_up)
             .field("on_exit", &self.on_exit)
@@ -102,11 +120,15 @@ impl Default for ServerConfig {
         ServerConfig {
             max_sandboxes: 8,
             data_dir: default_data_dir(),
+            images_dir: airlock::images::ImageStore::open_default()
+                .root()
+                .to_owned(),
+            templates_dir: airlock::template::named::named_dir(),
             builder: Arc::new(Sandbox::builder),
             pool: 0,
             pool_warm_up: airlock::WarmUp::standard(),
             on_exit: OnExit::default(),
-            max_calls_per_key: 64,
+            max_calls_per_key: airlock_api::limits::DEFAULT_MAX_CALLS_PER_KEY,
             default_timeout: airlock::DEFAULT_MAX_LIFETIME,
             cors_origins: Vec::new(),
             owner_host_access: HostAccess::Denied,

@@ -2,4 +2,5 @@
 //! request meets before anything boots. Behind the `fuzzing` feature; not
 //! a stable API.
 
-pub use crate::service::create::{check, workspace_dir, Create, Machine};
+pub use crate::machine::Machine;
+pub use crate::service::create::{check, workspace_dir, Context, Create};

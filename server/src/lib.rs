@@ -7,16 +7,17 @@
 //! ```text
 //! client ─ gRPC (or gRPC-Web) ─> listener (Unix socket: the owner; TCP: TLS + an API key)
 //!   ─> interceptor puts the Principal on the request (`auth`, `throttle`)
-//!   ─> service (`service::*`): checks the request (`validate`), finds the caller's
-//!      sandbox (`state`, `registry`), calls the library, maps the answer (`convert`)
+//!   ─> service (`service::*`): makes its `Call` (principal, admission), parses
+//!      the request (`validate`, `service::create`), finds the caller's sandbox
+//!      (`state`, `registry`), calls the library, maps the answer (`convert`)
 //!      or the error (`status`)
 //!   ─> airlock::Sandbox ─> the guest agent
 //! ```
 //!
 //! Modules:
 //! - `serve`: [`serve`] and [`Listeners`]: start, recover, serve, stop.
-//! - `config`: [`ServerConfig`] (limits, data directory, the builder
-//!   factory, the pool, [`OnExit`]).
+//! - `config`: [`ServerConfig`] (limits, the data directory and the image
+//!   and template stores, the builder factory, the pool, [`OnExit`]).
 //! - `listen`: [`UnixSocket`] and [`TcpEndpoint`].
 //! - `auth`, `throttle`, `principal`: who calls, and refusing strangers.
 //! - `ingress`: the HTTP ingress into servers in sandboxes
@@ -24,7 +25,10 @@
 //! - `keys`: [`KeyStore`], API keys as hashes.
 //! - `registry`, `record`: the server's sandboxes with owners and labels,
 //!   tenancy and quotas, and their records on disk.
-//! - `state`: what calls share (the manager, calls in flight per key).
+//! - `state`: what calls share (the manager, calls in flight per key), and
+//!   what it holds: `machine` (the guest a create asks for, which the pool
+//!   compares), `trackers` (change trackers), `relays` (programs' exits for
+//!   `Wait`).
 //! - `workspaces`: the keys' named workspaces, their quota, claims and
 //!   removal.
 //! - `service`: one module per service of the API.
@@ -47,13 +51,16 @@ pub mod fuzzing;
 pub mod ingress;
 pub mod keys;
 mod listen;
+mod machine;
 mod principal;
 mod record;
 mod registry;
+mod relays;
 mod serve;
 mod service;
 mod state;
 mod status;
+mod trackers;
 mod validate;
 mod workspaces;
 

@@ -7,9 +7,9 @@
 //! sandboxes it adopts or restores their owners and labels again.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use airlock_atomic_file::Mode;
 use serde::{Deserialize, Serialize};
 
 /// The record format this server writes and reads.
@@ -117,9 +117,9 @@ impl Records {
         self.dir.join(format!("{id}.json"))
     }
 
-    /// Writes `record` (replacing the one of its id).
+    /// Writes `record` (replacing the one of its id) atomically and
+    /// durably, mode 0600.
     pub fn write(&self, record: &Record) -> Result<(), RecordError> {
-        use std::os::unix::fs::OpenOptionsExt;
         let path = self.path(&record.id);
         let io = |action, source| RecordError::Io {
             action,
@@ -130,16 +130,7 @@ impl Records {
             path: path.clone(),
             reason: e.to_string(),
         })?;
-        let staged = self.dir.join(format!(".{}.json.new", record.id));
-        let mut out = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&staged)
-            .map_err(|e| io("write", e))?;
-        out.write_all(&bytes).map_err(|e| io("write", e))?;
-        std::fs::rename(&staged, &path).map_err(|e| io("replace", e))
+        airlock_atomic_file::write(&path, &bytes, Mode::Private).map_err(|e| io("write", e))
     }
 
     /// Removes the record of `id`, if there is one.

@@ -121,13 +121,18 @@ pub async fn serve(
     let pool = match config.pool {
         0 => None,
         size => {
-            let images = airlock::images::ImageStore::open_default();
+            let images = airlock::images::ImageStore::at(config.images_dir.clone());
+            let templates = airlock::template::NamedStore::new(config.templates_dir.clone());
+            let context = create::Context {
+                images: &images,
+                templates: &templates,
+                data_dir: &config.data_dir,
+                default_timeout: config.default_timeout,
+            };
             let default = create::check(
                 api::CreateSandboxRequest::default(),
                 &Principal::Owner,
-                &images,
-                &config.data_dir,
-                config.default_timeout,
+                &context,
             )
             .map_err(|status| ServerError::Pool(status.message().to_owned()))?;
             let builder = default.machine.builder((config.builder)(), None);

@@ -10,23 +10,23 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tonic::Status;
 
+use airlock::images::ImageStore;
+use airlock::template::NamedStore;
 use airlock::{HostAccess, Sandbox, SandboxBuilder, SandboxState, Sandboxes};
+use airlock_api::limits::MAX_OWNER_CALLS;
 use airlock_api::reason;
 use airlock_api::v1::ErrorReason;
 
 use crate::config::ServerConfig;
 use crate::keys::{KeyStore, Quota};
+use crate::machine::Machine;
 use crate::principal::Principal;
 use crate::registry::{Entry, Registry};
-use crate::service::create::Machine;
-use crate::service::files::Trackers;
-use crate::service::relay::Relays;
+use crate::relays::Relays;
 use crate::status::error_status;
+use crate::trackers::Trackers;
 use crate::validate;
 use crate::workspaces::WorkspaceStore;
-
-/// Calls in flight the owner may have (the Unix socket).
-const OWNER_CALLS: u32 = 4096;
 
 /// What the server's calls share.
 #[derive(Debug)]
@@ -35,8 +35,10 @@ pub struct State {
     pub sandboxes: Sandboxes,
     pub registry: Registry,
     pub keys: Arc<KeyStore>,
-    /// Where image names are looked up.
-    pub images: airlock::images::ImageStore,
+    /// Where image names are looked up (the configuration's).
+    pub images: ImageStore,
+    /// Where template names are looked up (the configuration's).
+    pub templates: NamedStore,
     /// The machine the warm pool keeps, if there is a pool.
     pub pool: Option<Machine>,
     pub trackers: Trackers,
@@ -65,11 +67,12 @@ impl State {
     ) -> Self {
         State {
             workspaces: WorkspaceStore::new(&config.data_dir),
+            images: ImageStore::at(config.images_dir.clone()),
+            templates: NamedStore::new(config.templates_dir.clone()),
             config,
             sandboxes,
             registry,
             keys,
-            images: airlock::images::ImageStore::open_default(),
             pool,
             trackers: Trackers::default(),
             relays: Relays::default(),
@@ -105,7 +108,7 @@ impl State {
     /// it may.
     pub fn admit(&self, principal: &Principal) -> Result<OwnedSemaphorePermit, Status> {
         let limit = match principal {
-            Principal::Owner => OWNER_CALLS,
+            Principal::Owner => MAX_OWNER_CALLS,
             Principal::Key(_) => match self.quota(principal) {
                 Some(Quota {
                     max_concurrent_calls,

@@ -4,9 +4,10 @@
 //! `airlock-client` for the owner and for keys.
 //!
 //! Its sandboxes come from the library's process backend (the agent binary
-//! as a host process, no VM, state under the server's directory), or from
-//! a builder of the caller's ([`TestServer::start_with`]: real VMs, for the
-//! VM tests and the benchmarks). What a test leaves running ends with its
+//! as a host process, no VM, state and named templates under the server's
+//! directory), or from a builder of the caller's ([`TestServer::start_with`]:
+//! real VMs, for the VM tests and the benchmarks, with the named templates
+//! where the library keeps them). What a test leaves running ends with its
 //! server.
 
 use std::net::SocketAddr;
@@ -48,7 +49,7 @@ pub struct Options {
 #[derive(Debug)]
 pub struct TestServer {
     /// Its directory: `server.sock`, `data/`, and on the process backend
-    /// the sandboxes' `state/` and `saved/`.
+    /// the sandboxes' `state/` and `saved/` and the named `templates/`.
     pub dir: PathBuf,
     /// Its Unix socket, the owner's way in.
     pub socket: PathBuf,
@@ -73,7 +74,8 @@ impl TestServer {
         agent_bin();
         let (temp, dir) = home(&options);
         let (state, saved) = (dir.join("state"), dir.join("saved"));
-        Self::serve(options, temp, dir, move || {
+        let templates = Some(dir.join("templates"));
+        Self::serve(options, temp, dir, templates, move || {
             process_builder()
                 .state_dir_base(state.clone())
                 .saved_dir(saved.clone())
@@ -87,13 +89,14 @@ impl TestServer {
         builder: impl Fn() -> SandboxBuilder + Send + Sync + 'static,
     ) -> TestServer {
         let (temp, dir) = home(&options);
-        Self::serve(options, temp, dir, builder).await
+        Self::serve(options, temp, dir, None, builder).await
     }
 
     async fn serve(
         options: Options,
         temp: Option<tempfile::TempDir>,
         dir: PathBuf,
+        templates: Option<PathBuf>,
         builder: impl Fn() -> SandboxBuilder + Send + Sync + 'static,
     ) -> TestServer {
         let socket = dir.join("server.sock");
@@ -135,6 +138,9 @@ impl TestServer {
             on_exit: OnExit::Kill,
             ..ServerConfig::default()
         };
+        if let Some(templates) = templates {
+            config.templates_dir = templates;
+        }
         if let Some(max) = options.max_sandboxes {
             config.max_sandboxes = max;
         }

@@ -24,7 +24,7 @@
 //!
 //! The audit log survives: an adoptable sandbox's is kept in its state
 //! directory beside the record (`audit.jsonl`, see
-//! [`crate::network::audit`]), and the adopter reads it back and numbers
+//! [`airlock_gateway::audit`]), and the adopter reads it back and numbers
 //! on from its last record. What does not survive an adoption: the fake
 //! addresses the guest's DNS answers held (a program that
 //! connects to an address resolved before the adoption is refused until it
@@ -47,8 +47,8 @@ pub(crate) use keeper::Keeper;
 pub(crate) use record::tests::sample as sample_record;
 pub(crate) use record::{
     from_unix_ms, ms, unix_ms, AdoptRecord, Hidden, RecordedBackend, RecordedCa, RecordedClock,
-    RecordedDefaults, RecordedIdle, RecordedNetwork, RecordedPolicy, RecordedSecret,
-    RECORD_VERSION,
+    RecordedDefaults, RecordedIdle, RecordedIdlePolicy, RecordedLimits, RecordedNetwork,
+    RecordedPausedCalls, RecordedPolicy, RecordedSecret, RECORD_VERSION,
 };
 pub use record::{RecordError, ADOPT_FILE};
 

@@ -12,22 +12,20 @@
 //! with its value and its placeholder, and the sandbox CA with its private
 //! key. A resolver is not recorded; the adopting builder gives one.
 //!
-//! Written atomically (a fresh file renamed over the old one), mode 0600
-//! and owned by the library's user: the state directory may be shared
-//! with the VMM's unprivileged group (`state_dir::share_with_group`), which
+//! Written atomically and durably (a fresh file renamed over the old one,
+//! both synced), mode 0600 and owned by the library's user: the state
+//! directory may be shared with the VMM's unprivileged group (`state_dir::share_with_group`), which
 //! can create files there but can neither read this one nor replace it
 //! (the directory is sticky). A record that is not a private file of this
 //! user is refused. `Debug` never shows a secret's value or the CA's key.
 
 use std::fmt;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use airlock_atomic_file::Mode;
 use serde::{Deserialize, Serialize};
 
-use crate::exec::limits::RecordedLimits;
-use crate::lifecycle::{IdlePolicy, PausedCalls};
 use crate::saved::SavedVm;
 use crate::state_dir::owner::ProcessId;
 
@@ -140,7 +138,7 @@ pub(crate) struct RecordedIdle {
     pub policy: RecordedIdlePolicy,
 }
 
-/// [`IdlePolicy`] as recorded.
+/// [`IdlePolicy`](crate::IdlePolicy) as recorded (`lifecycle` converts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum RecordedIdlePolicy {
@@ -149,7 +147,7 @@ pub(crate) enum RecordedIdlePolicy {
     Stop,
 }
 
-/// [`PausedCalls`] as recorded.
+/// [`PausedCalls`](crate::PausedCalls) as recorded (`lifecycle` converts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum RecordedPausedCalls {
@@ -169,6 +167,19 @@ pub(crate) struct RecordedDefaults {
     pub cwd: Option<String>,
     /// The builder's environment ([`SandboxBuilder::env`](crate::SandboxBuilder::env)), in order.
     pub env: Vec<(String, String)>,
+}
+
+/// [`Limits`](crate::Limits) as recorded (`exec::limits` converts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct RecordedLimits {
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u32>,
+    pub cpu_millis: Option<u32>,
+    pub open_files: Option<u64>,
+    pub core_bytes: Option<u64>,
+    pub file_size_bytes: Option<u64>,
+    pub stack_bytes: Option<u64>,
 }
 
 /// The sandbox's network, as the adopter rebuilds it.
@@ -261,23 +272,17 @@ impl AdoptRecord {
         Ok(record)
     }
 
-    /// Writes the record into `dir` atomically: a fresh private file
-    /// renamed over the old record.
+    /// Writes the record into `dir` atomically and durably: a fresh
+    /// private file renamed over the old record (`airlock_atomic_file`).
     pub fn write(&self, dir: &Path) -> Result<(), RecordError> {
         let path = dir.join(ADOPT_FILE);
         let fail = |source| RecordError::Write {
             path: path.clone(),
             source,
         };
-        // tempfile creates the file with mode 0600.
-        let mut file = tempfile::Builder::new()
-            .prefix(".adopt-")
-            .tempfile_in(dir)
-            .map_err(fail)?;
-        serde_json::to_writer(&mut file, self).map_err(|e| fail(e.into()))?;
-        file.write_all(b"\n").map_err(fail)?;
-        file.persist(&path).map_err(|error| fail(error.error))?;
-        Ok(())
+        let mut bytes = serde_json::to_vec(self).map_err(|e| fail(e.into()))?;
+        bytes.push(b'\n');
+        airlock_atomic_file::write(&path, &bytes, Mode::Private).map_err(fail)
     }
 
     /// When the lifetime ceiling ends the sandbox, if it has one: its
@@ -294,46 +299,6 @@ impl AdoptRecord {
     /// When its life began (a pooled sandbox's: its handout).
     pub fn started_at(&self) -> SystemTime {
         from_unix_ms(self.clock.started_at_unix_ms)
-    }
-}
-
-impl From<IdlePolicy> for RecordedIdlePolicy {
-    fn from(policy: IdlePolicy) -> Self {
-        match policy {
-            IdlePolicy::Pause => RecordedIdlePolicy::Pause,
-            IdlePolicy::PauseToDisk => RecordedIdlePolicy::PauseToDisk,
-            IdlePolicy::Stop => RecordedIdlePolicy::Stop,
-        }
-    }
-}
-
-impl From<RecordedIdlePolicy> for IdlePolicy {
-    fn from(policy: RecordedIdlePolicy) -> Self {
-        match policy {
-            RecordedIdlePolicy::Pause => IdlePolicy::Pause,
-            RecordedIdlePolicy::PauseToDisk => IdlePolicy::PauseToDisk,
-            RecordedIdlePolicy::Stop => IdlePolicy::Stop,
-        }
-    }
-}
-
-impl From<PausedCalls> for RecordedPausedCalls {
-    fn from(policy: PausedCalls) -> Self {
-        match policy {
-            PausedCalls::Resume => RecordedPausedCalls::Resume,
-            PausedCalls::Wait => RecordedPausedCalls::Wait,
-            PausedCalls::Fail => RecordedPausedCalls::Fail,
-        }
-    }
-}
-
-impl From<RecordedPausedCalls> for PausedCalls {
-    fn from(policy: RecordedPausedCalls) -> Self {
-        match policy {
-            RecordedPausedCalls::Resume => PausedCalls::Resume,
-            RecordedPausedCalls::Wait => PausedCalls::Wait,
-            RecordedPausedCalls::Fail => PausedCalls::Fail,
-        }
     }
 }
 
@@ -355,6 +320,7 @@ pub(crate) fn from_unix_ms(ms: u64) -> SystemTime {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::lifecycle::{IdlePolicy, PausedCalls};
     use crate::saved::SavedDisk;
 
     /// A record with every part set, a secret and a CA among them.
@@ -535,20 +501,5 @@ pub(crate) mod tests {
         assert_eq!(record.started_at(), from_unix_ms(1_000_000));
         record.policy.max_lifetime_ms = None;
         assert_eq!(record.ends_at(), None);
-    }
-
-    #[test]
-    fn policies_survive_their_record_form() {
-        for policy in [IdlePolicy::Pause, IdlePolicy::PauseToDisk, IdlePolicy::Stop] {
-            assert_eq!(IdlePolicy::from(RecordedIdlePolicy::from(policy)), policy);
-        }
-        for calls in [PausedCalls::Resume, PausedCalls::Wait, PausedCalls::Fail] {
-            assert_eq!(PausedCalls::from(RecordedPausedCalls::from(calls)), calls);
-        }
-        let limits = crate::Limits::new()
-            .pids(7)
-            .cpu_millis(500)
-            .stack_bytes(1 << 20);
-        assert_eq!(crate::Limits::from(RecordedLimits::from(limits)), limits);
     }
 }

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use airlock_proto::v1;
 
+use crate::adopt::RecordedLimits;
+
 /// Resource limits for a program's process tree, enforced by the agent
 /// with the tree's cgroup (memory, processes, CPU) and with rlimits set
 /// before `exec` (open files, core size, file size, stack). Unset means
@@ -119,19 +121,8 @@ impl Limits {
     }
 }
 
-/// [`Limits`] as an adoption record keeps them (see `crate::adopt`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub(crate) struct RecordedLimits {
-    memory_bytes: Option<u64>,
-    pids: Option<u32>,
-    cpu_millis: Option<u32>,
-    open_files: Option<u64>,
-    core_bytes: Option<u64>,
-    file_size_bytes: Option<u64>,
-    stack_bytes: Option<u64>,
-}
-
+/// [`Limits`] to and from the form an adoption record keeps them in (see
+/// `crate::adopt`).
 impl From<Limits> for RecordedLimits {
     fn from(limits: Limits) -> Self {
         RecordedLimits {
@@ -198,5 +189,11 @@ mod tests {
             (proto.pids, proto.memory_bytes, proto.cpu_millis),
             (10, 1 << 30, 0)
         );
+    }
+
+    #[test]
+    fn limits_survive_their_record_form() {
+        let limits = Limits::new().pids(7).cpu_millis(500).stack_bytes(1 << 20);
+        assert_eq!(Limits::from(RecordedLimits::from(limits)), limits);
     }
 }

@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use crate::saved::SavedUsage;
+
 /// What a sandbox has used so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SandboxUsage {
@@ -17,4 +19,14 @@ pub struct SandboxUsage {
     /// CPU time of the guest's virtual CPUs (the last reading, once the VM
     /// has ended).
     pub guest_cpu: Duration,
+}
+
+impl From<SavedUsage> for SandboxUsage {
+    fn from(usage: SavedUsage) -> Self {
+        SandboxUsage {
+            wall: Duration::from_millis(usage.wall_ms),
+            running: Duration::from_millis(usage.running_ms),
+            guest_cpu: Duration::from_millis(usage.guest_cpu_ms),
+        }
+    }
 }

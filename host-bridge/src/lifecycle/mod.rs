@@ -11,9 +11,11 @@
 //! - `channel`: the gRPC channel every call goes through; it counts calls in
 //!   flight (what "idle" means), and holds calls back while the VM is paused.
 //! - `meter`: wall, running and guest CPU time.
+//! - `recorded`: the policies to and from an adoption record's form.
 
 pub(crate) mod channel;
 mod meter;
+mod recorded;
 pub(crate) mod vm;
 pub(crate) mod watchdog;
 

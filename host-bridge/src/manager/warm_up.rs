@@ -245,12 +245,10 @@ fn setup(error: Error) -> Error {
 
 /// A fresh scratch directory's guest path.
 fn scratch_dir() -> String {
-    let mut bytes = [0u8; 8];
     // A name nobody guesses is enough; a failed read still gives a
-    // directory that mkdir (without parents) refuses if it exists.
-    let _ = std::fs::File::open("/dev/urandom")
-        .and_then(|mut random| std::io::Read::read_exact(&mut random, &mut bytes));
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    // directory (all zeros) that mkdir (without parents) refuses if it
+    // exists.
+    let hex = crate::random::hex::<8>().unwrap_or_else(|_| "0".repeat(16));
     PathBuf::from("/tmp")
         .join(format!(".airlock-warm-up-{hex}"))
         .display()

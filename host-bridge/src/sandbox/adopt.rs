@@ -14,15 +14,17 @@
 //! attempt.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use airlock_proto::v1::CheckResponse;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::boot::{default_env, ingress_audit, BootTimings, Launched, Origin};
-use super::builder::{GuestChannel, SandboxBuilder, ROOT_DISK};
+use super::builder::{GuestChannel, SandboxBuilder};
 use super::connect::Deadline;
+use super::launched::Launched;
 use super::network::{recorded_options, SandboxNetwork};
+use super::parts::SandboxParts;
+use super::started::{BootTimings, Origin};
 use super::Sandbox;
 use crate::adopt::{
     AdoptError, AdoptRecord, Claim, Keeper, RecordedBackend, RecordedClock, RecordedDefaults,
@@ -30,13 +32,11 @@ use crate::adopt::{
 };
 use crate::error::{Error, Result};
 use crate::features::AgentFeatures;
-use crate::lifecycle::channel::AgentChannel;
 use crate::lifecycle::vm::{Left, Persistence, VmShared};
-use crate::lifecycle::watchdog;
-use crate::saved::{SavedError, SavedRecord, SavedStore, SavedUsage, SavedVm};
+use crate::saved::{SavedError, SavedRecord, SavedStore, SavedVm};
 use crate::state_dir::owner::ProcessId;
 use crate::state_dir::{self, StateDir};
-use crate::vmm::{Backend, BackendKind, ProcessVm, QemuVm, VmPaths, VmmError, VmmProcess};
+use crate::vmm::{Backend, BackendKind, Disk, ProcessVm, QemuVm, VmPaths, VmmError, VmmProcess};
 use crate::workspace::Workspace;
 use crate::Accel;
 
@@ -111,7 +111,7 @@ impl SandboxBuilder {
                 self.image = machine
                     .disks
                     .iter()
-                    .find(|disk| disk.id == ROOT_DISK)
+                    .find(|disk| disk.id == Disk::ROOT)
                     .map(|disk| disk.path.clone());
             }
             RecordedBackend::Process { agent } => {
@@ -281,14 +281,9 @@ impl SandboxBuilder {
             _ => None,
         };
         let persistence = match &record.backend {
-            RecordedBackend::Qemu { machine } => Some(self.persistence(
-                &id,
-                machine,
-                &record,
-                &health.agent_version,
-                health.protocol_revision,
-                &dir,
-            )),
+            RecordedBackend::Qemu { machine } => {
+                Some(self.persistence(&id, machine, &record, &health, &dir))
+            }
             RecordedBackend::Process { .. } => None,
         };
         let vm = VmShared::new(
@@ -321,23 +316,7 @@ impl SandboxBuilder {
         // end it at its first tick), the directory too.
         vm.own_vmm(true);
         dir.keep(false);
-        vm.hold_workspace(workspace);
-        let watchdog = watchdog::spawn(&vm, self.watchdog_policy());
-        let answered = answered.saturating_duration_since(begin);
-        let timings = BootTimings {
-            vmm_started: Duration::ZERO,
-            before_guest_clock: None,
-            kernel_to_init: Duration::from_micros(health.init_started_us),
-            init_to_serving: Duration::from_micros(
-                health
-                    .serving_since_us
-                    .saturating_sub(health.init_started_us),
-            ),
-            serving_to_answer: None,
-            answered,
-            ready: begin.elapsed(),
-        };
-        let env = default_env(&self.env, network.as_ref().map(|n| n.env.as_slice()));
+        let timings = BootTimings::measure(begin, None, answered, &health, false);
         tracing::info!(
             id,
             paused = frozen,
@@ -345,26 +324,22 @@ impl SandboxBuilder {
             agent_version = %health.agent_version,
             "sandbox adopted"
         );
-        Ok(Sandbox {
-            channel: AgentChannel::new(channel, Arc::clone(&vm), self.paused_calls),
-            vm,
-            watchdog,
-            id,
-            timings,
-            origin: Origin::Adopted,
-            accel,
-            agent_version: health.agent_version,
-            features,
-            default_limits: self.default_limits,
-            default_user: self.default_user.clone(),
-            default_cwd: self.default_cwd.clone(),
-            env,
-            defaults_made: Arc::default(),
-            ingress_audit: Arc::new(ingress_audit(network.is_none(), dir.path())),
-            network,
-            builder: self,
-            state_dir: dir,
-        })
+        Ok(Sandbox::from_parts(
+            self,
+            SandboxParts {
+                vm,
+                channel,
+                workspace,
+                id,
+                timings,
+                origin: Origin::Adopted,
+                accel,
+                agent_version: health.agent_version,
+                features,
+                network,
+                dir,
+            },
+        ))
     }
 
     /// How an adopted QEMU sandbox is saved to disk and restored: its
@@ -375,8 +350,7 @@ impl SandboxBuilder {
         id: &str,
         machine: &SavedVm,
         record: &AdoptRecord,
-        agent_version: &str,
-        protocol_revision: u32,
+        health: &CheckResponse,
         dir: &StateDir,
     ) -> Persistence {
         let store = SavedStore::new(&self.saved_dir);
@@ -388,22 +362,10 @@ impl SandboxBuilder {
                 None
             }
         };
-        let saved = saved.unwrap_or_else(|| SavedRecord {
-            id: id.to_owned(),
-            vm: machine.clone(),
-            agent_version: agent_version.to_owned(),
-            protocol_revision,
-            workspace: record.workspace.clone(),
-            usage: SavedUsage::default(),
-            generations: Vec::new(),
+        let saved = saved.unwrap_or_else(|| {
+            SavedRecord::new(id, machine.clone(), health, record.workspace.clone())
         });
-        Persistence {
-            store,
-            record: std::sync::Mutex::new(saved),
-            paths: VmPaths::in_dir(dir.path()),
-            vmm_user: self.vmm_user,
-            agent_port: record.agent_port,
-        }
+        Persistence::new(store, saved, dir.path(), self.vmm_user, record.agent_port)
     }
 }
 

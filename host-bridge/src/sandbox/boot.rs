@@ -5,61 +5,38 @@
 //! (`trust`), turn its network on, and hand the running VM to
 //! `lifecycle`'s watchdog.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::state_dir::StateDir;
 use airlock_proto::v1::system_client::SystemClient;
-use airlock_proto::v1::{CheckResponse, PersonalizeRequest, PersonalizeResponse};
+use airlock_proto::v1::{PersonalizeRequest, PersonalizeResponse};
 use airlock_proto::Feature;
 use tokio::sync::OwnedSemaphorePermit;
 use tonic::transport::Channel;
 
+use super::builder::{GuestChannel, SandboxBuilder};
 use super::clone::CloneError;
+use super::connect::Deadline;
+use super::launched::Launched;
 use super::network::SandboxNetwork;
+use super::parts::SandboxParts;
+use super::started::{BootTimings, Origin};
+use super::Sandbox;
 use crate::error::{Error, Result};
 use crate::features::AgentFeatures;
-use crate::lifecycle::channel::AgentChannel;
 use crate::lifecycle::vm::{relaunch, Persistence, VmShared};
-use crate::lifecycle::watchdog;
-use crate::network::audit::AuditLog;
-use crate::saved::{GoodSnapshot, Restored, SavedRecord, SavedStore, SavedUsage, SavedVm};
-use crate::state_dir;
-use crate::transport::{CapMessages, Quiesce};
+use crate::saved::{GoodSnapshot, Restored, SavedRecord, SavedStore, SavedVm};
+use crate::state_dir::{self, StateDir};
+use crate::transport::CapMessages;
 use crate::vmm::{
     AgentPort, Backend, BackendKind, Disk, GuestMemory, ProcessVm, QemuConfig, QemuVm, VmPaths,
 };
 use crate::workspace::Workspace;
 use crate::Accel;
 
-use super::builder::{GuestChannel, SandboxBuilder};
-use super::connect::{connect_agent, Deadline};
-use super::Sandbox;
-
 /// How many random bytes a guest gets from the host at start.
 const ENTROPY_BYTES: usize = 64;
 /// How long `Personalize` may take.
 const PERSONALIZE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How a sandbox came to run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Origin {
-    /// Booted from the kernel.
-    Cold,
-    /// Restored from the template `key`; `built` when this start made it.
-    Clone { key: String, built: bool },
-    /// A template was asked for, but this start booted cold instead.
-    ColdFallback { reason: String },
-    /// Restored from its own snapshot generation `generation` (after the
-    /// process that saved it ended).
-    Restored { generation: u64 },
-    /// Forked from the running sandbox `parent`.
-    Fork { parent: String },
-    /// Taken over, still running, from an owner that died or detached it
-    /// ([`SandboxBuilder::adopt`]).
-    Adopted,
-}
 
 /// What a saved sandbox's record starts from.
 pub(super) enum Machine {
@@ -80,40 +57,6 @@ pub(super) struct Assembly {
     pub begin: Instant,
     /// `None` where the VM cannot be saved.
     pub machine: Option<Machine>,
-}
-
-/// A VMM that runs and an agent that answered.
-pub(super) struct Launched {
-    /// When the VMM processes were running.
-    pub vmm_started: Instant,
-    pub dir: StateDir,
-    pub vmm: Backend,
-    pub channel: Channel,
-    pub health: CheckResponse,
-    /// When the Health answer arrived.
-    pub answered: Instant,
-    pub quiesce: Quiesce,
-}
-
-impl Launched {
-    /// Waits for the agent of a VMM that runs (started at `vmm_started`).
-    pub(super) async fn connect(
-        dir: StateDir,
-        mut vmm: Backend,
-        vmm_started: Instant,
-        deadline: Deadline,
-    ) -> Result<Self> {
-        let reached = connect_agent(&mut vmm, deadline).await?;
-        Ok(Launched {
-            vmm_started,
-            dir,
-            vmm,
-            channel: reached.channel,
-            health: reached.health,
-            answered: reached.answered,
-            quiesce: reached.quiesce,
-        })
-    }
 }
 
 impl SandboxBuilder {
@@ -301,24 +244,9 @@ impl SandboxBuilder {
             }
             None => None,
         };
-        let answered = answered.saturating_duration_since(begin);
         let booted_here = matches!(origin, Origin::Cold | Origin::ColdFallback { .. });
-        let timings = BootTimings {
-            vmm_started: vmm_started.saturating_duration_since(begin),
-            before_guest_clock: booted_here
-                .then(|| answered.saturating_sub(Duration::from_micros(health.uptime_us))),
-            kernel_to_init: Duration::from_micros(health.init_started_us),
-            init_to_serving: Duration::from_micros(
-                health
-                    .serving_since_us
-                    .saturating_sub(health.init_started_us),
-            ),
-            serving_to_answer: booted_here.then(|| {
-                Duration::from_micros(health.uptime_us.saturating_sub(health.serving_since_us))
-            }),
-            answered,
-            ready: begin.elapsed(),
-        };
+        let timings =
+            BootTimings::measure(begin, Some(vmm_started), answered, &health, booted_here);
         tracing::info!(?timings, ?origin, agent_version = %health.agent_version, "sandbox ready");
         let recorded_machine = machine.as_ref().map(|machine| match machine {
             Machine::New(vm) => vm.clone(),
@@ -326,24 +254,21 @@ impl SandboxBuilder {
         });
         let persistence = machine.map(|machine| {
             let record = match machine {
-                Machine::New(vm) => SavedRecord {
-                    id: id.clone(),
+                Machine::New(vm) => SavedRecord::new(
+                    &id,
                     vm,
-                    agent_version: health.agent_version.clone(),
-                    protocol_revision: health.protocol_revision,
-                    workspace: workspace.as_ref().map(|ws| ws.path().to_owned()),
-                    usage: SavedUsage::default(),
-                    generations: Vec::new(),
-                },
+                    &health,
+                    workspace.as_ref().map(|ws| ws.path().to_owned()),
+                ),
                 Machine::Saved(record) => *record,
             };
-            Persistence {
-                store: SavedStore::new(&self.saved_dir),
-                record: std::sync::Mutex::new(record),
-                paths: VmPaths::in_dir(dir.path()),
-                vmm_user: self.vmm_user,
-                agent_port: self.agent_port,
-            }
+            Persistence::new(
+                SavedStore::new(&self.saved_dir),
+                record,
+                dir.path(),
+                self.vmm_user,
+                self.agent_port,
+            )
         });
         let carried = persistence.as_ref().and_then(|p| {
             let record = p
@@ -387,41 +312,22 @@ impl SandboxBuilder {
             }
             vm.set_adoption(keeper);
         }
-        vm.hold_workspace(workspace);
-        let watchdog = watchdog::spawn(&vm, self.watchdog_policy());
-        let env = default_env(&self.env, network.as_ref().map(|n| n.env.as_slice()));
-        Ok(Sandbox {
-            channel: AgentChannel::new(channel, Arc::clone(&vm), self.paused_calls),
-            vm,
-            watchdog,
-            id,
-            timings,
-            origin,
-            accel,
-            agent_version: health.agent_version,
-            features,
-            default_limits: self.default_limits,
-            default_user: self.default_user.clone(),
-            default_cwd: self.default_cwd.clone(),
-            env,
-            defaults_made: Arc::default(),
-            ingress_audit: Arc::new(ingress_audit(
-                self.adoptable && network.is_none(),
-                dir.path(),
-            )),
-            network,
-            builder: self,
-            state_dir: dir,
-        })
-    }
-
-    /// What the watchdog enforces (the lifetime ceiling is the VM's).
-    pub(super) fn watchdog_policy(&self) -> watchdog::Policy {
-        watchdog::Policy {
-            idle: self.idle,
-            console_log_budget: self.console_log_budget,
-            unresponsive_after: self.unresponsive_after,
-        }
+        Ok(Sandbox::from_parts(
+            self,
+            SandboxParts {
+                vm,
+                channel,
+                workspace,
+                id,
+                timings,
+                origin,
+                accel,
+                agent_version: health.agent_version,
+                features,
+                network,
+                dir,
+            },
+        ))
     }
 
     /// Why this start does not use a template, if it does not.
@@ -513,19 +419,6 @@ impl SandboxBuilder {
     }
 }
 
-/// What every program gets under its own variables: the builder's
-/// environment first (it wins), then the network's.
-pub(super) fn default_env(
-    builder: &[(String, String)],
-    network: Option<&[(String, String)]>,
-) -> Arc<[(String, String)]> {
-    builder
-        .iter()
-        .chain(network.unwrap_or_default())
-        .cloned()
-        .collect()
-}
-
 /// Gives the guest fresh entropy, the host's clock, its hostname and id.
 async fn personalize(channel: &Channel, id: &str) -> Result<()> {
     let request = personalize_request(id)?;
@@ -567,45 +460,5 @@ pub(super) fn check_personalized(answer: &PersonalizeResponse) {
         tracing::warn!(
             "the guest kernel did not reseed its random generator; entropy was mixed in"
         );
-    }
-}
-
-/// Where a sandbox's start-up time went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BootTimings {
-    /// Host: from `start()` until the VMM processes were running.
-    pub vmm_started: Duration,
-    /// Of a VM booted by this start (`Origin::Cold` and
-    /// `Origin::ColdFallback`), the time from `start()` until the guest's
-    /// clock began: the VMM's start, its firmware, and the kernel's set-up
-    /// and decompression before it keeps time. It is what the host saw
-    /// until the first answer less what the guest's clock counted, so it
-    /// also holds that answer's way back to the host (a fraction of a
-    /// millisecond). `None` for a restored VM, whose clock is its
-    /// snapshot's.
-    pub before_guest_clock: Option<Duration>,
-    /// Guest: kernel boot until the agent (PID 1) started (a clone reports
-    /// its template's).
-    pub kernel_to_init: Duration,
-    /// Guest: agent start (mounts, modules) until it served gRPC.
-    pub init_to_serving: Duration,
-    /// Guest: from serving gRPC until it answered the host's first Health
-    /// (the host's connection, its opening and HTTP/2's set-up included),
-    /// for a VM booted by this start; `None` for a restored VM.
-    pub serving_to_answer: Option<Duration>,
-    /// Host: from `start()` until the agent's first Health answer arrived.
-    pub answered: Duration,
-    /// Host: from `start()` until the sandbox was ready (after the answer,
-    /// the guest's identity, entropy and clock, and its network if any).
-    pub ready: Duration,
-}
-
-/// The audit log of a sandbox without a network (its ingress records):
-/// kept in its state directory `dir` too when `on_disk` (an adoptable
-/// sandbox's), as a network's is.
-pub(super) fn ingress_audit(on_disk: bool, dir: &std::path::Path) -> AuditLog {
-    match on_disk {
-        true => AuditLog::kept_in(dir),
-        false => AuditLog::default(),
     }
 }

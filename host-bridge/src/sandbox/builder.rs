@@ -10,16 +10,13 @@ use airlock_proto::contract::cmdline as keys;
 use crate::error::{Error, Result};
 use crate::exec::Limits;
 use crate::lifecycle::{IdlePolicy, PausedCalls};
-use crate::network::policy::NetRule;
-use crate::network::NetworkOptions;
 use crate::trust::{CaCert, TrustConfig};
 use crate::vmm::{guest_disk_device, BackendKind, Disk, SerialPort, VmmUser};
 use crate::workspace::DEFAULT_WORKSPACE_BYTES;
 use crate::{artifacts, state_dir, Accel};
+use airlock_gateway::policy::NetRule;
+use airlock_gateway::NetworkOptions;
 
-/// QEMU drive ids (and virtio serials) of the root image and the workspace.
-pub(super) const ROOT_DISK: &str = "root";
-pub(super) const WORKSPACE_DISK: &str = "workspace";
 /// The default hard ceiling on a sandbox's wall-clock life.
 pub const DEFAULT_MAX_LIFETIME: Duration = Duration::from_secs(60 * 60);
 /// How long a running sandbox's agent may go without answering, by
@@ -408,9 +405,7 @@ impl SandboxBuilder {
     /// Allows `rule` (turning the network on with a deny-all policy first
     /// if it was off).
     pub fn allow_net(mut self, rule: NetRule) -> Self {
-        let mut options = self.network.take().unwrap_or_default();
-        options.policy.push(rule);
-        self.network = Some(options);
+        self.network = Some(self.network.take().unwrap_or_default().allow(rule));
         self
     }
 
@@ -550,8 +545,11 @@ impl SandboxBuilder {
             ));
         }
         if let Some(network) = &self.network {
-            crate::network::host::check_rules(network.policy.rules(), network.host_access)
-                .map_err(|(index, error)| Error::HostRule { index, error })?;
+            airlock_gateway::host::check_rules(
+                network.get_policy().rules(),
+                network.get_host_access(),
+            )
+            .map_err(|(index, error)| Error::HostRule { index, error })?;
         }
         if let Some((key, _)) = self
             .env
@@ -586,7 +584,7 @@ impl SandboxBuilder {
         for (index, disk) in self.disks().into_iter().enumerate() {
             if let Some(device) = guest_disk_device(index) {
                 let key = match disk.id {
-                    ROOT_DISK => keys::ROOT,
+                    Disk::ROOT => keys::ROOT,
                     _ => keys::WORKSPACE,
                 };
                 cmdline.push_str(&format!(" {key}={device}"));
@@ -602,12 +600,12 @@ impl SandboxBuilder {
     /// The disks to attach, in guest order: the image, then the workspace.
     pub(super) fn disks(&self) -> Vec<Disk> {
         let root = self.image.iter().map(|path| Disk {
-            id: ROOT_DISK,
+            id: Disk::ROOT,
             path: path.clone(),
             read_only: true,
         });
         let workspace = self.workspace.iter().map(|path| Disk {
-            id: WORKSPACE_DISK,
+            id: Disk::WORKSPACE,
             path: path.clone(),
             read_only: false,
         });

@@ -25,9 +25,9 @@ use crate::transport::CapMessages;
 use crate::vmm::{self, Backend, Disk, GuestMemory, SnapshotError, VmmError};
 use crate::Accel;
 
-use super::boot::Launched;
 use super::builder::SandboxBuilder;
 use super::connect::{connect_agent, Deadline};
+use super::launched::Launched;
 
 /// How long a clone's agent may take to answer before the start falls
 /// back to a cold boot.

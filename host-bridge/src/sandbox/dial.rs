@@ -12,8 +12,8 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::Sandbox;
 use crate::error::{Error, Result};
-use crate::network::GuestPort;
 use crate::transport::CapMessages;
+use airlock_gateway::GuestPort;
 
 /// Messages toward the guest buffered per connection.
 const TO_GUEST_DEPTH: usize = 8;

@@ -16,8 +16,9 @@ use crate::saved::{self, GoodSnapshot, SavedStore, SavedVm};
 use crate::state_dir;
 use crate::Accel;
 
-use super::boot::{Assembly, Machine, Origin};
+use super::boot::{Assembly, Machine};
 use super::builder::SandboxBuilder;
+use super::started::Origin;
 use super::Sandbox;
 
 /// Tells apart the fork files of one process.

@@ -18,6 +18,11 @@
 //! - `boot`: [`SandboxBuilder::start`], from the state directory to a
 //!   running, watched VM.
 //! - `connect`: waiting for the agent's announcement, then dialling it.
+//! - `launched`: a VMM that runs and an agent that answered, what every
+//!   way of starting has before it becomes a sandbox.
+//! - `parts`: [`Sandbox::from_parts`], the one constructor every way of
+//!   starting (boot, clone, restore, fork, adoption) ends in.
+//! - `started`: [`Origin`] and [`BootTimings`], how a sandbox came to run.
 //! - `dial`: [`Sandbox::connect_port`], connections into the guest
 //!   (ingress).
 //! - `adopt`: taking over a sandbox whose owner died or detached it, and
@@ -58,18 +63,21 @@ mod clone;
 mod connect;
 mod dial;
 mod fork;
+mod launched;
 mod named;
 mod network;
+mod parts;
 mod restore;
+mod started;
 mod trust;
 mod workspace;
 
-pub use boot::{BootTimings, Origin};
 pub use builder::{
     GuestChannel, SandboxBuilder, DEFAULT_CONSOLE_LOG_BUDGET, DEFAULT_MAX_LIFETIME,
     DEFAULT_UNRESPONSIVE_AFTER,
 };
 pub(crate) use clone::WARM_UP as TEMPLATE_WARM_UP;
+pub use started::{BootTimings, Origin};
 
 /// A running microVM with the Airlock agent as PID 1.
 ///
@@ -98,7 +106,7 @@ pub struct Sandbox {
     network: Option<SandboxNetwork>,
     /// Where ingress decisions go when there is no network (with one,
     /// they go to its audit log, beside the egress records).
-    ingress_audit: Arc<crate::network::audit::AuditLog>,
+    ingress_audit: Arc<airlock_gateway::audit::AuditLog>,
     /// What it was started with: a fork's children get the same policies.
     builder: SandboxBuilder,
     state_dir: StateDir,
@@ -487,13 +495,6 @@ impl Drop for Sandbox {
         self.vm.keep_if_on_disk();
         self.vm.kill(EndReason::Stopped);
     }
-}
-
-/// The `&'static` name of a disk a saved record names.
-pub(crate) fn disk_id(name: &str) -> Option<&'static str> {
-    [builder::ROOT_DISK, builder::WORKSPACE_DISK]
-        .into_iter()
-        .find(|known| *known == name)
 }
 
 #[cfg(test)]

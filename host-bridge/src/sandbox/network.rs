@@ -1,6 +1,6 @@
 //! A sandbox's network on the host: turning the guest's side on, the
 //! gateway that decides, and the carriers that bring it the guest's
-//! connections (see [`crate::network`]); and the network as an adoptable
+//! connections (see [`airlock_gateway`]); and the network as an adoptable
 //! sandbox's record keeps it (see [`crate::adopt`]).
 
 use std::net::IpAddr;
@@ -18,13 +18,12 @@ use tonic::transport::Channel;
 use crate::adopt::{from_unix_ms, ms, Hidden, RecordedCa, RecordedNetwork, RecordedSecret};
 use crate::error::{Error, Result};
 use crate::features::AgentFeatures;
-use crate::network::audit::{AuditRecord, Protocol, Verdict};
-use crate::network::fake_ip::GATEWAY_ADDR;
-use crate::network::host::{check_rules, HostAccess};
-use crate::network::policy::{NetRule, NetworkPolicy};
-use crate::network::secrets::{CaParts, SandboxCa, Secret, Secrets};
-use crate::network::{CarrierPool, Gateway, GatewayError, NetworkOptions};
 use crate::trust::GuestRoots;
+use airlock_gateway::audit::{AuditRecord, Protocol, Verdict};
+use airlock_gateway::host::{check_rules, HostAccess};
+use airlock_gateway::policy::{NetRule, NetworkPolicy};
+use airlock_gateway::secrets::{CaParts, SandboxCa, Secret, Secrets};
+use airlock_gateway::{CarrierPool, Gateway, GatewayError, NetworkOptions, GATEWAY_ADDR};
 
 use super::Sandbox;
 
@@ -51,11 +50,14 @@ impl SandboxNetwork {
         roots: Option<&GuestRoots>,
         audit_dir: Option<&Path>,
     ) -> Result<Self> {
-        let mut options = options.clone();
-        options.audit_dir = audit_dir.map(Path::to_owned);
-        options.upstream_roots = roots
-            .map(|roots| roots.certs.iter().map(|c| c.der().clone()).collect())
-            .unwrap_or_default();
+        let options = options
+            .clone()
+            .audit_dir(audit_dir.map(Path::to_owned))
+            .upstream_roots(
+                roots
+                    .map(|roots| roots.certs.iter().map(|c| c.der().clone()).collect())
+                    .unwrap_or_default(),
+            );
         let gateway = Gateway::new(options)?;
         Self::enable_with(channel, features, gateway).await
     }
@@ -69,10 +71,10 @@ impl SandboxNetwork {
         channel: &Channel,
         features: AgentFeatures,
         recorded: &RecordedNetwork,
-        mut options: NetworkOptions,
+        options: NetworkOptions,
         audit_dir: &Path,
     ) -> Result<Self> {
-        options.audit_dir = Some(audit_dir.to_owned());
+        let options = options.audit_dir(Some(audit_dir.to_owned()));
         let gateway = recorded_gateway(recorded, options)?;
         Self::enable_with(channel, features, gateway).await
     }
@@ -147,15 +149,15 @@ impl SandboxNetwork {
                 }
             }),
             upstream_roots: options
-                .upstream_roots
+                .get_upstream_roots()
                 .iter()
                 .map(|root| base64::engine::general_purpose::STANDARD.encode(root.as_ref()))
                 .collect(),
-            max_connections: options.max_connections,
-            idle_timeout_ms: ms(options.idle_timeout),
-            head_timeout_ms: ms(options.head_timeout),
-            max_header_bytes: options.max_header_bytes,
-            host_access: options.host_access.is_allowed(),
+            max_connections: options.get_max_connections(),
+            idle_timeout_ms: ms(options.get_idle_timeout()),
+            head_timeout_ms: ms(options.get_head_timeout()),
+            max_header_bytes: options.get_max_header_bytes(),
+            host_access: options.get_host_access().is_allowed(),
         }
     }
 }
@@ -190,21 +192,23 @@ pub(super) fn recorded_options(
                 .map_err(|error| unusable(format!("an upstream root: {error}")))
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut options = base.cloned().unwrap_or_default();
-    options.policy = NetworkPolicy::from_rules(rules);
-    options.secrets = recorded_secrets(recorded)?
+    let secrets = recorded_secrets(recorded)?
         .into_iter()
-        .map(|(secret, _)| secret)
-        .collect();
-    options.upstream_roots = upstream_roots;
-    options.max_connections = recorded.max_connections;
-    options.idle_timeout = Duration::from_millis(recorded.idle_timeout_ms);
-    options.head_timeout = Duration::from_millis(recorded.head_timeout_ms);
-    options.max_header_bytes = recorded.max_header_bytes;
-    options.host_access = match recorded.host_access {
-        true => HostAccess::Allowed,
-        false => HostAccess::Denied,
-    };
+        .map(|(secret, _)| secret);
+    let options = base
+        .cloned()
+        .unwrap_or_default()
+        .policy(NetworkPolicy::from_rules(rules))
+        .secrets(secrets)
+        .upstream_roots(upstream_roots)
+        .max_connections(recorded.max_connections)
+        .idle_timeout(Duration::from_millis(recorded.idle_timeout_ms))
+        .head_timeout(Duration::from_millis(recorded.head_timeout_ms))
+        .max_header_bytes(recorded.max_header_bytes)
+        .host_access(match recorded.host_access {
+            true => HostAccess::Allowed,
+            false => HostAccess::Denied,
+        });
     Ok(options)
 }
 
@@ -253,7 +257,7 @@ impl Sandbox {
     /// Every allowed and refused connection and DNS query so far (the
     /// newest 4096), oldest first. An adoptable sandbox's log is kept in
     /// its state directory too, so an adopted sandbox's goes on from its
-    /// previous owner's (see [`crate::network::audit`]).
+    /// previous owner's (see [`airlock_gateway::audit`]).
     pub fn network_audit(&self) -> Result<Vec<AuditRecord>> {
         Ok(self.network_on()?.gateway.audit())
     }
@@ -286,11 +290,11 @@ impl Sandbox {
     }
 
     /// Whether the guest may reach the host itself (see
-    /// [`crate::network::host`]); a sandbox without a network reaches
+    /// [`airlock_gateway::host`]); a sandbox without a network reaches
     /// nothing.
     pub fn host_access(&self) -> HostAccess {
         self.network.as_ref().map_or(HostAccess::Denied, |network| {
-            network.gateway.options().host_access
+            network.gateway.options().get_host_access()
         })
     }
 
@@ -308,7 +312,7 @@ impl Sandbox {
     /// the sandbox's [host access](Sandbox::host_access) is denied.
     pub fn set_network_policy(&self, policy: NetworkPolicy) -> Result<()> {
         let network = self.network_on()?;
-        check_rules(policy.rules(), network.gateway.options().host_access)
+        check_rules(policy.rules(), network.gateway.options().get_host_access())
             .map_err(|(index, error)| Error::HostRule { index, error })?;
         let rules: Vec<String> = policy.rules().iter().map(ToString::to_string).collect();
         network.gateway.set_policy(policy);
@@ -347,11 +351,10 @@ mod tests {
                     .host("api.test"),
             )
             .max_connections(12);
-        let mut options = options;
-        options.upstream_roots = vec![SandboxCa::generate()
+        let options = options.upstream_roots(vec![SandboxCa::generate()
             .map_err(|e| Error::Network(GatewayError::Ca(e)))?
             .cert_der()
-            .clone()];
+            .clone()]);
         let first = Gateway::new(options)?;
         let network = SandboxNetwork {
             gateway: Arc::new(first),
@@ -366,10 +369,10 @@ mod tests {
         assert_eq!(again.policy(), first.policy());
         assert_eq!(again.guest_env(Some("/b")), first.guest_env(Some("/b")));
         assert_eq!(again.ca_pem(), first.ca_pem());
-        assert_eq!(again.options().max_connections, 12);
+        assert_eq!(again.options().get_max_connections(), 12);
         assert_eq!(
-            again.options().upstream_roots,
-            first.options().upstream_roots
+            again.options().get_upstream_roots(),
+            first.options().get_upstream_roots()
         );
         let placeholder = first
             .secrets()

@@ -13,8 +13,9 @@ use crate::state_dir;
 use crate::workspace::Workspace;
 use crate::Accel;
 
-use super::boot::{Assembly, Machine, Origin};
+use super::boot::{Assembly, Machine};
 use super::builder::SandboxBuilder;
+use super::started::Origin;
 use super::Sandbox;
 
 impl SandboxBuilder {

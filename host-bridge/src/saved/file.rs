@@ -10,16 +10,18 @@
 //! ```
 //!
 //! A file is written under a temporary name in its final directory, synced,
-//! and renamed into place only when complete ([`Writing::commit`]): a crash
-//! while writing leaves the previous file as it was. It is opened with
+//! and renamed into place only when complete ([`Writing::commit`], through
+//! `airlock_atomic_file`): a crash while writing leaves the previous file
+//! as it was. It is opened with
 //! [`open`], which checks the magic, the header's checksum, the format
 //! version and the stream's size before QEMU reads a byte of it.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use airlock_atomic_file::{AtomicFile, Mode};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -53,11 +55,11 @@ pub struct SnapshotHeader {
 
 /// A snapshot file being written: QEMU writes the stream through
 /// [`file`](Writing::file), then [`commit`](Writing::commit) adds the header
-/// and moves it into place.
+/// and moves it into place. Dropped uncommitted, the partial file goes and
+/// the previous one stays.
 #[derive(Debug)]
 pub(crate) struct Writing {
-    file: File,
-    temp: PathBuf,
+    file: AtomicFile,
     target: PathBuf,
 }
 
@@ -65,59 +67,34 @@ impl Writing {
     /// Starts `target` under a temporary name beside it (mode 0600), with
     /// the write position at the stream's start.
     pub fn create(target: &Path) -> Result<Self, SavedError> {
-        let name = target
-            .file_name()
-            .map(|name| name.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let temp = target.with_file_name(format!(".{name}.writing-{}", std::process::id()));
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&temp)
-            .map_err(SavedError::io(&temp))?;
-        file.seek(SeekFrom::Start(STREAM_OFFSET))
-            .map_err(SavedError::io(&temp))?;
+        let file = AtomicFile::create(target, Mode::Private).map_err(SavedError::io(target))?;
+        file.file()
+            .seek(SeekFrom::Start(STREAM_OFFSET))
+            .map_err(SavedError::io(target))?;
         Ok(Writing {
             file,
-            temp,
             target: target.to_owned(),
         })
     }
 
     /// The file QEMU writes the stream to, from the current position.
     pub fn file(&self) -> &File {
-        &self.file
+        self.file.file()
     }
 
     /// Writes the header (with the stream's length as the file now has
-    /// it), syncs, and renames the file into place.
+    /// it), then syncs the file, renames it into place and syncs the
+    /// directory.
     pub fn commit(self, mut header: SnapshotHeader) -> Result<SnapshotHeader, SavedError> {
-        let fail = SavedError::io(&self.temp);
-        let length = self.file.metadata().map_err(fail)?.len();
+        let fail = SavedError::io(&self.target);
+        let length = self.file().metadata().map_err(fail)?.len();
         header.stream_bytes = length.saturating_sub(STREAM_OFFSET);
         let bytes = encode(&header)?;
-        self.file
+        self.file()
             .write_all_at(&bytes, 0)
-            .and_then(|()| self.file.sync_all())
-            .map_err(SavedError::io(&self.temp))?;
-        std::fs::rename(&self.temp, &self.target).map_err(SavedError::io(&self.target))?;
-        sync_dir(&self.target);
+            .map_err(SavedError::io(&self.target))?;
+        self.file.commit().map_err(SavedError::io(&self.target))?;
         Ok(header)
-    }
-}
-
-impl Drop for Writing {
-    fn drop(&mut self) {
-        // After a commit the temporary name is gone; otherwise the partial
-        // file goes.
-        if let Err(error) = std::fs::remove_file(&self.temp) {
-            if error.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(path = %self.temp.display(), %error, "cannot remove a partial snapshot");
-            }
-        }
     }
 }
 
@@ -207,42 +184,9 @@ fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(filled)
 }
 
-/// Makes a rename durable; a failure only weakens that, so it is logged.
-pub(crate) fn sync_dir(path: &Path) {
-    let Some(dir) = path.parent() else { return };
-    if let Err(error) = File::open(dir).and_then(|dir| dir.sync_all()) {
-        tracing::debug!(dir = %dir.display(), %error, "cannot sync the directory");
-    }
-}
-
-/// Writes `bytes` to `path` atomically (temporary file, sync, rename),
-/// mode 0600.
+/// Writes `bytes` to `path` atomically and durably, mode 0600.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), SavedError> {
-    let name = path
-        .file_name()
-        .map(|name| name.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temp = path.with_file_name(format!(".{name}.writing-{}", std::process::id()));
-    let written = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&temp)
-        .and_then(|mut file| {
-            file.write_all(bytes)?;
-            file.sync_all()
-        })
-        .and_then(|()| std::fs::rename(&temp, path));
-    if let Err(source) = written {
-        let _ = std::fs::remove_file(&temp);
-        return Err(SavedError::Io {
-            path: path.to_owned(),
-            source,
-        });
-    }
-    sync_dir(path);
-    Ok(())
+    airlock_atomic_file::write(path, bytes, Mode::Private).map_err(SavedError::io(path))
 }
 
 #[cfg(test)]
@@ -250,6 +194,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use std::fs::OpenOptions;
+    use std::io::Write;
 
     fn header() -> SnapshotHeader {
         SnapshotHeader {

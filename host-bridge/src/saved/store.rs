@@ -17,6 +17,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use airlock_proto::v1::CheckResponse;
 use serde::{Deserialize, Serialize};
 
 use super::file::{self, SnapshotHeader, Writing};
@@ -72,16 +73,6 @@ pub struct SavedUsage {
     pub saved_at_unix_ms: u64,
 }
 
-impl From<SavedUsage> for crate::SandboxUsage {
-    fn from(usage: SavedUsage) -> Self {
-        crate::SandboxUsage {
-            wall: std::time::Duration::from_millis(usage.wall_ms),
-            running: std::time::Duration::from_millis(usage.running_ms),
-            guest_cpu: std::time::Duration::from_millis(usage.guest_cpu_ms),
-        }
-    }
-}
-
 /// What `record.json` says about a saved sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SavedRecord {
@@ -94,6 +85,27 @@ pub struct SavedRecord {
     pub usage: SavedUsage,
     /// Snapshot generations on disk, oldest first.
     pub generations: Vec<u64>,
+}
+
+impl SavedRecord {
+    /// The record of sandbox `id`, never saved yet, running `vm` with the
+    /// agent that answered `health`.
+    pub(crate) fn new(
+        id: &str,
+        vm: SavedVm,
+        health: &CheckResponse,
+        workspace: Option<PathBuf>,
+    ) -> Self {
+        SavedRecord {
+            id: id.to_owned(),
+            vm,
+            agent_version: health.agent_version.clone(),
+            protocol_revision: health.protocol_revision,
+            workspace,
+            usage: SavedUsage::default(),
+            generations: Vec::new(),
+        }
+    }
 }
 
 /// A snapshot that passed its checks, opened at its stream.
@@ -383,7 +395,7 @@ impl SavedVm {
             .iter()
             .map(|disk| {
                 Ok(Disk {
-                    id: crate::sandbox::disk_id(&disk.id)
+                    id: Disk::known_id(&disk.id)
                         .ok_or_else(|| SavedError::Encode(format!("unknown disk {:?}", disk.id)))?,
                     path: disk.path.clone(),
                     read_only: disk.read_only,

@@ -7,9 +7,9 @@
 //! The record also names the boot and the pid namespace it was written in,
 //! so pids are only ever compared where they mean the same thing.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use airlock_atomic_file::Mode;
 use serde::{Deserialize, Serialize};
 
 /// The owner record's file name inside a state directory.
@@ -113,17 +113,13 @@ impl OwnerRecord {
         Ok(record)
     }
 
-    /// Writes the record into `dir` atomically: a fresh file (never one
-    /// someone else placed there) renamed over the old record.
+    /// Writes the record into `dir` atomically and durably: a fresh
+    /// private file (never one someone else placed there) renamed over the
+    /// old record (`airlock_atomic_file`).
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
-        let mut file = tempfile::Builder::new()
-            .prefix(".owner-")
-            .tempfile_in(dir)?;
-        serde_json::to_writer(&mut file, self)?;
-        file.write_all(b"\n")?;
-        file.persist(dir.join(OWNER_FILE))
-            .map_err(|error| error.error)?;
-        Ok(())
+        let mut bytes = serde_json::to_vec(self)?;
+        bytes.push(b'\n');
+        airlock_atomic_file::write(&dir.join(OWNER_FILE), &bytes, Mode::Private)
     }
 
     /// Whether the sandbox has an owner that holds it: the recorded owner

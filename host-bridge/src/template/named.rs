@@ -13,6 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
+use airlock_atomic_file::Mode;
 use serde::{Deserialize, Serialize};
 
 const META: &str = "template.json";
@@ -274,11 +275,11 @@ impl Staged {
     pub fn commit(mut self, meta: NamedMeta) -> Result<NamedTemplate, NamedError> {
         let path = self.dir.join(META);
         let json = serde_json::to_vec_pretty(&meta).map_err(|e| io(&path)(e.into()))?;
-        std::fs::write(&path, json).map_err(io(&path))?;
+        airlock_atomic_file::write(&path, &json, Mode::Default).map_err(io(&path))?;
         if self.target.exists() {
             std::fs::remove_dir_all(&self.target).map_err(io(&self.target))?;
         }
-        std::fs::rename(&self.dir, &self.target).map_err(io(&self.target))?;
+        airlock_atomic_file::rename(&self.dir, &self.target).map_err(io(&self.target))?;
         self.committed = true;
         Ok(NamedTemplate {
             dir: self.target.clone(),

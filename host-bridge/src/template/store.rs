@@ -16,11 +16,12 @@
 //! they keep their mapping of the unlinked file.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use airlock_atomic_file::Mode;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -352,14 +353,11 @@ impl Building {
         };
         let meta_path = self.dir.join(META);
         let json = serde_json::to_vec_pretty(&meta).unwrap_or_default();
-        let mut file = File::create(&meta_path).map_err(io(&meta_path))?;
-        file.write_all(&json)
-            .and_then(|()| file.sync_all())
-            .map_err(io(&meta_path))?;
+        airlock_atomic_file::write(&meta_path, &json, Mode::Default).map_err(io(&meta_path))?;
         if self.target.exists() {
             std::fs::remove_dir_all(&self.target).map_err(io(&self.target))?;
         }
-        std::fs::rename(&self.dir, &self.target).map_err(io(&self.target))?;
+        airlock_atomic_file::rename(&self.dir, &self.target).map_err(io(&self.target))?;
         self.committed = true;
         Ok(Template {
             dir: self.target.clone(),
@@ -451,6 +449,7 @@ fn disk_usage(dir: &Path) -> u64 {
 mod tests {
     use super::super::key::{FileId, TEMPLATE_FORMAT};
     use super::*;
+    use std::io::Write;
 
     fn inputs(dir: &Path) -> TemplateInputs {
         let file = dir.join("kernel");

@@ -34,6 +34,12 @@ pub(super) fn record(dir: &Path, child: &Child) -> Result<(), VmmError> {
     state_dir::record_vmm_process(dir, process).map_err(fail)
 }
 
+/// Sends `signal` to process `pid`.
+pub(super) fn signal(pid: u32, signal: nix::sys::signal::Signal) -> Result<(), VmmError> {
+    let pid = i32::try_from(pid).map_err(|_| VmmError::Exited)?;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).map_err(VmmError::Signal)
+}
+
 /// The command that starts `program` in a session of its own (see the
 /// module docs); add its arguments and credentials, then [`spawn`] it.
 pub(super) fn command(program: &Path) -> Command {

@@ -117,7 +117,7 @@ impl VmmProcess {
     /// callers check [`try_exit`](VmmProcess::try_exit) first).
     pub fn signal(&self, signal: Signal) -> Result<(), VmmError> {
         match self {
-            VmmProcess::Child(child) => super::process::signal(child.id(), signal),
+            VmmProcess::Child(child) => super::child::signal(child.id(), signal),
             VmmProcess::Adopted(adopted) => {
                 let signal = rustix::process::Signal::from_named_raw(signal as i32)
                     .ok_or(VmmError::Signal(nix::Error::EINVAL))?;

@@ -206,7 +206,7 @@ impl Quit {
                 Err(error) => tracing::debug!(%error, "qmp connect"),
             },
             Quit::Terminate(pid) => {
-                if let Err(error) = process::signal(*pid, nix::sys::signal::Signal::SIGTERM) {
+                if let Err(error) = child::signal(*pid, nix::sys::signal::Signal::SIGTERM) {
                     tracing::debug!(%error, pid, "sigterm");
                 }
             }

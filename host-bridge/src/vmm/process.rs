@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::child::{command, kill_and_reap, record, spawn};
+use super::child::{command, kill_and_reap, record, signal, spawn};
 use super::handle::{Exited, VmmProcess};
 use super::log_file::tail;
 use super::{cpu_time, VmmError};
@@ -152,12 +152,6 @@ impl Drop for ProcessVm {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// Sends `signal` to process `pid`.
-pub(super) fn signal(pid: u32, signal: Signal) -> Result<(), VmmError> {
-    let pid = i32::try_from(pid).map_err(|_| VmmError::Exited)?;
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).map_err(VmmError::Signal)
 }
 
 /// The processes below `root`, parents before children (from each

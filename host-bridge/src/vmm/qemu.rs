@@ -89,6 +89,21 @@ pub(crate) struct Disk {
     pub read_only: bool,
 }
 
+impl Disk {
+    /// The drive id (and virtio serial) of the root image.
+    pub const ROOT: &'static str = "root";
+    /// The drive id (and virtio serial) of the workspace.
+    pub const WORKSPACE: &'static str = "workspace";
+
+    /// The `&'static` id of a disk a saved record names, if it is one of
+    /// the known ones.
+    pub fn known_id(name: &str) -> Option<&'static str> {
+        [Self::ROOT, Self::WORKSPACE]
+            .into_iter()
+            .find(|known| *known == name)
+    }
+}
+
 /// The guest's device for the `index`th disk (from 0): `/dev/vda`,
 /// `/dev/vdb`, ... in the order of [`QemuConfig::disks`].
 pub(crate) fn guest_disk_device(index: usize) -> Option<String> {
@@ -277,6 +292,13 @@ mod tests {
         assert_eq!(guest_disk_device(1).as_deref(), Some("/dev/vdb"));
         assert_eq!(guest_disk_device(25).as_deref(), Some("/dev/vdz"));
         assert_eq!(guest_disk_device(26), None);
+    }
+
+    #[test]
+    fn a_recorded_disk_name_is_a_known_id_or_none() {
+        assert_eq!(Disk::known_id("root"), Some(Disk::ROOT));
+        assert_eq!(Disk::known_id("workspace"), Some(Disk::WORKSPACE));
+        assert_eq!(Disk::known_id("other"), None);
     }
 
     fn config(accel: Accel) -> QemuConfig {

@@ -1,9 +1,9 @@
 //! [`KeyStore`]: the API keys' hashes, names and quotas, on disk.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use airlock_atomic_file::Mode;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -225,9 +225,9 @@ impl KeyStore {
         found
     }
 
-    /// Writes `keys` beside the file and renames it into place.
+    /// Writes `keys` beside the file and renames it into place, atomically
+    /// and durably, mode 0600.
     fn write(&self, keys: &[StoredKey]) -> Result<(), KeyError> {
-        use std::os::unix::fs::OpenOptionsExt;
         let io = |action, source| KeyError::Io {
             action,
             path: self.path.clone(),
@@ -241,20 +241,7 @@ impl KeyStore {
             path: self.path.clone(),
             reason: e.to_string(),
         })?;
-        let mut staged = self.path.as_os_str().to_owned();
-        staged.push(".new");
-        let staged = PathBuf::from(staged);
-        let mut out = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&staged)
-            .map_err(|e| io("write", e))?;
-        out.write_all(&bytes)
-            .and_then(|()| out.sync_all())
-            .map_err(|e| io("write", e))?;
-        std::fs::rename(&staged, &self.path).map_err(|e| io("replace", e))
+        airlock_atomic_file::write(&self.path, &bytes, Mode::Private).map_err(|e| io("write", e))
     }
 }
 

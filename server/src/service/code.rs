@@ -13,9 +13,9 @@ use airlock_api::limits;
 use airlock_api::reason::invalid;
 use airlock_api::v1::{self as api, code_server};
 
+use super::call::Call;
 use super::Services;
 use crate::convert;
-use crate::principal::Principal;
 use crate::status::error_status;
 use crate::validate;
 
@@ -65,7 +65,7 @@ async fn ensure_context(
 async fn pump(
     mut execution: CellExecution,
     events: mpsc::Sender<Result<api::CodeEvent, Status>>,
-    _call: tokio::sync::OwnedSemaphorePermit,
+    _call: Call,
 ) {
     loop {
         let next = tokio::select! {
@@ -92,8 +92,7 @@ impl code_server::Code for Services {
         &self,
         request: Request<api::RunCodeRequest>,
     ) -> Result<Response<Self::RunCodeStream>, Status> {
-        let principal = Principal::of(&request)?;
-        let call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         if request.code.len() > limits::MAX_CODE_BYTES {
             return Err(invalid(
@@ -109,10 +108,7 @@ impl code_server::Code for Services {
             .timeout_secs
             .map(|secs| validate::seconds("timeout_secs", secs, limits::MAX_TIMEOUT_SECS))
             .transpose()?;
-        let (entry, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (entry, handle) = call.sandbox(&request.sandbox_id).await?;
         let mut cell = Cell::new(request.code).language(language);
         // A named context, or the language's own when the sandbox has an
         // environment to give it, is made with that environment first.
@@ -141,15 +137,11 @@ impl code_server::Code for Services {
         &self,
         request: Request<api::CreateContextRequest>,
     ) -> Result<Response<api::CodeContext>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         let language = language("language", &request.language)?;
         let own = validate::envs("envs", &request.envs)?;
-        let (entry, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (entry, handle) = call.sandbox(&request.sandbox_id).await?;
         let mut options = ContextOptions::new(language);
         if !request.context_id.is_empty() {
             context_id("context_id", &request.context_id)?;
@@ -177,12 +169,8 @@ impl code_server::Code for Services {
         &self,
         request: Request<api::ListContextsRequest>,
     ) -> Result<Response<api::ListContextsResponse>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &request.get_ref().sandbox_id)
-            .await?;
+        let call = self.admit(&request)?;
+        let (_, handle) = call.sandbox(&request.get_ref().sandbox_id).await?;
         let contexts = handle
             .contexts()
             .list()
@@ -198,14 +186,10 @@ impl code_server::Code for Services {
         &self,
         request: Request<api::ContextRequest>,
     ) -> Result<Response<api::CodeContext>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         context_id("context_id", &request.context_id)?;
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         let info = handle
             .contexts()
             .interrupt(&request.context_id)
@@ -218,14 +202,10 @@ impl code_server::Code for Services {
         &self,
         request: Request<api::ContextRequest>,
     ) -> Result<Response<api::CodeContext>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         context_id("context_id", &request.context_id)?;
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         let info = handle
             .contexts()
             .restart(&request.context_id)
@@ -238,14 +218,10 @@ impl code_server::Code for Services {
         &self,
         request: Request<api::ContextRequest>,
     ) -> Result<Response<api::RemoveContextResponse>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         context_id("context_id", &request.context_id)?;
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         handle
             .contexts()
             .delete(&request.context_id)

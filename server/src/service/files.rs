@@ -1,96 +1,28 @@
 //! `airlock.api.v1.Files`: the guest's files, streamed both ways in chunks
 //! with no limit on a file's size, and change trackers kept per sandbox.
 
-use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt, TryStreamExt};
 use tokio::io::AsyncRead;
 use tonic::{Request, Response, Status, Streaming};
 
-use airlock::fs::{ChangeTracker, ReadStream, WriteOptions};
+use airlock::fs::{ReadStream, WriteOptions};
 use airlock_api::limits;
 use airlock_api::reason::{self, invalid};
 use airlock_api::v1::{self as api, files_server, ErrorReason};
 
 use super::Services;
 use crate::convert;
-use crate::principal::Principal;
 use crate::status::error_status;
 use crate::validate;
 
-/// Trackers one sandbox may have at once.
-const MAX_TRACKERS: usize = 16;
 /// Where a tracker looks when the request names no roots.
 const DEFAULT_ROOTS: [&str; 2] = ["/root", "/tmp"];
 
 type Chunks = Pin<Box<dyn Stream<Item = Result<api::FileChunk, Status>> + Send>>;
-
-/// Change trackers by id, each with its sandbox.
-#[derive(Debug, Default)]
-pub struct Trackers {
-    by_id: Mutex<HashMap<String, (String, ChangeTracker)>>,
-}
-
-impl Trackers {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, (String, ChangeTracker)>> {
-        self.by_id.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn add(&self, sandbox: &str, tracker: ChangeTracker) -> Result<String, Status> {
-        let mut trackers = self.lock();
-        if trackers.values().filter(|(s, _)| s == sandbox).count() >= MAX_TRACKERS {
-            return Err(reason::status(
-                ErrorReason::GuestExhausted,
-                format!("sandbox {sandbox} has {MAX_TRACKERS} change trackers; stop one first"),
-            ));
-        }
-        let id = format!("tracker-{:016x}", random_u64());
-        trackers.insert(id.clone(), (sandbox.to_owned(), tracker));
-        Ok(id)
-    }
-
-    fn get(&self, sandbox: &str, id: &str) -> Result<ChangeTracker, Status> {
-        self.lock()
-            .get(id)
-            .filter(|(s, _)| s == sandbox)
-            .map(|(_, tracker)| tracker.clone())
-            .ok_or_else(|| no_tracker(id))
-    }
-
-    fn take(&self, sandbox: &str, id: &str) -> Result<ChangeTracker, Status> {
-        let mut trackers = self.lock();
-        match trackers.get(id) {
-            Some((s, _)) if s == sandbox => Ok(trackers
-                .remove(id)
-                .map(|(_, tracker)| tracker)
-                .ok_or_else(|| no_tracker(id))?),
-            _ => Err(no_tracker(id)),
-        }
-    }
-
-    /// Forgets a sandbox's trackers (it was killed).
-    pub fn forget_sandbox(&self, sandbox: &str) {
-        self.lock().retain(|_, (s, _)| s != sandbox);
-    }
-}
-
-fn no_tracker(id: &str) -> Status {
-    reason::status(ErrorReason::NotFound, format!("no change tracker {id}"))
-}
-
-fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    hasher.finish()
-}
 
 /// A guest stream as the API's chunks.
 fn chunks(stream: ReadStream) -> Chunks {
@@ -230,14 +162,10 @@ impl files_server::Files for Services {
         &self,
         request: Request<api::ReadFileRequest>,
     ) -> Result<Response<Self::ReadStream>, Status> {
-        let principal = Principal::of(&request)?;
-        let call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         validate::guest_path("path", &request.path)?;
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         let length = (request.length > 0).then_some(request.length);
         let stream = handle
             .fs()
@@ -256,8 +184,7 @@ impl files_server::Files for Services {
         request: Request<Streaming<api::WriteFileRequest>>,
     ) -> Result<Response<api::WriteFileResponse>, Status> {
         use api::write_file_request::Part;
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let mut stream = request.into_inner();
         let header = match stream.message().await? {
             Some(api::WriteFileRequest {
@@ -266,13 +193,15 @@ impl files_server::Files for Services {
             _ => return Err(invalid("header", "a write begins with its header")),
         };
         validate::guest_path("header.path", &header.path)?;
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &header.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&header.sandbox_id).await?;
         let mut options = WriteOptions::new();
         if header.mode != 0 {
-            options = options.mode(validate::within("header.mode", header.mode, 0, 0o7777)?);
+            options = options.mode(validate::within(
+                "header.mode",
+                header.mode,
+                0,
+                limits::MAX_FILE_MODE,
+            )?);
         }
         if !header.user.is_empty() {
             validate::user("header.user", &header.user)?;
@@ -302,18 +231,14 @@ impl files_server::Files for Services {
         &self,
         request: Request<api::ListFilesRequest>,
     ) -> Result<Response<api::ListFilesResponse>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         validate::guest_path("path", &request.path)?;
         let depth = match request.depth {
             0 => 1,
             depth => validate::within("depth", depth, 1, limits::MAX_LIST_DEPTH)?,
         };
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         let entries = handle
             .fs()
             .list(&request.path, depth)
@@ -329,14 +254,10 @@ impl files_server::Files for Services {
         &self,
         request: Request<api::StatRequest>,
     ) -> Result<Response<api::FileInfo>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         validate::guest_path("path", &request.path)?;
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         let info = handle
             .fs()
             .stat(&request.path)
@@ -349,14 +270,10 @@ impl files_server::Files for Services {
         &self,
         request: Request<api::ExistsRequest>,
     ) -> Result<Response<api::ExistsResponse>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         validate::guest_path("path", &request.path)?;
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         let exists = match handle.fs().stat(&request.path).await {
             Ok(_) => true,
             Err(error) if error.kind() == airlock::ErrorKind::NotFound => false,
@@ -369,14 +286,10 @@ impl files_server::Files for Services {
         &self,
         request: Request<api::MakeDirRequest>,
     ) -> Result<Response<api::MakeDirResponse>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         validate::guest_path("path", &request.path)?;
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         let files = handle.fs();
         let created = match files.stat(&request.path).await {
             Ok(info) if info.is_dir() => false,
@@ -402,15 +315,11 @@ impl files_server::Files for Services {
         &self,
         request: Request<api::RenameRequest>,
     ) -> Result<Response<api::FileInfo>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         validate::guest_path("from", &request.from)?;
         validate::guest_path("to", &request.to)?;
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         let files = handle.fs();
         files
             .rename(&request.from, &request.to)
@@ -427,17 +336,13 @@ impl files_server::Files for Services {
         &self,
         request: Request<api::RemoveRequest>,
     ) -> Result<Response<api::RemoveResponse>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         validate::guest_path("path", &request.path)?;
         if request.path == "/" {
             return Err(invalid("path", "refusing to remove the guest's root"));
         }
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         handle
             .fs()
             .remove(&request.path, true)
@@ -452,14 +357,10 @@ impl files_server::Files for Services {
         &self,
         request: Request<api::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let principal = Principal::of(&request)?;
-        let call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         validate::guest_path("path", &request.path)?;
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         let watch = handle
             .fs()
             .watch(&request.path, request.recursive)
@@ -480,8 +381,7 @@ impl files_server::Files for Services {
         request: Request<Streaming<api::UploadTarRequest>>,
     ) -> Result<Response<api::UploadTarResponse>, Status> {
         use api::upload_tar_request::Part;
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let mut stream = request.into_inner();
         let header = match stream.message().await? {
             Some(api::UploadTarRequest {
@@ -490,10 +390,7 @@ impl files_server::Files for Services {
             _ => return Err(invalid("header", "an upload begins with its header")),
         };
         validate::guest_path("header.path", &header.path)?;
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &header.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&header.sandbox_id).await?;
         let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let count = std::sync::Arc::clone(&counted);
         let refusal = Refusal::default();
@@ -524,14 +421,10 @@ impl files_server::Files for Services {
         &self,
         request: Request<api::DownloadTarRequest>,
     ) -> Result<Response<Self::DownloadTarStream>, Status> {
-        let principal = Principal::of(&request)?;
-        let call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         validate::guest_path("path", &request.path)?;
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         let stream = handle
             .fs()
             .download_tar(&request.path)
@@ -547,8 +440,7 @@ impl files_server::Files for Services {
         &self,
         request: Request<api::TrackChangesRequest>,
     ) -> Result<Response<api::TrackChangesResponse>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         validate::count("roots", &request.roots, limits::MAX_TRACK_ROOTS)?;
         for root in &request.roots {
@@ -558,10 +450,7 @@ impl files_server::Files for Services {
             true => DEFAULT_ROOTS.iter().map(|r| (*r).to_owned()).collect(),
             false => request.roots,
         };
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         let tracker = handle
             .fs()
             .track_changes(&roots)
@@ -575,12 +464,9 @@ impl files_server::Files for Services {
         &self,
         request: Request<api::ListChangesRequest>,
     ) -> Result<Response<api::ListChangesResponse>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
-        self.state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        call.sandbox(&request.sandbox_id).await?;
         let tracker = self
             .state
             .trackers
@@ -601,13 +487,9 @@ impl files_server::Files for Services {
         &self,
         request: Request<api::DownloadChangesRequest>,
     ) -> Result<Response<Self::DownloadChangesStream>, Status> {
-        let principal = Principal::of(&request)?;
-        let call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         let tracker = self
             .state
             .trackers
@@ -639,9 +521,9 @@ impl files_server::Files for Services {
         &self,
         request: Request<api::StopTrackingRequest>,
     ) -> Result<Response<api::StopTrackingResponse>, Status> {
-        let principal = Principal::of(&request)?;
+        let call = self.call(&request)?;
         let request = request.into_inner();
-        self.state.sandbox(&principal, &request.sandbox_id).await?;
+        call.any_sandbox(&request.sandbox_id).await?;
         let tracker = self
             .state
             .trackers

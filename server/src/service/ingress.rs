@@ -17,7 +17,6 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::Services;
 use crate::ingress::token;
-use crate::principal::Principal;
 use crate::status::error_status;
 use crate::validate;
 
@@ -51,11 +50,11 @@ impl ingress_server::Ingress for Services {
         &self,
         request: Request<api::GetHostRequest>,
     ) -> Result<Response<api::GetHostResponse>, Status> {
-        let principal = Principal::of(&request)?;
+        let call = self.call(&request)?;
         let request = request.into_inner();
         validate::sandbox_id("sandbox_id", &request.sandbox_id)?;
         let port = validate::port("port", request.port)?;
-        let entry = self.state.registry.get(&principal, &request.sandbox_id)?;
+        let entry = call.entry("sandbox_id", &request.sandbox_id)?;
         let ingress = self.state.ingress.as_ref().ok_or_else(no_ingress)?;
         let id = &entry.record.id;
         let public = entry.record.public_ports.contains(&port);
@@ -78,10 +77,9 @@ impl ingress_server::Ingress for Services {
         &self,
         request: Request<api::RotateTokenRequest>,
     ) -> Result<Response<api::RotateTokenResponse>, Status> {
-        let principal = Principal::of(&request)?;
+        let call = self.call(&request)?;
         let request = request.into_inner();
-        validate::sandbox_id("sandbox_id", &request.sandbox_id)?;
-        let entry = self.state.registry.get(&principal, &request.sandbox_id)?;
+        let entry = call.entry("sandbox_id", &request.sandbox_id)?;
         let token = token::new();
         if token.is_empty() {
             return Err(reason::status(
@@ -92,7 +90,7 @@ impl ingress_server::Ingress for Services {
         self.state
             .registry
             .set_token(&entry.record.id, token.clone());
-        tracing::info!(id = entry.record.id, %principal, "traffic token rotated");
+        tracing::info!(id = entry.record.id, principal = %call.principal, "traffic token rotated");
         Ok(Response::new(api::RotateTokenResponse { token }))
     }
 
@@ -102,8 +100,7 @@ impl ingress_server::Ingress for Services {
         &self,
         request: Request<Streaming<api::ForwardRequest>>,
     ) -> Result<Response<Self::ForwardStream>, Status> {
-        let principal = Principal::of(&request)?;
-        let call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let mut incoming = request.into_inner();
         let open = match incoming.message().await? {
             Some(api::ForwardRequest {
@@ -112,10 +109,7 @@ impl ingress_server::Ingress for Services {
             _ => return Err(invalid("open", "a forwarded connection begins with open")),
         };
         let port = validate::port("open.port", open.port)?;
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &open.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&open.sandbox_id).await?;
         let guest = match handle.connect_port(port).await {
             Ok(guest) => guest,
             Err(airlock::Error::PortRefused { reason, .. }) => {
@@ -123,7 +117,7 @@ impl ingress_server::Ingress for Services {
             }
             Err(error) => return Err(error_status(&error)),
         };
-        tracing::debug!(id = open.sandbox_id, port, %principal, "forwarding a connection");
+        tracing::debug!(id = open.sandbox_id, port, principal = %call.principal, "forwarding a connection");
         let (to_client, stream) = mpsc::channel(QUEUE);
         let connected = api::ForwardResponse {
             event: Some(forward_response::Event::Connected(api::ForwardConnected {})),

@@ -55,7 +55,9 @@ impl keys_server::Keys for Services {
         &self,
         request: Request<api::CreateKeyRequest>,
     ) -> Result<Response<api::CreateKeyResponse>, Status> {
-        Principal::of(&request)?.require_owner("managing API keys")?;
+        self.call(&request)?
+            .principal
+            .require_owner("managing API keys")?;
         let request = request.into_inner();
         let asked = request.quota.unwrap_or_default();
         let (key, secret) = self
@@ -83,7 +85,9 @@ impl keys_server::Keys for Services {
         &self,
         request: Request<api::ListKeysRequest>,
     ) -> Result<Response<api::ListKeysResponse>, Status> {
-        Principal::of(&request)?.require_owner("managing API keys")?;
+        self.call(&request)?
+            .principal
+            .require_owner("managing API keys")?;
         let keys = self
             .state
             .keys
@@ -98,7 +102,9 @@ impl keys_server::Keys for Services {
         &self,
         request: Request<api::RemoveKeyRequest>,
     ) -> Result<Response<api::RemoveKeyResponse>, Status> {
-        Principal::of(&request)?.require_owner("managing API keys")?;
+        self.call(&request)?
+            .principal
+            .require_owner("managing API keys")?;
         let name = request.into_inner().name;
         self.state
             .keys

@@ -1,10 +1,13 @@
-//! The services of `airlock.api.v1`, thin: each call checks its request,
-//! finds the caller's sandbox through the [`State`], calls the library, and
-//! maps the answer (`convert`) or the error (`status`).
+//! The services of `airlock.api.v1`, thin: each call makes its [`Call`](call::Call)
+//! (the principal, admission), checks its request, finds the caller's
+//! sandbox through the call, calls the library, and maps the answer
+//! (`convert`) or the error (`status`).
 //!
-//! - `sandboxes`: the lifecycle (`create` checks a create request).
-//! - `processes`: programs, streamed (`relay` lets `Wait` listen to a
-//!   stream that is attached).
+//! - `call`: `Call`, the preamble every handler shares.
+//! - `sandboxes`: the lifecycle (`create` parses a create request into a
+//!   typed value, section by section).
+//! - `processes`: programs, streamed (the server's `relays` let `Wait`
+//!   listen to a stream that is attached).
 //! - `files`: files, trees, tar streams, change trackers.
 //! - `code`: cells and contexts.
 //! - `network`: rules and audit.
@@ -13,6 +16,7 @@
 //! - `keys`: API keys (the owner's).
 //! - `workspaces`: named workspaces (make, list, remove).
 
+pub mod call;
 pub mod code;
 pub mod create;
 pub mod files;
@@ -20,7 +24,6 @@ pub mod ingress;
 pub mod keys;
 pub mod network;
 pub mod processes;
-pub mod relay;
 pub mod sandboxes;
 pub mod workspaces;
 

@@ -13,7 +13,6 @@ use airlock_api::v1::{self as api, network_server, ErrorReason};
 
 use super::Services;
 use crate::convert;
-use crate::principal::Principal;
 use crate::registry::Entry;
 use crate::service::create::host_rules;
 use crate::status::error_status;
@@ -104,11 +103,8 @@ impl network_server::Network for Services {
         &self,
         request: Request<api::GetPolicyRequest>,
     ) -> Result<Response<api::NetworkPolicy>, Status> {
-        let principal = Principal::of(&request)?;
-        let (entry, handle) = self
-            .state
-            .live_sandbox(&principal, &request.get_ref().sandbox_id)
-            .await?;
+        let call = self.call(&request)?;
+        let (entry, handle) = call.sandbox(&request.get_ref().sandbox_id).await?;
         let policy = policy_of(&handle)?;
         Ok(Response::new(answer(&entry, &policy)))
     }
@@ -117,13 +113,10 @@ impl network_server::Network for Services {
         &self,
         request: Request<api::ReplacePolicyRequest>,
     ) -> Result<Response<api::NetworkPolicy>, Status> {
-        let principal = Principal::of(&request)?;
+        let call = self.call(&request)?;
         let request = request.into_inner();
         let rules = parse("rules", &request.rules)?;
-        let (entry, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (entry, handle) = call.sandbox(&request.sandbox_id).await?;
         let _held = self.state.policy_changes.lock().await;
         policy_of(&handle)?;
         host_rules("rules", &rules, handle.host_access())?;
@@ -131,7 +124,7 @@ impl network_server::Network for Services {
         handle
             .set_network_policy(policy.clone())
             .map_err(|error| error_status(&error))?;
-        tracing::info!(id = request.sandbox_id, %principal, rules = policy.rules().len(), "network policy replaced");
+        tracing::info!(id = request.sandbox_id, principal = %call.principal, rules = policy.rules().len(), "network policy replaced");
         Ok(Response::new(answer(&entry, &policy)))
     }
 
@@ -139,14 +132,11 @@ impl network_server::Network for Services {
         &self,
         request: Request<api::ChangePolicyRequest>,
     ) -> Result<Response<api::NetworkPolicy>, Status> {
-        let principal = Principal::of(&request)?;
+        let call = self.call(&request)?;
         let request = request.into_inner();
         let allow = parse("allow", &request.allow)?;
         let deny = parse("deny", &request.deny)?;
-        let (entry, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (entry, handle) = call.sandbox(&request.sandbox_id).await?;
         let _held = self.state.policy_changes.lock().await;
         let policy = policy_of(&handle)?;
         // A key's sandbox never reaches the host: its host access is
@@ -157,7 +147,7 @@ impl network_server::Network for Services {
             handle
                 .set_network_policy(new.clone())
                 .map_err(|error| error_status(&error))?;
-            tracing::info!(id = request.sandbox_id, %principal, "network policy changed");
+            tracing::info!(id = request.sandbox_id, principal = %call.principal, "network policy changed");
         }
         Ok(Response::new(answer(&entry, &new)))
     }
@@ -166,12 +156,9 @@ impl network_server::Network for Services {
         &self,
         request: Request<api::AuditRequest>,
     ) -> Result<Response<api::AuditResponse>, Status> {
-        let principal = Principal::of(&request)?;
+        let call = self.call(&request)?;
         let request = request.into_inner();
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         // With a network, egress and ingress records; without, ingress's.
         let records = handle.audit(request.after_seq);
         Ok(Response::new(api::AuditResponse {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::Stream;
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -23,9 +23,9 @@ use airlock_api::limits;
 use airlock_api::reason::invalid;
 use airlock_api::v1::{self as api, process_event, process_input, processes_server};
 
+use super::call::Call;
 use super::Services;
 use crate::convert;
-use crate::principal::Principal;
 use crate::state::State;
 use crate::status::error_status;
 use crate::validate;
@@ -86,28 +86,9 @@ fn command(
         )?);
     }
     if let Some(asked) = &start.limits {
-        let mut limits = Limits::new();
-        if let Some(bytes) = asked.memory_bytes {
-            limits = limits.memory_bytes(validate::within(
-                "start.limits.memory_bytes",
-                bytes,
-                1 << 20,
-                1 << 50,
-            )?);
-        }
-        if let Some(pids) = asked.pids {
-            limits = limits.pids(validate::within("start.limits.pids", pids, 1, 1 << 20)?);
-        }
-        if let Some(millis) = asked.cpu_millis {
-            limits = limits.cpu_millis(validate::within(
-                "start.limits.cpu_millis",
-                millis,
-                1,
-                1_024_000,
-            )?);
-        }
-        if !limits.is_empty() {
-            command = command.limits(limits);
+        let own = program_limits(asked)?;
+        if !own.is_empty() {
+            command = command.limits(own);
         }
     }
     if start.privileged {
@@ -128,6 +109,37 @@ fn command(
         command = command.stdin(Stdin::Piped);
     }
     Ok(command)
+}
+
+/// A program's own limits (the cgroup of its tree), each within
+/// [`limits`]; INVALID_ARGUMENT naming `start.limits.FIELD` past one.
+fn program_limits(asked: &api::Limits) -> Result<Limits, Status> {
+    let mut own = Limits::new();
+    if let Some(bytes) = asked.memory_bytes {
+        own = own.memory_bytes(validate::within(
+            "start.limits.memory_bytes",
+            bytes,
+            limits::MIN_PROGRAM_MEMORY_BYTES,
+            limits::MAX_PROGRAM_MEMORY_BYTES,
+        )?);
+    }
+    if let Some(pids) = asked.pids {
+        own = own.pids(validate::within(
+            "start.limits.pids",
+            pids,
+            limits::MIN_PROGRAM_PIDS,
+            limits::MAX_PROGRAM_PIDS,
+        )?);
+    }
+    if let Some(millis) = asked.cpu_millis {
+        own = own.cpu_millis(validate::within(
+            "start.limits.cpu_millis",
+            millis,
+            limits::MIN_PROGRAM_CPU_MILLIS,
+            limits::MAX_PROGRAM_CPU_MILLIS,
+        )?);
+    }
+    Ok(own)
 }
 
 fn terminal_size(field: &str, size: &api::TerminalSize) -> Result<TerminalSize, Status> {
@@ -152,7 +164,7 @@ fn target(field: &str, selector: Option<&api::ProcessSelector>) -> Result<Target
 }
 
 fn signal(field: &str, number: i32) -> Result<Signal, Status> {
-    validate::within(field, number, 1, 64).map(Signal::from_raw)
+    validate::within(field, number, limits::MIN_SIGNAL, limits::MAX_SIGNAL).map(Signal::from_raw)
 }
 
 /// How a pump ends its program when its client goes away.
@@ -173,7 +185,7 @@ async fn pump(
     inputs: Option<Streaming<api::ProcessInput>>,
     events: mpsc::Sender<Result<api::ProcessEvent, Status>>,
     on_disconnect: OnDisconnect,
-    _call: OwnedSemaphorePermit,
+    _call: Call,
 ) {
     let pid = execution.pid();
     let handle = execution.handle();
@@ -326,12 +338,6 @@ async fn apply_inputs(
     }
 }
 
-impl Services {
-    async fn handle_for(&self, principal: &Principal, id: &str) -> Result<Arc<Sandbox>, Status> {
-        Ok(self.state.live_sandbox(principal, id).await?.1)
-    }
-}
-
 #[tonic::async_trait]
 impl processes_server::Processes for Services {
     type StartStream = Events;
@@ -340,8 +346,7 @@ impl processes_server::Processes for Services {
         &self,
         request: Request<Streaming<api::ProcessInput>>,
     ) -> Result<Response<Self::StartStream>, Status> {
-        let principal = Principal::of(&request)?;
-        let call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let mut inputs = request.into_inner();
         let start = match inputs.message().await? {
             Some(api::ProcessInput {
@@ -349,16 +354,13 @@ impl processes_server::Processes for Services {
             }) => start,
             _ => return Err(invalid("start", "a process's stream begins with its start")),
         };
-        let (entry, handle) = self
-            .state
-            .live_sandbox(&principal, &start.sandbox_id)
-            .await?;
+        let (entry, handle) = call.sandbox(&start.sandbox_id).await?;
         let command = command(&start, &entry.record.envs)?;
         let execution = handle
             .exec(&command)
             .await
             .map_err(|error| error_status(&error))?;
-        tracing::debug!(id = start.sandbox_id, pid = execution.pid(), %principal, "started");
+        tracing::debug!(id = start.sandbox_id, pid = execution.pid(), principal = %call.principal, "started");
         let (events, stream) = mpsc::channel(QUEUE);
         let on_disconnect = match start.kill_on_disconnect {
             true => OnDisconnect::Kill,
@@ -383,11 +385,10 @@ impl processes_server::Processes for Services {
         &self,
         request: Request<api::ConnectProcessRequest>,
     ) -> Result<Response<Self::ConnectStream>, Status> {
-        let principal = Principal::of(&request)?;
-        let call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         let target = target("process", request.process.as_ref())?;
-        let handle = self.handle_for(&principal, &request.sandbox_id).await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         let tag = match &target {
             Target::Tag(tag) => tag.clone(),
             Target::Pid(_) => String::new(),
@@ -414,11 +415,8 @@ impl processes_server::Processes for Services {
         &self,
         request: Request<api::ListProcessesRequest>,
     ) -> Result<Response<api::ListProcessesResponse>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
-        let handle = self
-            .handle_for(&principal, &request.get_ref().sandbox_id)
-            .await?;
+        let call = self.admit(&request)?;
+        let (_, handle) = call.sandbox(&request.get_ref().sandbox_id).await?;
         let processes = handle
             .list()
             .await
@@ -433,12 +431,11 @@ impl processes_server::Processes for Services {
         &self,
         request: Request<api::SendStdinRequest>,
     ) -> Result<Response<api::SendStdinResponse>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         let target = target("process", request.process.as_ref())?;
         validate::chunk("data", &request.data)?;
-        let handle = self.handle_for(&principal, &request.sandbox_id).await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         let process = handle.process(target);
         if !request.data.is_empty() {
             process
@@ -459,12 +456,11 @@ impl processes_server::Processes for Services {
         &self,
         request: Request<api::SendSignalRequest>,
     ) -> Result<Response<api::SendSignalResponse>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         let target = target("process", request.process.as_ref())?;
         let signal = signal("signal", request.signal)?;
-        let handle = self.handle_for(&principal, &request.sandbox_id).await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         handle
             .process(target)
             .signal(signal)
@@ -477,12 +473,11 @@ impl processes_server::Processes for Services {
         &self,
         request: Request<api::ResizeRequest>,
     ) -> Result<Response<api::ResizeResponse>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         let target = target("process", request.process.as_ref())?;
         let size = terminal_size("size", &request.size.unwrap_or_default())?;
-        let handle = self.handle_for(&principal, &request.sandbox_id).await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         handle
             .process(target)
             .resize(size)
@@ -495,11 +490,10 @@ impl processes_server::Processes for Services {
         &self,
         request: Request<api::WaitRequest>,
     ) -> Result<Response<api::ProcessExit>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         let target = target("process", request.process.as_ref())?;
-        let handle = self.handle_for(&principal, &request.sandbox_id).await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         wait(&self.state, &request.sandbox_id, &handle, target)
             .await
             .map(Response::new)
@@ -571,5 +565,57 @@ async fn wait(
         if let Some(exit) = exit {
             return Ok(exit);
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use airlock_api::reason::field_of;
+
+    #[test]
+    fn a_programs_limits_are_bounded_as_the_api_says() {
+        let within = api::Limits {
+            memory_bytes: Some(limits::MIN_PROGRAM_MEMORY_BYTES),
+            pids: Some(limits::MAX_PROGRAM_PIDS),
+            cpu_millis: Some(limits::MAX_PROGRAM_CPU_MILLIS),
+        };
+        assert!(!program_limits(&within).unwrap().is_empty());
+        assert!(program_limits(&api::Limits::default()).unwrap().is_empty());
+        let cases = [
+            (
+                api::Limits {
+                    memory_bytes: Some(limits::MIN_PROGRAM_MEMORY_BYTES - 1),
+                    ..api::Limits::default()
+                },
+                "start.limits.memory_bytes",
+            ),
+            (
+                api::Limits {
+                    pids: Some(limits::MAX_PROGRAM_PIDS + 1),
+                    ..api::Limits::default()
+                },
+                "start.limits.pids",
+            ),
+            (
+                api::Limits {
+                    cpu_millis: Some(0),
+                    ..api::Limits::default()
+                },
+                "start.limits.cpu_millis",
+            ),
+        ];
+        for (asked, field) in cases {
+            assert_eq!(field_of(&program_limits(&asked).unwrap_err()), Some(field));
+        }
+    }
+
+    #[test]
+    fn signals_are_one_to_sixty_four() {
+        assert!(signal("signal", limits::MIN_SIGNAL).is_ok());
+        assert!(signal("signal", limits::MAX_SIGNAL).is_ok());
+        assert_eq!(field_of(&signal("signal", 0).unwrap_err()), Some("signal"));
+        assert!(signal("signal", limits::MAX_SIGNAL + 1).is_err());
     }
 }

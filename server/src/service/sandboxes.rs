@@ -55,7 +55,7 @@ impl sandboxes_server::Sandboxes for Services {
         &self,
         request: Request<api::PingRequest>,
     ) -> Result<Response<api::PingResponse>, Status> {
-        let principal = Principal::of(&request)?;
+        let call = self.call(&request)?;
         let mut features = vec![
             airlock_api::features::KEYS.to_owned(),
             airlock_api::features::ADOPTION.to_owned(),
@@ -76,11 +76,11 @@ impl sandboxes_server::Sandboxes for Services {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             api_revision: airlock_api::REVISION,
             features,
-            pid: match principal {
+            pid: match call.principal {
                 Principal::Owner => std::process::id(),
                 Principal::Key(_) => 0,
             },
-            principal: principal.to_string(),
+            principal: call.principal.to_string(),
         }))
     }
 
@@ -88,20 +88,17 @@ impl sandboxes_server::Sandboxes for Services {
         &self,
         request: Request<api::CreateSandboxRequest>,
     ) -> Result<Response<api::SandboxInfo>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let state = &self.state;
         let mut create = create::check(
             request.into_inner(),
-            &principal,
-            &state.images,
-            &state.config.data_dir,
-            state.config.default_timeout,
+            &call.principal,
+            &create::Context::of(state),
         )?;
-        create::apply_host_access(&mut create, state.host_access(&principal))?;
+        create::apply_host_access(&mut create, state.host_access(&call.principal))?;
         let reservation = state.registry.reserve(
-            &principal,
-            state.quota(&principal),
+            &call.principal,
+            state.quota(&call.principal),
             1,
             create.machine.memory_mib,
         )?;
@@ -112,11 +109,11 @@ impl sandboxes_server::Sandboxes for Services {
                 state
                     .workspaces
                     .claim(
-                        &principal,
+                        &call.principal,
                         name,
                         create.machine.workspace_size_mib,
                         "workspace_size_mib",
-                        state.quota(&principal),
+                        state.quota(&call.principal),
                         state.builder(),
                     )
                     .await?,
@@ -158,30 +155,29 @@ impl sandboxes_server::Sandboxes for Services {
                 return Err(error_status(&error));
             }
         };
-        let record = self.record_for(handle.id(), &principal, &create, pooled);
-        tracing::info!(id = handle.id(), %principal, pooled, "created");
+        let record = self.record_for(handle.id(), &call.principal, &create, pooled);
+        tracing::info!(id = handle.id(), principal = %call.principal, pooled, "created");
         let id = record.id.clone();
         state.registry.insert(record, Some(handle));
         drop(claim);
         drop(reservation);
-        Ok(Response::new(self.info_of(&principal, &id)?))
+        Ok(Response::new(self.info_of(&call.principal, &id)?))
     }
 
     async fn get(
         &self,
         request: Request<api::GetSandboxRequest>,
     ) -> Result<Response<api::SandboxInfo>, Status> {
-        let principal = Principal::of(&request)?;
-        let id = &request.get_ref().sandbox_id;
-        validate::sandbox_id("sandbox_id", id)?;
-        Ok(Response::new(self.info_of(&principal, id)?))
+        let call = self.call(&request)?;
+        let entry = call.entry("sandbox_id", &request.get_ref().sandbox_id)?;
+        Ok(Response::new(sandbox_info(&entry)))
     }
 
     async fn list(
         &self,
         request: Request<api::ListSandboxesRequest>,
     ) -> Result<Response<api::ListSandboxesResponse>, Status> {
-        let principal = Principal::of(&request)?;
+        let call = self.call(&request)?;
         let request = request.into_inner();
         validate::labels("metadata", &request.metadata)?;
         let page_size = match request.page_size {
@@ -204,7 +200,7 @@ impl sandboxes_server::Sandboxes for Services {
         let matching: Vec<Entry> = self
             .state
             .registry
-            .list(&principal)
+            .list(&call.principal)
             .into_iter()
             .filter(|entry| entry.record.id.as_str() > request.page_token.as_str())
             .filter(|entry| {
@@ -233,11 +229,12 @@ impl sandboxes_server::Sandboxes for Services {
         &self,
         request: Request<api::SetTimeoutRequest>,
     ) -> Result<Response<api::SandboxInfo>, Status> {
-        let principal = Principal::of(&request)?;
+        let call = self.call(&request)?;
         let request = request.into_inner();
         let from_now = match request.timeout_secs {
             0 => {
-                principal.require_owner("a sandbox without a timeout (timeout_secs 0)")?;
+                call.principal
+                    .require_owner("a sandbox without a timeout (timeout_secs 0)")?;
                 None
             }
             secs => Some(Duration::from_secs(validate::within(
@@ -247,19 +244,16 @@ impl sandboxes_server::Sandboxes for Services {
                 limits::MAX_TIMEOUT_SECS,
             )?)),
         };
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         handle.set_timeout(from_now);
         // The record keeps the end too: a sandbox saved to disk shows it.
         let ends_at_ms = handle.ends_at().map_or(0, convert::unix_ms);
         self.state
             .registry
             .set_ends_at(&request.sandbox_id, ends_at_ms);
-        tracing::info!(id = request.sandbox_id, %principal, ?from_now, "timeout set");
+        tracing::info!(id = request.sandbox_id, principal = %call.principal, ?from_now, "timeout set");
         Ok(Response::new(
-            self.info_of(&principal, &request.sandbox_id)?,
+            self.info_of(&call.principal, &request.sandbox_id)?,
         ))
     }
 
@@ -267,10 +261,10 @@ impl sandboxes_server::Sandboxes for Services {
         &self,
         request: Request<api::KillSandboxRequest>,
     ) -> Result<Response<api::KillSandboxResponse>, Status> {
-        let principal = Principal::of(&request)?;
+        let call = self.call(&request)?;
         let id = &request.get_ref().sandbox_id;
         validate::sandbox_id("sandbox_id", id)?;
-        let entry = self.state.registry.remove(&principal, id)?;
+        let entry = self.state.registry.remove(&call.principal, id)?;
         match self.state.sandboxes.remove(&self.state.builder(), id) {
             Ok(()) => {}
             // Ended and forgotten by the manager already.
@@ -283,7 +277,7 @@ impl sandboxes_server::Sandboxes for Services {
         }
         self.state.trackers.forget_sandbox(id);
         self.state.relays.forget_sandbox(id);
-        tracing::info!(%id, %principal, "killed");
+        tracing::info!(%id, principal = %call.principal, "killed");
         Ok(Response::new(api::KillSandboxResponse {}))
     }
 
@@ -291,13 +285,9 @@ impl sandboxes_server::Sandboxes for Services {
         &self,
         request: Request<api::PauseSandboxRequest>,
     ) -> Result<Response<api::SandboxInfo>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
-        let (_, handle) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
         let paused = if request.to_disk {
             handle.pause_to_disk().await
         } else {
@@ -305,7 +295,7 @@ impl sandboxes_server::Sandboxes for Services {
         };
         paused.map_err(|error| error_status(&error))?;
         Ok(Response::new(
-            self.info_of(&principal, &request.sandbox_id)?,
+            self.info_of(&call.principal, &request.sandbox_id)?,
         ))
     }
 
@@ -313,32 +303,27 @@ impl sandboxes_server::Sandboxes for Services {
         &self,
         request: Request<api::ResumeSandboxRequest>,
     ) -> Result<Response<api::SandboxInfo>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let id = request.into_inner().sandbox_id;
-        let (_, handle) = self.state.live_sandbox(&principal, &id).await?;
+        let (_, handle) = call.sandbox(&id).await?;
         handle
             .resume()
             .await
             .map_err(|error| error_status(&error))?;
-        Ok(Response::new(self.info_of(&principal, &id)?))
+        Ok(Response::new(self.info_of(&call.principal, &id)?))
     }
 
     async fn fork(
         &self,
         request: Request<api::ForkSandboxRequest>,
     ) -> Result<Response<api::ForkSandboxResponse>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         let count = validate::within("count", request.count, 1, limits::MAX_FORK)?;
-        let (parent, _) = self
-            .state
-            .live_sandbox(&principal, &request.sandbox_id)
-            .await?;
+        let (parent, _) = call.sandbox(&request.sandbox_id).await?;
         let reservation = self.state.registry.reserve(
-            &principal,
-            self.state.quota(&principal),
+            &call.principal,
+            self.state.quota(&call.principal),
             count,
             parent.record.memory_mib,
         )?;
@@ -358,10 +343,10 @@ impl sandboxes_server::Sandboxes for Services {
             record.ingress_token = crate::ingress::token::new();
             let id = record.id.clone();
             self.state.registry.insert(record, Some(Arc::clone(&child)));
-            sandboxes.push(self.info_of(&principal, &id)?);
+            sandboxes.push(self.info_of(&call.principal, &id)?);
         }
         drop(reservation);
-        tracing::info!(parent = request.sandbox_id, count, %principal, "forked");
+        tracing::info!(parent = request.sandbox_id, count, principal = %call.principal, "forked");
         Ok(Response::new(api::ForkSandboxResponse { sandboxes }))
     }
 
@@ -369,10 +354,9 @@ impl sandboxes_server::Sandboxes for Services {
         &self,
         request: Request<api::GetMetricsRequest>,
     ) -> Result<Response<api::SandboxMetrics>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let id = request.into_inner().sandbox_id;
-        let (_, handle) = self.state.live_sandbox(&principal, &id).await?;
+        let (_, handle) = call.sandbox(&id).await?;
         let mut metrics = api::SandboxMetrics {
             usage: Some(convert::usage(&handle.usage())),
             at_ms: now_ms(),
@@ -419,10 +403,12 @@ impl sandboxes_server::Sandboxes for Services {
         &self,
         _: Request<api::ListTemplatesRequest>,
     ) -> Result<Response<api::ListTemplatesResponse>, Status> {
-        // The named templates (`airlock template build`): what a create
-        // names. The per-configuration snapshots are the library's own.
-        let store = airlock::template::NamedStore::open_default();
-        let templates = store
+        // The server's named templates (`airlock template build`): what a
+        // create names. The per-configuration snapshots are the library's
+        // own.
+        let templates = self
+            .state
+            .templates
             .list()
             .map_err(|error| reason::status(ErrorReason::Internal, airlock::error_chain(&error)))?
             .into_iter()

@@ -53,11 +53,10 @@ impl workspaces_server::Workspaces for Services {
         &self,
         request: Request<api::CreateWorkspaceRequest>,
     ) -> Result<Response<api::WorkspaceInfo>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         validate::name("name", &request.name)?;
-        let whose = whose(&principal, &request.key)?;
+        let whose = whose(&call.principal, &request.key)?;
         let size_mib = match request.size_mib {
             0 => None,
             mib => Some(validate::within(
@@ -85,8 +84,8 @@ impl workspaces_server::Workspaces for Services {
         &self,
         request: Request<api::ListWorkspacesRequest>,
     ) -> Result<Response<api::ListWorkspacesResponse>, Status> {
-        let principal = Principal::of(&request)?;
-        let whose = whose(&principal, &request.get_ref().key)?;
+        let call = self.call(&request)?;
+        let whose = whose(&call.principal, &request.get_ref().key)?;
         let workspaces = self
             .state
             .workspaces
@@ -101,11 +100,10 @@ impl workspaces_server::Workspaces for Services {
         &self,
         request: Request<api::RemoveWorkspaceRequest>,
     ) -> Result<Response<api::RemoveWorkspaceResponse>, Status> {
-        let principal = Principal::of(&request)?;
-        let _call = self.state.admit(&principal)?;
+        let call = self.admit(&request)?;
         let request = request.into_inner();
         validate::name("name", &request.name)?;
-        let whose = whose(&principal, &request.key)?;
+        let whose = whose(&call.principal, &request.key)?;
         let registry = &self.state.registry;
         let freed_bytes = self
             .state

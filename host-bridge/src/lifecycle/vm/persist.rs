@@ -63,6 +63,26 @@ pub(crate) struct Persistence {
     pub agent_port: u32,
 }
 
+impl Persistence {
+    /// How the VM running in the state directory `dir` is saved into
+    /// `store` under `record`, and started again.
+    pub fn new(
+        store: SavedStore,
+        record: SavedRecord,
+        dir: &Path,
+        vmm_user: VmmUser,
+        agent_port: u32,
+    ) -> Self {
+        Persistence {
+            store,
+            record: Mutex::new(record),
+            paths: VmPaths::in_dir(dir),
+            vmm_user,
+            agent_port,
+        }
+    }
+}
+
 impl VmShared {
     fn persistence(&self) -> Result<&Persistence> {
         self.persistence.as_ref().ok_or_else(|| Error::CannotSave {

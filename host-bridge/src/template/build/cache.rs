@@ -23,6 +23,7 @@ use std::collections::BTreeSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use airlock_atomic_file::Mode;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -80,7 +81,7 @@ impl StepCache {
         instruction: &str,
     ) -> Result<PathBuf, BuildError> {
         let target = self.dir.join(format!("{key}.ext4"));
-        std::fs::rename(&work.path, &target).map_err(BuildError::io(&target))?;
+        airlock_atomic_file::rename(&work.path, &target).map_err(BuildError::io(&target))?;
         work.done = true;
         self.write_record(key, instruction)?;
         Ok(target)
@@ -105,7 +106,7 @@ impl StepCache {
         };
         let meta = self.dir.join(format!("{key}.json"));
         let json = serde_json::to_vec_pretty(&record).unwrap_or_default();
-        std::fs::write(&meta, json).map_err(BuildError::io(&meta))
+        airlock_atomic_file::write(&meta, &json, Mode::Default).map_err(BuildError::io(&meta))
     }
 
     /// Removes every cached step whose key is not in `keep`, and working

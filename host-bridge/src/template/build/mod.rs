@@ -24,11 +24,11 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use crate::error::Error;
-use crate::network::policy::{NetRule, NetworkPolicy};
-use crate::network::NetworkOptions;
 use crate::template::named::{NamedError, NamedMeta, NamedStore, NamedTemplate, StepRecord};
 use crate::template::{Base, StepContext, TemplateSpec};
 use crate::SandboxBuilder;
+use airlock_gateway::policy::{NetRule, NetworkPolicy};
+use airlock_gateway::NetworkOptions;
 
 pub use cache::StepCache;
 pub use start::{parse_start_ticks, START_TAG};
@@ -52,7 +52,7 @@ pub struct BuildOptions {
     pub allow_net: Vec<NetRule>,
     /// Whether `RUN` steps may reach the host itself (its loopback, its
     /// own addresses): denied unless set, and then a rule of the host's
-    /// own addresses is refused ([`crate::network::host`]).
+    /// own addresses is refused ([`airlock_gateway::host`]).
     pub host_access: crate::HostAccess,
     /// How the host resolves the names `RUN` steps reach (default: the
     /// system's resolver).
@@ -386,7 +386,7 @@ async fn root_image(
     let work = cache.work(&format!("flatten-{key}"), Some(layer))?;
     let out = scratch.path().join("rootfs.ext4");
     vm.flatten(&work, context, scratch.path(), &out).await?;
-    std::fs::rename(&out, &target).map_err(BuildError::io(&target))?;
+    airlock_atomic_file::rename(&out, &target).map_err(BuildError::io(&target))?;
     Ok(target)
 }
 

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::exec::{Command, Event};
-use crate::network::NetworkOptions;
 use crate::template::{CopyStep, Step, StepContext, StepKind};
 use crate::{Sandbox, SandboxBuilder};
+use airlock_gateway::NetworkOptions;
 
 use super::cache::WorkDisk;
 use super::{BuildError, BuildEvent, OutputStream};

@@ -3,23 +3,29 @@
 //!
 //! Each module has its own error enum ([`CmdlineError`], [`ReaperError`],
 //! [`ServerError`], [`ProcessError`], [`FilesError`], [`SystemError`],
-//! [`CodeError`]); [`AgentError`] gathers them.
+//! [`CodeError`]), in the module's `error.rs` when the module imports
+//! others (a leaf such as `clock` keeps it beside its code); [`AgentError`]
+//! gathers them. Errors import downward only: this file imports those
+//! error types and nothing else of the crate, and no module imports it.
 //! `From<AgentError> for Status` picks the code a client can act on, and the
-//! message is the `Display` chain (error, then each source), never `Debug`.
+//! message is the `Display` chain (error, then each source, as
+//! [`airlock_report::chain`] prints it), never `Debug`.
 
 use tonic::{Code, Status};
+
+use airlock_report::chain;
 
 use crate::clock::ClockError;
 use crate::cmdline::CmdlineError;
 use crate::init::root::RootError;
-use crate::personalize::PersonalizeError;
-use crate::reaper::ReaperError;
-use crate::server::ServerError;
-use crate::services::code::CodeError;
-use crate::services::files::FilesError;
-use crate::services::process::ProcessError;
-use crate::services::system::SystemError;
-use crate::trust::TrustError;
+use crate::personalize::error::PersonalizeError;
+use crate::reaper::error::ReaperError;
+use crate::server::error::ServerError;
+use crate::services::code::error::CodeError;
+use crate::services::files::error::FilesError;
+use crate::services::process::error::ProcessError;
+use crate::services::system::error::SystemError;
+use crate::trust::error::TrustError;
 
 /// Anything that can go wrong in the agent.
 #[derive(Debug, thiserror::Error)]
@@ -182,22 +188,6 @@ fn exhausted(e: &std::io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::EAGAIN | libc::ENOSPC | libc::EMFILE | libc::ENFILE | libc::ENOMEM)
     )
-}
-
-/// Formats an error and its sources as `outer: inner: innermost`.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        // thiserror's transparent variants can repeat a message; skip echoes.
-        if !text.ends_with(&s_text) {
-            text.push_str(": ");
-            text.push_str(&s_text);
-        }
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]

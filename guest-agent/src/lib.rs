@@ -84,7 +84,7 @@ pub fn run(boot: Boot, listen: Option<Listen>) -> ExitCode {
         (Ok(()), false) => ExitCode::SUCCESS,
         (Ok(()), true) => poweroff::power_off_or_exit("agent stopped serving"),
         (Err(e), pid1) => {
-            tracing::error!(error = %error::chain(&e), "agent failed");
+            tracing::error!(error = %airlock_report::chain(&e), "agent failed");
             if pid1 {
                 poweroff::power_off_or_exit("agent failed");
             }
@@ -95,7 +95,7 @@ pub fn run(boot: Boot, listen: Option<Listen>) -> ExitCode {
 
 fn start(boot: Boot, listen: Option<Listen>) -> Result<(), AgentError> {
     if let Err(e) = &boot.proc_mount {
-        tracing::warn!(error = %error::chain(e), "/proc unavailable");
+        tracing::warn!(error = %airlock_report::chain(e), "/proc unavailable");
     }
     let cmdline = boot.cmdline?;
     tracing::info!(

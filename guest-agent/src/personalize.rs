@@ -10,6 +10,9 @@
 //! `Health.Check` reports from then on. Whether the agent may do this at all
 //! (only as PID 1) is the service's decision, not this module's.
 
+pub mod error;
+pub mod limits;
+
 use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -17,45 +20,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use airlock_proto::v1::PersonalizeRequest;
 use bytes::Bytes;
 
-use crate::clock::{self, ClockError, Realtime};
+use crate::clock::{self, Realtime};
 use crate::cmdline;
-use crate::entropy::{self, EntropyError};
+use crate::entropy;
 
-/// The fewest bytes of entropy a request must carry.
-pub const ENTROPY_MIN: usize = 32;
-/// The most bytes of entropy a request may carry.
-pub const ENTROPY_MAX: usize = 512;
-/// The longest sandbox id, in bytes.
-pub const SANDBOX_ID_MAX: usize = 128;
-
-/// A request that cannot be honoured, or a step that failed.
-#[derive(Debug, thiserror::Error)]
-pub enum PersonalizeError {
-    /// Too little or too much entropy.
-    #[error("entropy must be {ENTROPY_MIN} to {ENTROPY_MAX} bytes, not {0}")]
-    EntropySize(usize),
-    /// The hostname is empty, too long or contains a `/`.
-    #[error("hostname {0:?} is not valid (1-64 bytes, no '/')")]
-    BadHostname(String),
-    /// The sandbox id is too long.
-    #[error("sandbox id is {0} bytes; at most {SANDBOX_ID_MAX} are allowed")]
-    SandboxIdTooLong(usize),
-    /// The clock time is out of range, or the clock could not be set.
-    #[error(transparent)]
-    Clock(#[from] ClockError),
-    /// The entropy could not be mixed in.
-    #[error(transparent)]
-    Entropy(#[from] EntropyError),
-    /// The hostname could not be set.
-    #[error("cannot set the hostname to {hostname:?}")]
-    Hostname {
-        /// The hostname.
-        hostname: String,
-        /// Why setting it failed.
-        #[source]
-        source: nix::Error,
-    },
-}
+pub use self::error::PersonalizeError;
+pub use self::limits::{ENTROPY_MAX, ENTROPY_MIN, SANDBOX_ID_MAX};
 
 /// A checked `PersonalizeRequest`. Its `Debug` leaves the entropy out.
 pub struct Personalization {
@@ -158,6 +128,7 @@ impl SandboxId {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::clock::ClockError;
 
     fn request() -> PersonalizeRequest {
         PersonalizeRequest {

@@ -24,6 +24,8 @@
 //! tries the lock and, while a spawn has it, waits for the holder's release
 //! signal (`Reaper::released`) and tries again.
 
+pub mod error;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 
@@ -35,6 +37,8 @@ use tokio::sync::{oneshot, Notify};
 
 use crate::spawn::{ChildStack, Launch};
 
+pub use self::error::ReaperError;
+
 /// How a child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
@@ -42,14 +46,6 @@ pub enum Exit {
     Code(i32),
     /// A signal killed it.
     Signal(i32),
-}
-
-/// The reaper could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum ReaperError {
-    /// The `SIGCHLD` handler could not be installed.
-    #[error("cannot watch SIGCHLD")]
-    Signal(#[source] std::io::Error),
 }
 
 type Table = HashMap<i32, oneshot::Sender<Exit>>;

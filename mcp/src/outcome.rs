@@ -13,6 +13,7 @@ use tonic::Code;
 
 use airlock_client::api::ErrorReason;
 use airlock_client::ClientError;
+use airlock_report::chain;
 
 /// A tool's answer, or a protocol error.
 pub type Reply = Result<CallToolResult, ErrorData>;
@@ -31,6 +32,7 @@ pub enum Stop {
 impl Stop {
     /// A failed call to the Airlock server while doing `what`.
     pub fn call(what: &str, error: ClientError) -> Stop {
+        // The server's message, or the causes of a connection that failed.
         let message = chain(&error);
         if error.code() == Some(Code::InvalidArgument) {
             return Stop::Invalid(format!("{what}: {message}"));
@@ -76,20 +78,4 @@ impl Stop {
 /// Runs a tool's body and turns its early stop into the answer.
 pub fn finish(result: Result<CallToolResult, Stop>) -> Reply {
     result.or_else(Stop::reply)
-}
-
-/// A client error as one line: the server's message, or the chain of
-/// causes for a connection that failed.
-pub fn chain(error: &ClientError) -> String {
-    let mut message = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        source = cause.source();
-    }
-    message
 }

@@ -4,7 +4,6 @@
 //! trackers behind `changed_files`, and the names of its log files. Its
 //! end (or its drop) kills what it created through the [`Registry`].
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -390,19 +389,23 @@ fn caller(owner: &OnceLock<KeyId>, context: &RequestContext<RoleServer>) -> Resu
     Ok(caller)
 }
 
-/// Eight hex digits from the kernel's random source (the clock's, if that
-/// cannot be read).
+/// Eight hex digits from the host's one random source, `airlock-random`
+/// (the clock's, if that cannot be read: a tag names a session in labels
+/// and log names, and is no secret).
 fn random_tag() -> String {
-    use std::io::Read;
-    let mut bytes = [0u8; 4];
-    let read = std::fs::File::open(PathBuf::from("/dev/urandom"))
-        .and_then(|mut f| f.read_exact(&mut bytes));
-    if read.is_err() {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .subsec_nanos();
-        bytes = nanos.to_le_bytes();
+    match airlock_random::hex::<4>() {
+        Ok(tag) => tag,
+        Err(error) => {
+            tracing::warn!(error = %airlock_report::chain(&error), "no random session tag; using the clock's");
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .subsec_nanos();
+            nanos
+                .to_le_bytes()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        }
     }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

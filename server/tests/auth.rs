@@ -4,10 +4,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use airlock_client::api;
-use common::{refusal, Options, TestServer};
+use airlock_testkit::{refusal, Options, TestServer};
 use tonic::Code;
 
 #[tokio::test]
@@ -355,19 +353,19 @@ async fn a_valid_key_between_wrong_ones_does_not_reset_the_throttle() {
     let own = server.key("guesser", api::KeyQuota::default()).await;
     let other = server.key("bystander", api::KeyQuota::default()).await;
     let from = std::net::Ipv4Addr::new(127, 0, 0, 1);
-    let channel = common::channel_from(&server, from).await;
+    let channel = airlock_testkit::channel_from(&server, from).await;
     let mut limited = 0;
     let mut last = None;
     for i in 0..40 {
         let wrong = format!("ak_{}{:02}", "C".repeat(41), i);
-        let refused = common::sandboxes_with_key(channel.clone(), &wrong)
+        let refused = airlock_testkit::sandboxes_with_key(channel.clone(), &wrong)
             .ping(api::PingRequest {})
             .await
             .unwrap_err();
         if refusal(&refused) == (Code::ResourceExhausted, Some(api::ErrorReason::RateLimited)) {
             limited += 1;
         }
-        let answer = common::sandboxes_with_key(channel.clone(), &own)
+        let answer = airlock_testkit::sandboxes_with_key(channel.clone(), &own)
             .ping(api::PingRequest {})
             .await;
         last = Some(answer);
@@ -385,8 +383,9 @@ async fn a_valid_key_between_wrong_ones_does_not_reset_the_throttle() {
     assert!(refused.message().contains("retry in"), "{refused:?}");
 
     // Another address, another tenant: served at once.
-    let elsewhere = common::channel_from(&server, std::net::Ipv4Addr::new(127, 0, 0, 2)).await;
-    let ping = common::sandboxes_with_key(elsewhere, &other)
+    let elsewhere =
+        airlock_testkit::channel_from(&server, std::net::Ipv4Addr::new(127, 0, 0, 2)).await;
+    let ping = airlock_testkit::sandboxes_with_key(elsewhere, &other)
         .ping(api::PingRequest {})
         .await
         .unwrap()

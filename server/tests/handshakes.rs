@@ -7,15 +7,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock_client::api;
-use common::{tcp_from, Options, TestServer};
+use airlock_testkit::{tcp_from, Options, TestServer};
 use tokio::io::AsyncReadExt;
 
 /// Keeps about `count` idle connections open to `to` from 127.0.0.2 and

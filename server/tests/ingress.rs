@@ -7,13 +7,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::net::SocketAddr;
 
 use airlock_client::api;
+use airlock_testkit::{create, create_sandbox, Options, TestServer};
 use bytes::Bytes;
-use common::{create, create_sandbox, Options, TestServer};
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;

@@ -6,13 +6,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use airlock_client::api;
+use airlock_testkit::{create, create_sandbox, run, Options, TestServer};
 use bytes::Bytes;
-use common::{create, create_sandbox, run, Options, TestServer};
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;

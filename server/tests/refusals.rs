@@ -7,10 +7,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use airlock_client::{api, Client};
-use common::{create, create_sandbox, run, Options, TestServer};
+use airlock_testkit::{create, create_sandbox, run, Options, TestServer};
 use tonic::Code;
 
 /// Two MiB: past the 1 MiB a data message may carry, within the 4 MiB a
@@ -450,7 +448,7 @@ async fn a_guest_symlink_downloads_with_its_targets_mode() {
     std::os::unix::fs::symlink("secret", guest.path().join("link")).unwrap();
     std::os::unix::fs::symlink(guest.path().join("link"), guest.path().join("chain")).unwrap();
     let host = tempfile::tempdir().unwrap();
-    let cli = common::agent_bin().with_file_name("airlock");
+    let cli = airlock_testkit::airlock_bin();
     for name in ["link", "chain"] {
         let dest = host.path().join(name);
         let mut command = std::process::Command::new(&cli);

@@ -6,12 +6,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::time::Duration;
 
 use airlock_client::{api, Client};
-use common::{create, create_sandbox, refusal, run, Options, TestServer};
+use airlock_testkit::{create, create_sandbox, refusal, run, Options, TestServer};
 use futures::StreamExt;
 use tonic::Code;
 

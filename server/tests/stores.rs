@@ -5,19 +5,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::path::Path;
 
 use airlock::template::NamedMeta;
 use airlock_client::{api, Client};
-use common::{refusal, Options, TestServer};
+use airlock_testkit::{refusal, Options, TestServer};
 use tonic::Code;
 
 /// Puts a named template `name` (as `airlock template build` leaves one)
 /// into the server's store of named templates.
 fn put_template(server: &TestServer, name: &str) {
-    let dir = server.dir.path().join("templates").join(name);
+    let dir = server.dir.join("templates").join(name);
     std::fs::create_dir_all(dir.join("snapshot")).unwrap();
     let rootfs = dir.join("root.ext4");
     std::fs::write(&rootfs, b"").unwrap();
@@ -79,8 +77,8 @@ async fn two_servers_share_no_key_and_no_named_template() {
     let key = first.key("alice", api::KeyQuota::default()).await;
     assert_eq!(key_names(&first_owner).await, ["alice"]);
     assert!(key_names(&second_owner).await.is_empty());
-    assert!(exists(&first.dir.path().join("data/keys.json")));
-    assert!(!exists(&second.dir.path().join("data/keys.json")));
+    assert!(exists(&first.dir.join("data/keys.json")));
+    assert!(!exists(&second.dir.join("data/keys.json")));
     let ping = first.remote(Some(&key)).await.ping().await.unwrap();
     assert_eq!(ping.principal, "key:alice");
     let refused = second

@@ -4,10 +4,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use airlock_client::{api, Client};
-use common::{create, create_sandbox, refusal, run, Options, TestServer};
+use airlock_testkit::{create, create_sandbox, refusal, run, Options, TestServer};
 use tonic::Code;
 
 /// Every call a stranger could make on `id`, each refused NOT_FOUND with

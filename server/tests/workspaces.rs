@@ -9,13 +9,11 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use airlock_client::{api, Client};
-use common::{create, create_sandbox, refusal, run, Options, TestServer};
+use airlock_testkit::{create, create_sandbox, refusal, run, Options, TestServer};
 use tonic::Code;
 
 const MIB: u64 = 1 << 20;
@@ -65,7 +63,7 @@ fn names(workspaces: &[api::WorkspaceInfo]) -> Vec<&str> {
 
 /// The server's files of `key`'s workspaces.
 fn files(server: &TestServer, key: &str) -> Vec<String> {
-    let dir = server.dir.path().join("data/workspaces").join(key);
+    let dir = server.dir.join("data/workspaces").join(key);
     let mut found: Vec<String> = std::fs::read_dir(dir)
         .map(|entries| {
             entries
@@ -234,14 +232,12 @@ async fn a_workspace_is_listed_and_removed_by_its_key_only() {
 
     // The file is the server's alone; its directories can be passed
     // through (for an unprivileged VMM) but not listed.
-    let path = server.dir.path().join("data/workspaces/alice/notes.ext4");
+    let path = server.dir.join("data/workspaces/alice/notes.ext4");
     let meta = std::fs::metadata(&path).unwrap();
     assert_eq!(meta.len(), 64 * MIB);
     if nix_is_root() {
         for dir in ["data", "data/workspaces", "data/workspaces/alice"] {
-            let mode = std::fs::metadata(server.dir.path().join(dir))
-                .unwrap()
-                .mode();
+            let mode = std::fs::metadata(server.dir.join(dir)).unwrap().mode();
             assert_eq!(mode & 0o077, 0o011, "{dir}: {mode:o}");
         }
     }
@@ -376,7 +372,6 @@ async fn bad_workspace_requests_name_their_field() {
 fn owner_file(server: &TestServer, name: &str) -> PathBuf {
     server
         .dir
-        .path()
         .join("data/workspaces/_owner")
         .join(format!("{name}.ext4"))
 }

@@ -17,8 +17,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use airlock_client::{api, Client};
+use airlock_testkit::{start, Options, TestServer};
 use bytes::Bytes;
-use common::ingress_server::IngressServer;
 use common::{echo_binary, echo_throughput, ms, percentile, with_echo_port, ECHO_PORT_NAME, MIB};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
@@ -41,11 +41,15 @@ async fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let echo_socket = dir.path().join("echo.sock");
     let echo = echo_socket.clone();
-    let server = IngressServer::start(dir.path(), move || {
+    let options = Options {
+        dir: Some(dir.path().to_owned()),
+        ..Options::default()
+    };
+    let server = TestServer::start_with(options, move || {
         with_echo_port(airlock_tests::builder(), &echo)
     })
     .await;
-    let (client, ingress_addr) = (server.client.clone(), server.ingress);
+    let (client, ingress_addr) = (server.owner().await, server.ingress);
     let id = client
         .sandboxes()
         .create(api::CreateSandboxRequest {
@@ -202,18 +206,6 @@ fn data_chunks(data: &[u8]) -> Vec<Bytes> {
     data.chunks(512 * 1024)
         .map(Bytes::copy_from_slice)
         .collect()
-}
-
-/// Starts `argv` in the sandbox; the stream keeps it attached.
-async fn start(client: &Client, id: &str, argv: &[&str]) -> airlock_client::ProcessStream {
-    client
-        .start(api::StartProcess {
-            sandbox_id: id.to_owned(),
-            argv: argv.iter().map(|a| (*a).to_owned()).collect(),
-            ..api::StartProcess::default()
-        })
-        .await
-        .expect("start")
 }
 
 /// A GET through the ingress; its status and the body's length.

@@ -37,8 +37,8 @@ use airlock::template::named::NAMED_DIR_ENV;
 use airlock::template::{BuildOptions, NamedStore, NamedTemplate, Ready, TemplateSpec};
 use airlock::{Command, Sandbox, SandboxBuilder};
 use airlock_client::{api, Client};
+use airlock_testkit::{Options, TestServer};
 use bytes::Bytes;
-use common::ingress_server::IngressServer;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
@@ -154,8 +154,12 @@ async fn build(dir: &std::path::Path) -> NamedTemplate {
 /// timed from the create to the guest server's first 200 through the
 /// ingress, then killed. The port is public, so no token is asked for.
 async fn through_the_api(n: usize, dir: &Path, template: &NamedTemplate) -> Vec<Duration> {
-    let server = IngressServer::start(dir, airlock_tests::builder).await;
-    let (client, ingress_addr) = (&server.client, server.ingress);
+    let options = Options {
+        dir: Some(dir.to_owned()),
+        ..Options::default()
+    };
+    let server = TestServer::start_with(options, airlock_tests::builder).await;
+    let (client, ingress_addr) = (&server.owner().await, server.ingress);
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
         let began = Instant::now();

@@ -7,8 +7,11 @@
 //! This file boots sandboxes ([`builder`], [`boot`]), runs guest commands
 //! ([`sh`], [`run`], [`stdout_of`]), reads figures ([`status_kib`],
 //! [`sha256_hex`]), finds host processes and binaries and waits for a
-//! condition ([`wait_until`]). [`process_builder`] runs the agent as a host
-//! process instead of booting a VM, for tests of the lifecycle.
+//! condition ([`wait_until`]). What every test crate shares comes from
+//! `airlock-testkit`, re-exported here ([`testkit`]): the binaries built
+//! beside the test ([`airlock_bin`], [`agent_bin`]), [`process_builder`],
+//! which runs the agent as a host process instead of booting a VM, for
+//! tests of the lifecycle, and the in-process server (`testkit::TestServer`).
 //! [`shared_vm`] runs a file's checks as named tests on one booted VM.
 //! [`DaemonHome`] gives a CLI test a private state directory, so a private
 //! daemon, and runs `airlock` clients against it; [`TlsServer`] runs
@@ -30,6 +33,9 @@ pub mod soak;
 pub mod tls_index;
 pub mod tls_server;
 
+/// What every test crate shares (the binaries, the process backend, the
+/// in-process server), here too so a VM test names one crate.
+pub use airlock_testkit::{self as testkit, agent_bin, airlock_bin, process_builder};
 pub use daemon_home::DaemonHome;
 pub use tls_server::TlsServer;
 
@@ -127,49 +133,6 @@ pub fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(100));
     }
     done()
-}
-
-/// The `airlock` binary built next to the test executable.
-pub fn airlock_bin() -> PathBuf {
-    let exe = std::env::current_exe().unwrap_or_default();
-    // target/<profile>/deps/<test> -> target/<profile>/airlock
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(|dir| dir.join("airlock"))
-        .unwrap_or_default();
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it with `cargo build --workspace --bins` first (scripts/test does)",
-        bin.display()
-    );
-    bin
-}
-
-/// The `airlock-agent` binary built next to the test executable, for the
-/// process backend.
-pub fn agent_bin() -> PathBuf {
-    let exe = std::env::current_exe().unwrap_or_default();
-    // target/<profile>/deps/<test> -> target/<profile>/airlock-agent
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(|dir| dir.join("airlock-agent"))
-        .unwrap_or_default();
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it with `cargo build -p airlock-agent` first (scripts/test does)",
-        bin.display()
-    );
-    bin
-}
-
-/// A builder for a sandbox on the process backend: the agent binary as a
-/// host process, no VM (for tests of the lifecycle).
-pub fn process_builder() -> SandboxBuilder {
-    Sandbox::builder()
-        .process_backend(agent_bin())
-        .boot_timeout(Duration::from_secs(20))
 }
 
 /// `sh -c script`: a guest command to adjust further (`.user`, `.tag`, ...).

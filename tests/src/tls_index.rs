@@ -36,22 +36,13 @@ pub struct TlsIndex {
 impl TlsIndex {
     /// Starts a server for `name` on 127.0.0.1, with a CA made now.
     pub async fn start(name: &str) -> TlsIndex {
-        let (ca_pem, leaf_der, leaf_key) = issue(name);
-        let ca = match CaCert::from_pem(&ca_pem) {
+        let issued = airlock_testkit::tls::issue("Airlock throwaway test CA", &[name]);
+        let ca = match CaCert::from_pem(&issued.ca_pem) {
             Ok(mut certs) => certs.remove(0),
             Err(error) => panic!("the test CA is refused: {error}"),
         };
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .and_then(|builder| {
-            builder
-                .with_no_client_auth()
-                .with_single_cert(vec![leaf_der], leaf_key)
-        })
-        .unwrap_or_else(|e| panic!("test server TLS config: {e}"));
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let acceptor = issued.acceptor();
+        let ca_pem = issued.ca_pem;
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .unwrap_or_else(|e| panic!("bind: {e}"));
@@ -90,37 +81,6 @@ impl TlsIndex {
     pub fn requests(&self) -> Vec<String> {
         self.requests.lock().map(|r| r.clone()).unwrap_or_default()
     }
-}
-
-/// A CA (PEM) and a certificate for `name` it issued (DER, with its key).
-fn issue(
-    name: &str,
-) -> (
-    String,
-    rustls::pki_types::CertificateDer<'static>,
-    rustls::pki_types::PrivateKeyDer<'static>,
-) {
-    let made = (|| {
-        let ca_key = rcgen::KeyPair::generate()?;
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "Airlock throwaway test CA");
-        let ca = ca_params.self_signed(&ca_key)?;
-        let leaf_key = rcgen::KeyPair::generate()?;
-        let mut leaf_params = rcgen::CertificateParams::new(vec![name.to_owned()])?;
-        leaf_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
-        let leaf = leaf_params.signed_by(&leaf_key, &issuer)?;
-        Ok::<_, rcgen::Error>((ca.pem(), leaf.der().clone(), leaf_key.serialize_der()))
-    })();
-    let (ca_pem, leaf, key) = made.unwrap_or_else(|e| panic!("test certificates: {e}"));
-    let key =
-        rustls::pki_types::PrivateKeyDer::try_from(key).unwrap_or_else(|e| panic!("test key: {e}"));
-    (ca_pem, leaf, key)
 }
 
 /// Answers requests on one connection (keep-alive) until it closes.

@@ -27,7 +27,8 @@ pub struct TlsServer {
 impl TlsServer {
     /// Starts the server for `home` with `extra` arguments.
     pub fn start(home: &DaemonHome, extra: &[&str]) -> TlsServer {
-        let (ca, cert, key) = tls_files(home);
+        let airlock_testkit::tls::Files { ca, cert, key } =
+            airlock_testkit::tls::write_files(home.path(), &["localhost"]);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -117,43 +118,4 @@ impl Drop for TlsServer {
             self.signal("TERM");
         }
     }
-}
-
-/// A CA, and a certificate for `localhost` signed by it, in `home`.
-fn tls_files(home: &DaemonHome) -> (PathBuf, PathBuf, PathBuf) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
-    let fail = |what: &str, e: rcgen::Error| -> ! { panic!("{what}: {e}") };
-    let mut ca_params =
-        CertificateParams::new(Vec::<String>::new()).unwrap_or_else(|e| fail("CA", e));
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    // Names of their own: OpenSSL (Python's ssl, curl, Node) takes a certificate
-    // whose issuer is its own subject for a self-signed one.
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "airlock test CA");
-    let ca_key = KeyPair::generate().unwrap_or_else(|e| fail("CA key", e));
-    let ca = CertifiedIssuer::self_signed(ca_params, ca_key).unwrap_or_else(|e| fail("CA", e));
-    let mut params = CertificateParams::new(vec!["localhost".to_owned()])
-        .unwrap_or_else(|e| fail("certificate", e));
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "localhost");
-    let key = KeyPair::generate().unwrap_or_else(|e| fail("key", e));
-    let cert = params
-        .signed_by(&key, &ca)
-        .unwrap_or_else(|e| fail("certificate", e));
-    let dir = home.path();
-    let paths = (
-        dir.join("ca.pem"),
-        dir.join("server.pem"),
-        dir.join("server.key"),
-    );
-    for (path, text) in [
-        (&paths.0, ca.pem()),
-        (&paths.1, cert.pem()),
-        (&paths.2, key.serialize_pem()),
-    ] {
-        std::fs::write(path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    }
-    paths
 }

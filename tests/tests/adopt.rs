@@ -29,7 +29,7 @@ use airlock::{
     SandboxState, Secret, StaticResolver, WorkspaceError,
 };
 use airlock_tests::owner::{self, Leftovers, Owner};
-use airlock_tests::{sh, stdout_of};
+use airlock_tests::{sh, stdout_of, testkit};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -225,35 +225,13 @@ struct Servers {
 async fn start_servers() -> Servers {
     let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let https = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "adopt test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let leaf_key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(vec!["api.test".to_owned()])
-        .unwrap()
-        .signed_by(&leaf_key, &rcgen::Issuer::from_params(&ca_params, &ca_key))
-        .unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![leaf.der().clone()],
-        rustls::pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).unwrap(),
-    )
-    .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let issued = testkit::tls::issue("adopt test CA", &["api.test"]);
+    let acceptor = issued.acceptor();
     let servers = Servers {
         http: http.local_addr().unwrap().port(),
         https: https.local_addr().unwrap().port(),
         heads: Arc::default(),
-        ca_der: ca.der().to_vec(),
+        ca_der: issued.ca_der,
     };
     let heads = Arc::clone(&servers.heads);
     tokio::spawn(async move {

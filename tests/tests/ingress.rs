@@ -18,7 +18,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use airlock_client::{api, Client, Endpoint};
-use airlock_tests::{airlock_bin, sha256_hex, DaemonHome};
+use airlock_tests::{airlock_bin, sha256_hex, testkit, DaemonHome};
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use http::{HeaderMap, Request, StatusCode};
@@ -244,16 +244,8 @@ async fn wait_listening(exposed: &Exposed, path: &str) -> Result<(), String> {
 
 /// Starts `argv` in the sandbox and leaves it running.
 async fn start(client: &Client, id: &str, argv: &[&str]) {
-    let stream = client
-        .start(api::StartProcess {
-            sandbox_id: id.to_owned(),
-            argv: argv.iter().map(|a| (*a).to_owned()).collect(),
-            ..api::StartProcess::default()
-        })
-        .await
-        .unwrap();
     // The call ends; the program runs on.
-    drop(stream);
+    drop(testkit::start(client, id, argv).await);
 }
 
 fn create_shared() -> Result<Shared, String> {

@@ -20,8 +20,8 @@ use airlock::{
     Secret, StaticResolver, Verdict,
 };
 use airlock_tests::shared_vm::{Order, Suite};
-use airlock_tests::stdout_of;
 use airlock_tests::tls_index::TlsIndex;
+use airlock_tests::{stdout_of, testkit};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -138,40 +138,14 @@ async fn boot() -> Sandbox {
 async fn start_servers() -> (Arc<Servers>, rustls::pki_types::CertificateDer<'static>) {
     let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let https = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "network test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issued = testkit::tls::issue("network test CA", &["api.test", "other.test"]);
     let servers = Arc::new(Servers {
         http: http.local_addr().unwrap(),
         https: https.local_addr().unwrap(),
         heads: Mutex::default(),
-        ca_pem: ca.pem(),
+        ca_pem: issued.ca_pem.clone(),
     });
-    let leaf_key = rcgen::KeyPair::generate().unwrap();
-    let mut leaf_params =
-        rcgen::CertificateParams::new(vec!["api.test".to_owned(), "other.test".to_owned()])
-            .unwrap();
-    leaf_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "network test server");
-    let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
-    let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![leaf.der().clone()],
-        rustls::pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).unwrap(),
-    )
-    .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let acceptor = issued.acceptor();
 
     let recorder = Arc::clone(&servers);
     tokio::spawn(async move {
@@ -192,7 +166,7 @@ async fn start_servers() -> (Arc<Servers>, rustls::pki_types::CertificateDer<'st
             });
         }
     });
-    (servers, ca.der().clone())
+    (servers, issued.ca_der.into())
 }
 
 /// Reads request heads and answers each with `ok <request line>`.

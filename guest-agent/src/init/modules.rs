@@ -99,7 +99,7 @@ pub fn load_all(list: &Path) -> usize {
                 path: list.to_owned(),
                 source,
             };
-            tracing::warn!(error = %crate::error::chain(&e), "loading no modules");
+            tracing::warn!(error = %airlock_report::chain(&e), "loading no modules");
             return 0;
         }
     };
@@ -113,7 +113,7 @@ pub fn load_all(list: &Path) -> usize {
             Ok((path, false)) => {
                 tracing::debug!(module = %path.display(), "module already loaded");
             }
-            Err(e) => tracing::warn!(error = %crate::error::chain(&e), "module skipped"),
+            Err(e) => tracing::warn!(error = %airlock_report::chain(&e), "module skipped"),
         }
     }
     loaded

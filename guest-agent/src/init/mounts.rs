@@ -134,11 +134,11 @@ pub fn mount_rest() {
     for m in REST {
         match mount_one(m) {
             Ok(()) => tracing::debug!(target = m.target, fstype = m.fstype, "mounted"),
-            Err(e) => tracing::warn!(error = %crate::error::chain(&e), "mount failed"),
+            Err(e) => tracing::warn!(error = %airlock_report::chain(&e), "mount failed"),
         }
     }
     if let Err(e) = link_ptmx(Path::new("/dev/ptmx")) {
-        tracing::warn!(error = %crate::error::chain(&e), "no /dev/ptmx");
+        tracing::warn!(error = %airlock_report::chain(&e), "no /dev/ptmx");
     }
 }
 

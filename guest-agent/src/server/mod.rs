@@ -24,7 +24,10 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
+pub mod error;
 pub mod serial;
+
+pub use self::error::ServerError;
 
 use futures::{Stream, StreamExt};
 use tokio::net::UnixListener;
@@ -45,38 +48,6 @@ pub enum Listen {
     Vsock(u32),
     /// A Unix stream socket at this path.
     Unix(PathBuf),
-}
-
-/// The listener could not be set up or failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ServerError {
-    /// `--listen` is malformed.
-    #[error("bad listen address {0:?}; use serial:NAME, vsock:PORT or unix:PATH")]
-    BadAddress(String),
-    /// The virtio-serial port could not be found or opened.
-    #[error(transparent)]
-    Serial(#[from] serial::SerialError),
-    /// The vsock port could not be bound.
-    #[error("cannot listen on vsock port {port}; is the vsock device (vhost-vsock) present?")]
-    BindVsock {
-        /// The port.
-        port: u32,
-        /// Why binding failed.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The Unix socket could not be bound.
-    #[error("cannot listen on unix socket {}", path.display())]
-    BindUnix {
-        /// The socket path.
-        path: PathBuf,
-        /// Why binding failed.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The server failed while serving.
-    #[error("grpc server failed")]
-    Serve(#[source] tonic::transport::Error),
 }
 
 impl FromStr for Listen {

@@ -14,6 +14,8 @@
 //! bridge's to change. Requests are checked before that, so a bad one is
 //! INVALID_ARGUMENT anywhere.
 
+pub mod error;
+
 use std::time::Duration;
 
 use airlock_proto::v1::{
@@ -23,30 +25,15 @@ use airlock_proto::v1::{
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
-use crate::clock::{self, ClockError, Realtime};
+use crate::clock::{self, Realtime};
 use crate::init::poweroff;
-use crate::personalize::{self, Personalization, PersonalizeError, SandboxId};
-use crate::trust::{Roots, TrustError, TrustStore};
+use crate::personalize::{self, Personalization, SandboxId};
+use crate::trust::{Roots, TrustStore};
+
+pub use self::error::SystemError;
 
 /// How long the reply gets to flush before the agent acts.
 pub const REPLY_GRACE: Duration = Duration::from_millis(100);
-
-/// A System call that cannot be honoured.
-#[derive(Debug, thiserror::Error)]
-pub enum SystemError {
-    /// The call changes the machine, and the agent is not PID 1.
-    #[error("the agent {0} only as PID 1 in a guest")]
-    NotPid1(&'static str),
-    /// `SetClock` failed.
-    #[error(transparent)]
-    Clock(#[from] ClockError),
-    /// `Personalize` failed.
-    #[error(transparent)]
-    Personalize(#[from] PersonalizeError),
-    /// `TrustRoots` failed.
-    #[error(transparent)]
-    Trust(#[from] TrustError),
-}
 
 /// What `Shutdown` does.
 #[derive(Debug, Clone)]

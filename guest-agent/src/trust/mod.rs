@@ -22,6 +22,7 @@
 //! mounts away.
 
 pub mod der;
+pub mod error;
 pub mod store;
 pub mod subject_hash;
 
@@ -33,10 +34,10 @@ use airlock_proto::contract::trust::{
     MAX_TOTAL_BYTES, SYSTEM_BUNDLE,
 };
 use airlock_proto::v1::TrustRootsRequest;
-use nix::errno::Errno;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
-use store::{Layout, StoreError, Written};
+pub use self::error::{StoreError, TrustError};
+use store::{Layout, Written};
 
 /// Where the mounted directories live: on `/run`, a tmpfs.
 const RUN_DIR: &str = "/run/airlock/trust";
@@ -49,65 +50,6 @@ static ENV: RwLock<Vec<(String, String)>> = RwLock::new(Vec::new());
 /// (empty until they are installed).
 pub fn env() -> Vec<(String, String)> {
     ENV.read().unwrap_or_else(PoisonError::into_inner).clone()
-}
-
-/// A request that cannot be honoured, or a step that failed.
-#[derive(Debug, thiserror::Error)]
-pub enum TrustError {
-    /// No certificates.
-    #[error("no certificates to trust")]
-    Empty,
-    /// Too many certificates, or too many bytes of them.
-    #[error(
-        "{count} certificates of {bytes} bytes are too many; at most {MAX_ROOTS} of \
-         {MAX_TOTAL_BYTES} bytes together are taken"
-    )]
-    TooMany {
-        /// How many were sent.
-        count: usize,
-        /// Their size together.
-        bytes: usize,
-    },
-    /// A certificate is not one.
-    #[error("certificate {index} is not an X.509 certificate")]
-    NotACertificate {
-        /// Its place in the request, from 1.
-        index: usize,
-        /// What the reader found.
-        #[source]
-        source: der::DerError,
-    },
-    /// A certificate is larger than [`MAX_ROOT_BYTES`].
-    #[error("certificate {index} is {bytes} bytes; at most {MAX_ROOT_BYTES} are taken")]
-    TooLarge {
-        /// Its place in the request, from 1.
-        index: usize,
-        /// Its size.
-        bytes: usize,
-    },
-    /// A directory could not be made.
-    #[error("cannot create {path}")]
-    Dir {
-        /// The directory.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A mount failed.
-    #[error("cannot mount {what} on {target}")]
-    Mount {
-        /// What was being mounted.
-        what: &'static str,
-        /// The mount point.
-        target: String,
-        /// The errno.
-        #[source]
-        source: Errno,
-    },
-    /// A file of the store could not be written.
-    #[error(transparent)]
-    Store(#[from] StoreError),
 }
 
 /// A checked `TrustRootsRequest`.

@@ -18,23 +18,13 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine;
 
+use super::error::StoreError;
 use super::subject_hash;
 
 /// The prefix of every file this module names.
 const PREFIX: &str = "airlock-";
 /// The bundle's file name in the certificate directory.
 pub const BUNDLE_NAME: &str = "ca-certificates.crt";
-
-/// A file of the store could not be written.
-#[derive(Debug, thiserror::Error)]
-#[error("writing {path}")]
-pub struct StoreError {
-    /// The file.
-    pub path: PathBuf,
-    /// Why.
-    #[source]
-    pub source: io::Error,
-}
 
 fn at(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
     move |source| StoreError {

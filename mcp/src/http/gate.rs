@@ -16,9 +16,9 @@ use http::HeaderMap;
 use airlock_api::auth::bearer_key;
 use airlock_client::api::ErrorReason;
 use airlock_client::{Client, Endpoint};
+use airlock_report::chain;
 
 use crate::access::{Caller, KeyId};
-use crate::outcome::chain;
 use airlock_api::throttle::Throttle;
 
 /// Server connections kept (one per key seen lately).

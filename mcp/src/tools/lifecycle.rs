@@ -16,7 +16,7 @@ use airlock_client::api::{
 };
 
 use super::AirlockTools;
-use crate::outcome::{chain, finish, Reply, Stop};
+use crate::outcome::{finish, Reply, Stop};
 use crate::render;
 
 /// Sandboxes listed at most.
@@ -233,7 +233,10 @@ impl AirlockTools {
                     .map(|r| r.into_inner().images)
                     .unwrap_or_default();
                 let names: Vec<&str> = images.iter().map(|i| i.name.as_str()).collect();
-                let message = format!("cannot create the sandbox: {}", chain(&error));
+                let message = format!(
+                    "cannot create the sandbox: {}",
+                    airlock_report::chain(&error)
+                );
                 return Err(Stop::Failed(if names.is_empty() {
                     message
                 } else {

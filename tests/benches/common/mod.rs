@@ -6,11 +6,10 @@
 //! Also the pseudo-random file contents and the percentile and millisecond
 //! helpers the benchmarks use; starts from a warm pool (`pool`); the API
 //! benchmark's other clients (`clients`) and SDKs driven as its peers over
-//! a line protocol (`sdk`); a server in the benchmark's process with its
-//! HTTP ingress (`ingress_server`).
+//! a line protocol (`sdk`). A server in the benchmark's process, with its
+//! HTTP ingress, is the tests' own (`airlock_testkit::TestServer`).
 
 pub mod clients;
-pub mod ingress_server;
 pub mod pool;
 pub mod sdk;
 

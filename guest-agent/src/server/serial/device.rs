@@ -24,7 +24,7 @@
 use std::fs::File;
 use std::future::Future;
 use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -35,6 +35,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use super::error::SerialError;
 use super::Port;
 
 /// Where the guest lists its virtio-serial ports, one directory each, with
@@ -51,42 +52,6 @@ const APPEAR_POLL: Duration = Duration::from_millis(20);
 pub const RECHECK_OPENING: Duration = Duration::from_millis(50);
 /// How often a waiting read or write is retried during a connection.
 pub const RECHECK_CONNECTED: Duration = Duration::from_secs(1);
-
-/// The virtio-serial port could not be found or opened.
-#[derive(Debug, thiserror::Error)]
-pub enum SerialError {
-    /// No port with the name appeared in time.
-    #[error(
-        "no virtio-serial port named {name:?} appeared within {waited:?}; \
-         the VM needs -device virtserialport,name={name} and the virtio_console driver"
-    )]
-    NotFound {
-        /// The port's name.
-        name: String,
-        /// How long the agent waited.
-        waited: Duration,
-    },
-    /// The port's device node could not be opened.
-    #[error("cannot open virtio-serial port {name:?} at {}", path.display())]
-    Open {
-        /// The port's name.
-        name: String,
-        /// Its device node.
-        path: PathBuf,
-        /// Why opening failed.
-        #[source]
-        source: io::Error,
-    },
-    /// The port could not be registered with the async runtime.
-    #[error("cannot poll virtio-serial port {name:?}")]
-    Register {
-        /// The port's name.
-        name: String,
-        /// Why registering failed.
-        #[source]
-        source: io::Error,
-    },
-}
 
 /// An open virtio-serial port.
 #[derive(Debug)]

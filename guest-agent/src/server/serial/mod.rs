@@ -26,6 +26,7 @@
 //! with a model of the device instead of a VM.
 
 pub mod device;
+pub mod error;
 pub mod opening;
 
 #[cfg(test)]
@@ -42,7 +43,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 use tonic::transport::server::Connected;
 
-pub use device::{Device, SerialError, APPEAR_WAIT};
+pub use device::{Device, APPEAR_WAIT};
+pub use error::SerialError;
 
 /// The most bytes one `write()` to a virtio-serial port takes (the guest
 /// driver's own cap, `port_fops_write` in `drivers/char/virtio_console.c`).

@@ -111,7 +111,7 @@ pub async fn run(
     let tree = driver.tree();
     let mut exited = driver.exited();
     if let Err(e) = driver.execute(code).await {
-        tracing::warn!(error = %crate::error::chain(&e), "cannot send the cell");
+        tracing::warn!(error = %airlock_report::chain(&e), "cannot send the cell");
         tree.kill();
     }
     let pid = driver.pid();
@@ -174,8 +174,8 @@ pub async fn run(
                 match message {
                     Some(Ok(message)) => cell.message(message),
                     Some(Err(e)) => {
-                        tracing::warn!(error = %crate::error::chain(&e), "interpreter broke the wire format; killing it");
-                        cell.outbox.push_back(agent_error("InterpreterDied", crate::error::chain(&e)));
+                        tracing::warn!(error = %airlock_report::chain(&e), "interpreter broke the wire format; killing it");
+                        cell.outbox.push_back(agent_error("InterpreterDied", airlock_report::chain(&e)));
                         cell.finished = true;
                         // Killed: it runs no other cell, whenever its exit
                         // is reported.
@@ -298,5 +298,5 @@ fn drain(
 
 /// Keeps [`CodeError`] in this module's vocabulary for the context.
 pub fn start_failed(e: &CodeError) -> CodeEvent {
-    agent_error("InterpreterUnavailable", crate::error::chain(e))
+    agent_error("InterpreterUnavailable", airlock_report::chain(e))
 }

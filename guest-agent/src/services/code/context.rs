@@ -153,7 +153,7 @@ impl Context {
             match self.spawner.start(&self.launch).await {
                 Ok(driver) => self.install(&mut slot, driver),
                 Err(e) => {
-                    tracing::warn!(id = self.id, error = %crate::error::chain(&e), "cannot start the interpreter");
+                    tracing::warn!(id = self.id, error = %airlock_report::chain(&e), "cannot start the interpreter");
                     let failed = cell::start_failed(&e);
                     finish(
                         &events,

@@ -262,7 +262,7 @@ impl Driver {
     /// SIGINT to the interpreter and everything it started.
     pub fn interrupt(tree: &Tree) {
         if let Err(e) = tree.signal(Signal::SIGINT, false) {
-            tracing::debug!(error = %crate::error::chain(&e), "interrupt not delivered");
+            tracing::debug!(error = %airlock_report::chain(&e), "interrupt not delivered");
         }
     }
 }

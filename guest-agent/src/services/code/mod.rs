@@ -23,7 +23,7 @@ pub mod cell;
 pub mod context;
 pub mod contexts;
 pub mod driver;
-mod error;
+pub mod error;
 pub mod wire;
 
 use std::sync::Arc;

@@ -7,7 +7,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
-use super::FilesError;
+use super::error::FilesError;
 use crate::services::process::user::{self, Credentials};
 
 /// An absolute path from a request, with `.` components removed.

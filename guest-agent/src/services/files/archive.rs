@@ -14,8 +14,8 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::access::Actor;
+use super::error::FilesError;
 use super::io::CHUNK;
-use super::FilesError;
 
 /// A blocking `Read` over chunks arriving on a channel.
 #[derive(Debug)]

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use airlock_proto::contract::changes::MAX_HELD_ENTRIES;
 use airlock_proto::v1::{ChangeKind, FileChange, FileType};
 
-use super::FilesError;
+use super::error::FilesError;
 
 /// What an entry was when a walk saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
 use super::access::{absolute, Actor};
-use super::FilesError;
+use super::error::FilesError;
 
 /// Bytes per chunk the agent sends.
 pub const CHUNK: usize = 128 * 1024;

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::access::Actor;
-use super::FilesError;
+use super::error::FilesError;
 
 /// A `FileInfo` for `path`, not following a final symlink.
 pub fn stat(path: &Path) -> Result<FileInfo, FilesError> {

@@ -16,7 +16,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 use tonic::Status;
 
-use super::FilesError;
+use super::error::FilesError;
 
 /// Events queued per watch before the watcher waits for the client.
 const QUEUE: usize = 64;

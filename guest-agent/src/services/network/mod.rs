@@ -74,7 +74,7 @@ pub enum NetworkError {
 
 impl From<NetworkError> for Status {
     fn from(error: NetworkError) -> Self {
-        let message = crate::error::chain(&error);
+        let message = airlock_report::chain(&error);
         match error {
             NetworkError::NotPid1 => Status::failed_precondition(message),
             NetworkError::BadNameserver(_) => Status::invalid_argument(message),

@@ -27,7 +27,7 @@ pub mod buffer;
 pub mod cgroup;
 pub mod command;
 pub mod entry;
-mod error;
+pub mod error;
 mod housekeeping;
 pub mod output;
 pub mod pty;
@@ -135,7 +135,7 @@ impl ProcessService {
                 if let Some(cgroup) = cgroup {
                     let _ = cgroup.remove();
                 }
-                tracing::info!(program, error = %crate::error::chain(&e), "start failed");
+                tracing::info!(program, error = %airlock_report::chain(&e), "start failed");
                 return Err(e);
             }
         };
@@ -147,7 +147,7 @@ impl ProcessService {
         let io = match followed {
             Ok(io) => io,
             Err(e) => {
-                tracing::error!(pid, error = %crate::error::chain(&e), "cannot follow process; killing it");
+                tracing::error!(pid, error = %airlock_report::chain(&e), "cannot follow process; killing it");
                 tree.kill();
                 if let Some(cgroup) = tree.take_cgroup() {
                     self.table.linger(cgroup);

@@ -94,7 +94,7 @@ impl Tree {
         match self.signal(Signal::SIGKILL, false) {
             Ok(()) | Err(ProcessError::Exited(_)) => {}
             Err(e) => {
-                tracing::warn!(pid = self.pid, error = %crate::error::chain(&e), "cannot kill tree")
+                tracing::warn!(pid = self.pid, error = %airlock_report::chain(&e), "cannot kill tree")
             }
         }
     }

@@ -20,6 +20,8 @@
 //!   and template stores, the builder factory, the pool, [`OnExit`]).
 //! - `listen`: [`UnixSocket`] and [`TcpEndpoint`].
 //! - `auth`, `throttle`, `principal`: who calls, and refusing strangers.
+//! - `e2b`: the E2B-compatible front ([`E2bListener`]): E2B's SDKs,
+//!   unmodified, translated into the same services.
 //! - `ingress`: the HTTP ingress into servers in sandboxes
 //!   ([`IngressListener`]): routes, traffic tokens, the proxy.
 //! - `keys`: [`KeyStore`], API keys as hashes.
@@ -44,6 +46,7 @@
 mod auth;
 mod config;
 mod convert;
+pub mod e2b;
 mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -65,6 +68,7 @@ mod validate;
 mod workspaces;
 
 pub use config::{default_data_dir, BuilderFactory, OnExit, ServerConfig, DATA_DIR_ENV};
+pub use e2b::E2bListener;
 pub use error::ServerError;
 pub use ingress::{IngressListener, DEFAULT_DOMAIN as DEFAULT_INGRESS_DOMAIN};
 pub use keys::KeyStore;

@@ -54,6 +54,8 @@ pub struct Listeners {
     pub tcp: Option<TcpEndpoint>,
     /// The HTTP ingress into sandboxes' servers.
     pub ingress: Option<IngressListener>,
+    /// The E2B-compatible front.
+    pub e2b: Option<crate::e2b::E2bListener>,
 }
 
 /// Every service of the API behind `$interceptor`, on the server builder
@@ -222,6 +224,25 @@ pub async fn serve(
                 crate::ingress::serve(state, ingress, listener.endpoint, stopped).await;
                 Ok(())
             }
+        }));
+        stops.push(stop);
+    }
+    if let Some(listener) = listeners.e2b.take() {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let address = listener.endpoint.local_addr().ok();
+        tracing::info!(
+            ?address,
+            domain = listener.domain,
+            "serving the E2B-compatible front"
+        );
+        let front = Arc::new(crate::e2b::Front {
+            services: services.clone(),
+            domain: listener.domain,
+            throttle: Throttle::default(),
+        });
+        servers.push(tokio::spawn(async move {
+            crate::e2b::serve(front, listener.endpoint, stopped).await;
+            Ok(())
         }));
         stops.push(stop);
     }

@@ -128,6 +128,7 @@ impl TestServer {
                 endpoint: ingress,
                 domain: airlock_server::DEFAULT_INGRESS_DOMAIN.to_owned(),
             }),
+            e2b: None,
         };
         let mut config = ServerConfig {
             data_dir: dir.join("data"),

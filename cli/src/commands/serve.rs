@@ -66,6 +66,27 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", requires = "ingress_tls_cert")]
     pub ingress_tls_key: Option<PathBuf>,
 
+    /// Serve the E2B-compatible front on HOST:PORT: E2B's own SDKs reach
+    /// it with E2B_API_URL and E2B_SANDBOX_URL set to its URL (one endpoint,
+    /// the sandbox named by headers), or with E2B_DOMAIN (api.DOMAIN and
+    /// PORT-SANDBOX_ID.DOMAIN). TLS with --e2b-tls-cert and --e2b-tls-key;
+    /// plain HTTP only on loopback.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub e2b: Option<SocketAddr>,
+
+    /// The E2B front's domain (default e2b.localhost).
+    #[arg(long, value_name = "DOMAIN", requires = "e2b")]
+    pub e2b_domain: Option<String>,
+
+    /// The TLS certificate chain (PEM) of the E2B front (for api.DOMAIN and
+    /// *.DOMAIN).
+    #[arg(long, value_name = "FILE", requires_all = ["e2b", "e2b_tls_key"])]
+    pub e2b_tls_cert: Option<PathBuf>,
+
+    /// The TLS private key (PEM) of the E2B front.
+    #[arg(long, value_name = "FILE", requires = "e2b_tls_cert")]
+    pub e2b_tls_key: Option<PathBuf>,
+
     /// A browser origin (https://app.example) whose pages may call the TCP
     /// listener with gRPC-Web. Repeatable; none by default.
     #[arg(long = "cors-origin", value_name = "ORIGIN")]
@@ -215,6 +236,26 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let ingress = ingress_listener(args.ingress, args.ingress_domain, ingress_tls)
         .await
         .map_err(failed)?;
+    let e2b = match args.e2b {
+        None => None,
+        Some(addr) => {
+            let tls = match (args.e2b_tls_cert, args.e2b_tls_key) {
+                (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+                _ => None,
+            };
+            let endpoint = TcpEndpoint::bind(addr, tls, true).await.map_err(failed)?;
+            if let Ok(bound) = endpoint.local_addr() {
+                // Tests and scripts bound to port 0 read the port here.
+                eprintln!("airlock: e2b front on {bound}");
+            }
+            Some(airlock_server::E2bListener {
+                endpoint,
+                domain: args
+                    .e2b_domain
+                    .unwrap_or_else(|| airlock_server::e2b::DEFAULT_DOMAIN.to_owned()),
+            })
+        }
+    };
     let config = ServerConfig {
         max_sandboxes: usize::from(args.max),
         pool: usize::from(args.pool),
@@ -242,6 +283,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         unix: Some(unix),
         tcp,
         ingress,
+        e2b,
     };
     airlock_server::serve(config, listeners, shutdown)
         .await

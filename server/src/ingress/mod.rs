@@ -17,7 +17,7 @@
 
 pub mod bounds;
 mod proxy;
-mod refuse;
+pub(crate) mod refuse;
 pub mod route;
 mod serve;
 pub mod token;

@@ -15,6 +15,7 @@
 //! agent gives it to the programs it starts (it is how such an image's
 //! `PATH` reaches them).
 
+pub mod account;
 pub mod debian;
 pub mod ext4;
 pub mod inputs;
@@ -204,6 +205,7 @@ pub fn build(options: &BuildOptions) -> Result<Built, ImageError> {
             ));
             create_root(&tree)?;
             debian::bootstrap(spec, &tree)?;
+            account::add(&tree)?;
             tree.clone()
         }
         Source::Tar(file) => {
@@ -263,7 +265,11 @@ pub fn image_id(options: &BuildOptions) -> Result<String, ImageError> {
                 .field("source", "debian")
                 .field("suite", &spec.suite)
                 .field("mirror", &spec.mirror)
-                .field("packages", &spec.packages.join(","));
+                .field("packages", &spec.packages.join(","))
+                .field(
+                    "account",
+                    &format!("{}:{}:{}", account::NAME, account::ID, account::HOME),
+                );
         }
         Source::Dir(dir) => {
             inputs.field("source", "dir").tree(dir).map_err(read(dir))?;

@@ -12,8 +12,10 @@ them for programs.
 | --- | --- | --- |
 | UNAUTHENTICATED, PERMISSION_DENIED | UNAUTHENTICATED, OWNER_ONLY | AuthenticationException |
 | INVALID_ARGUMENT | INVALID_ARGUMENT | InvalidArgumentException |
-| NOT_FOUND | SANDBOX_NOT_FOUND, NOT_FOUND, GUEST_NOT_FOUND | NotFoundException |
-| FAILED_PRECONDITION | SANDBOX_ENDED | NotFoundException (the sandbox is gone) |
+| NOT_FOUND | SANDBOX_NOT_FOUND | SandboxNotFoundException (a NotFoundException) |
+| FAILED_PRECONDITION | SANDBOX_ENDED | SandboxNotFoundException (the sandbox is gone) |
+| NOT_FOUND | GUEST_NOT_FOUND | FileNotFoundException (a NotFoundException): no such guest file or program |
+| NOT_FOUND | NOT_FOUND | NotFoundException (an image, template, process, context, tracker) |
 | FAILED_PRECONDITION | NO_NETWORK, UNSUPPORTED (e.g. a server without ingress), PORT_CLOSED, GUEST_REFUSED | SandboxException (the server's message says what to do) |
 | RESOURCE_EXHAUSTED | RATE_LIMITED, SANDBOX_LIMIT, QUOTA_EXCEEDED | RateLimitException |
 | DEADLINE_EXCEEDED | TIMEOUT (or the client's own deadline) | TimeoutException |
@@ -69,6 +71,15 @@ class InvalidArgumentException(SandboxException):
 class NotFoundException(SandboxException):
     """No such sandbox (or it ended), image, template, process, code
     context, change tracker, guest file or program."""
+
+
+class FileNotFoundException(NotFoundException):
+    """No such file or directory in the guest (E2B's name; also a guest
+    program that is not there, reason ``GUEST_NOT_FOUND``)."""
+
+
+class SandboxNotFoundException(NotFoundException):
+    """No such sandbox (or another key's), or it ended (E2B's name)."""
 
 
 class AuthenticationException(SandboxException):
@@ -130,7 +141,9 @@ _BY_CODE = {
 }
 
 _BY_REASON = {
-    "SANDBOX_ENDED": NotFoundException,
+    "SANDBOX_NOT_FOUND": SandboxNotFoundException,
+    "SANDBOX_ENDED": SandboxNotFoundException,
+    "GUEST_NOT_FOUND": FileNotFoundException,
     "GUEST_EXHAUSTED": SandboxException,
     # Nothing listens on the guest port: the sandbox is there, and its
     # message names the sandbox and port and says to start a server there.

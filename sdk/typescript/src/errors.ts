@@ -3,14 +3,16 @@
  * from the call's gRPC status and the server's `airlock-error` reason.
  *
  *     SandboxError
- *     ├── NotFoundError         no such sandbox (or not yours), file, program, context
+ *     ├── NotFoundError         no such image, template, process, context, tracker
+ *     │   ├── SandboxNotFoundError  no such sandbox (or not yours), or it ended
+ *     │   └── FileNotFoundError     no such guest file or directory (or program)
  *     ├── AuthenticationError   no key, or a key the server does not know
  *     ├── TimeoutError          a deadline passed (the call's, the command's, the guest's)
  *     ├── RateLimitError        too many calls, sandboxes or too much memory for the key or server
  *     ├── InvalidArgumentError  a field the server refused (`field` names it)
  *     └── CommandExitError      a command ended with a non-zero exit code
  *
- * Other reasons (`SANDBOX_ENDED`, `NO_NETWORK`, `UNSUPPORTED`, for one a
+ * Other reasons (`NO_NETWORK`, `UNSUPPORTED`, for one a
  * server that serves no ingress, `PORT_CLOSED`, ...) are a `SandboxError`
  * whose `reason` names them and whose message is the server's, which says
  * what to do.
@@ -63,6 +65,16 @@ export class SandboxError extends Error {
 /** No such sandbox (or not yours), image, template, file, program or context. */
 export class NotFoundError extends SandboxError {
   override name = "NotFoundError";
+}
+
+/** No such sandbox (or not yours), or it ended (E2B's name). */
+export class SandboxNotFoundError extends NotFoundError {
+  override name = "SandboxNotFoundError";
+}
+
+/** No such file or directory in the guest, or program (E2B's name). */
+export class FileNotFoundError extends NotFoundError {
+  override name = "FileNotFoundError";
 }
 
 /** No API key, or one the server does not know (never made, or removed). */
@@ -149,9 +161,11 @@ type ErrorClass = new (message: string, details?: SandboxErrorDetails) => Sandbo
 const BY_REASON: Record<string, ErrorClass> = {
   UNAUTHENTICATED: AuthenticationError,
   INVALID_ARGUMENT: InvalidArgumentError,
-  SANDBOX_NOT_FOUND: NotFoundError,
+  SANDBOX_NOT_FOUND: SandboxNotFoundError,
+  // An ended sandbox is gone for E2B's code, which catches NotFoundError.
+  SANDBOX_ENDED: SandboxNotFoundError,
   NOT_FOUND: NotFoundError,
-  GUEST_NOT_FOUND: NotFoundError,
+  GUEST_NOT_FOUND: FileNotFoundError,
   SANDBOX_LIMIT: RateLimitError,
   QUOTA_EXCEEDED: RateLimitError,
   RATE_LIMITED: RateLimitError,

@@ -83,6 +83,12 @@ export interface Platform {
    * whose calls carry the key ({@link headersInterceptor}).
    */
   open(opts: ConnectionOpts, signal?: AbortSignal): Promise<OpenedTransport>;
+  /**
+   * The image `Sandbox.create` uses when the code names none (Node:
+   * `AIRLOCK_IMAGE`), so E2B code expecting E2B's tools runs unchanged on
+   * an image that has them.
+   */
+  defaultImage?(): string | undefined;
 }
 
 /** What `ConnectionConfig.setIntegration` set. */

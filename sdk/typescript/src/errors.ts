@@ -117,7 +117,7 @@ export class CommandExitError extends SandboxError implements CommandResult {
   readonly result: CommandResult;
 
   constructor(result: CommandResult) {
-    super(result.error ?? `exit status ${result.exitCode}`);
+    super((result.error ?? `exit status ${result.exitCode}`) + missingToolHint(result.exitCode, result.stderr));
     this.result = result;
   }
 
@@ -133,6 +133,33 @@ export class CommandExitError extends SandboxError implements CommandResult {
   get stderr(): string {
     return this.result.stderr;
   }
+}
+
+/** Programs E2B's images have that an Airlock image may not. */
+const E2B_TOOLS = ["pip", "pip3", "python", "curl", "sudo"];
+
+/** What to do when a command failed for a program E2B's images have and this image does not. */
+export function missingToolHint(exitCode: number, stderr: string): string {
+  if (exitCode !== 127) {
+    return "";
+  }
+  const tool = E2B_TOOLS.find((t) => stderr.includes(`${t}: not found`) || stderr.includes(`${t}: command not found`));
+  if (tool === undefined) {
+    return "";
+  }
+  const python = tool === "python" ? "; `python3` is the default image's Python" : "";
+  return `; this sandbox's image has no ${tool} (E2B's images do): create the sandbox from an image or template that has it (image, or AIRLOCK_IMAGE for code that names none)${python}`;
+}
+
+/** What to do when E2B's default user or home is missing from the image. */
+export function guestHint(message: string): string {
+  if (message.includes("user not found")) {
+    return "; E2B's default user `user` is not in this image: leave user out (root, home /root) or create the sandbox from an image that has the account";
+  }
+  if (message.includes("not found: /home/user")) {
+    return "; E2B's home /home/user is not in this image: Airlock's default user is root, home /root (relative paths resolve there)";
+  }
+  return "";
 }
 
 /** gRPC code names, as the server's docs write them. */
@@ -205,6 +232,8 @@ export function toSandboxError(error: unknown, signal: AbortSignal | undefined, 
     message = `cannot reach the Airlock server at ${where}: ${message}`;
   } else if (reason === undefined && connect.code === Code.DeadlineExceeded) {
     message = `the call to ${where} took longer than its deadline (requestTimeoutMs): ${message}`;
+  } else if (reason === "GUEST_NOT_FOUND") {
+    message += guestHint(message);
   }
   return new kind(message, details);
 }

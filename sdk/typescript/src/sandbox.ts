@@ -155,7 +155,7 @@ function networkRules(network: SandboxNetworkOpts | undefined): string[] {
   return allow;
 }
 
-function createRequest(opts: SandboxOpts): MessageInitShape<typeof CreateSandboxRequestSchema> {
+function createRequest(opts: SandboxOpts, platform: Platform): MessageInitShape<typeof CreateSandboxRequestSchema> {
   if (opts.allowInternetAccess === true) {
     throw new InvalidArgumentError(
       "allowInternetAccess: true: an Airlock sandbox has no network unless rules allow it; pass allowNet: ['example.com', '*.example.org:443', ...] instead",
@@ -163,7 +163,9 @@ function createRequest(opts: SandboxOpts): MessageInitShape<typeof CreateSandbox
     );
   }
   return {
-    image: opts.image ?? "",
+    image:
+      opts.image ??
+      (opts.template === undefined && opts.noImage !== true ? (platform.defaultImage?.() ?? "") : ""),
     noImage: opts.noImage === true,
     template: opts.template ?? "",
     memoryMib: opts.memoryMb ?? 0,
@@ -298,8 +300,8 @@ export class Sandbox {
   static async create(templateOrOpts?: string | SandboxOpts, maybeOpts?: SandboxOpts): Promise<Sandbox> {
     const opts =
       typeof templateOrOpts === "string" ? { ...maybeOpts, template: templateOrOpts } : (templateOrOpts ?? {});
+    const request = createRequest(opts, platformOf(this));
     const connection = await Connection.get(platformOf(this), opts, opts.signal);
-    const request = createRequest(opts);
     const info = await connection.call(opts, (o) => connection.sandboxes.create(request, o));
     return await new this(connection, info.sandboxId).prepared(opts);
   }

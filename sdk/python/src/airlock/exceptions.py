@@ -119,15 +119,51 @@ class CommandExitException(SandboxException, CommandResult):
             duration_ms=result.duration_ms,
         )
         detail = f": {result.error}" if result.error else ""
+        hint = missing_tool_hint(result.exit_code, result.stderr)
         SandboxException.__init__(
             self,
             f"command exited with code {result.exit_code}{detail}; stderr: "
-            f"{result.stderr[-500:]!r}",
+            f"{result.stderr[-500:]!r}{hint}",
             reason="COMMAND_EXIT",
         )
 
     def __str__(self) -> str:
         return self.message
+
+
+#: Programs E2B's images have that an Airlock image may not.
+_E2B_TOOLS = ("pip", "pip3", "python", "curl", "sudo")
+
+
+def missing_tool_hint(exit_code: int, stderr: str) -> str:
+    """What to do when a command failed for a program E2B's images have and
+    this sandbox's image does not (``pip: not found``)."""
+    if exit_code != 127:
+        return ""
+    for tool in _E2B_TOOLS:
+        if f"{tool}: not found" in stderr or f"{tool}: command not found" in stderr:
+            return (
+                f"; this sandbox's image has no {tool} (E2B's images do): create the sandbox "
+                "from an image or template that has it (image=, or AIRLOCK_IMAGE for "
+                "code that names none)"
+                + ("; `python3` is the default image's Python" if tool == "python" else "")
+            )
+    return ""
+
+
+def guest_hint(message: str) -> str:
+    """What to do when E2B's default user or home is missing from the image."""
+    if "user not found" in message:
+        return (
+            "; E2B's default user `user` is not in this image: leave user= out (root, "
+            "home /root) or create the sandbox from an image that has the account"
+        )
+    if "not found: /home/user" in message:
+        return (
+            "; E2B's home /home/user is not in this image: Airlock's default user is root, "
+            "home /root (relative paths resolve there)"
+        )
+    return ""
 
 
 _BY_CODE = {
@@ -195,5 +231,7 @@ def from_rpc_error(error: Any, endpoint: str = "the server") -> SandboxException
             message = f"request timed out ({message}); pass a larger request_timeout"
     elif reason in _HINTS:
         message = f"{message}; {_HINTS[reason]}"
+    elif reason == "GUEST_NOT_FOUND":
+        message += guest_hint(message)
     cls = _BY_REASON.get(reason or "") or _BY_CODE.get(code, SandboxException)
     return cls(message, reason=reason, code=code, field=field)

@@ -5,6 +5,7 @@ decisions around a pause and a connect."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from typing_extensions import TypedDict
@@ -220,7 +221,7 @@ def create_request(
             field="allow_net",
         )
     request = sandboxes_pb2.CreateSandboxRequest(
-        image=image or "",
+        image=image or default_image(template, no_image),
         no_image=no_image,
         template=template or "",
         memory_mib=memory_mb or 0,
@@ -239,6 +240,18 @@ def create_request(
             sandboxes_pb2.Secret(name=secret.name, value=secret.value, hosts=list(secret.hosts))
         )
     return request
+
+
+#: The image ``create`` uses when the code names none (no ``image``,
+#: ``template`` or ``no_image``): E2B code that expects E2B's tools (pip,
+#: numpy, a ``user`` account) runs unchanged on an image that has them.
+IMAGE_ENV = "AIRLOCK_IMAGE"
+
+
+def default_image(template: Optional[str], no_image: bool) -> str:
+    if template or no_image:
+        return ""
+    return os.environ.get(IMAGE_ENV, "").strip()
 
 
 def network_rules(network: Mapping[str, Any]) -> List[str]:

@@ -77,6 +77,11 @@ function pyRepr(value: unknown): string {
  * IPython (and so E2B) gives JSON only for a value with `_repr_json_`.
  */
 export function plainJson(rawJson: string, value: unknown, text: string): boolean {
+  if (Array.isArray(value) && text.startsWith("(")) {
+    // JSON has no tuples: (1,) and (1, 2) are a list's repr in parentheses.
+    const items = value.map(pyRepr);
+    return text === (items.length === 1 ? `(${items[0]},)` : `(${items.join(", ")})`);
+  }
   return rawJson.trim() === text || pyRepr(value) === text;
 }
 

@@ -42,9 +42,9 @@ const repo = join(here, "..", "..", "..");
 const airlock = process.env.AIRLOCK_BIN ?? join(repo, "target", "debug", "airlock");
 const chromium = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const compiled = join(here, "..", "dist-test");
-const shared = ["sandbox.test.ts", "commands.test.ts", "files.test.ts", "code.test.ts", "ingress.test.ts"];
+const shared = ["sandbox.test.ts", "commands.test.ts", "files.test.ts", "code.test.ts", "ingress.test.ts", "e2b.test.ts"];
 const PASSES = {
-  node: [...shared, "local.test.ts"],
+  node: [...shared, "local.test.ts", "ported.test.ts"],
   web: [...shared, "entries.test.ts"],
   browser: ["browser.test.ts"],
 };

@@ -166,6 +166,8 @@ def plain_json(value: object, text: str) -> bool:
     "42", a dict and its repr): JSON the interpreter added, not the value's
     ``_repr_json_``."""
     try:
+        if isinstance(value, list) and text.startswith("("):
+            value = tuple(value)  # JSON has no tuples
         return text in (repr(value), pprint.pformat(value))
     except Exception:  # noqa: BLE001 - a repr of parsed JSON does not fail
         return False

@@ -1,7 +1,7 @@
 """Programs written against E2B's SDKs (``tests/ported/``: an agent's code
 executor with package installs, a LangChain-style tool, a chart, a
-background server) run against Airlock with their import changed and
-nothing else, each in a process of its own; then the background server
+background server, an asyncio tool server) run against Airlock with their
+import changed and nothing else, each in a process of its own; then the background server
 fetched from this machine through the ingress, the way the README
 documents for code outside the sandbox.
 
@@ -110,3 +110,7 @@ def test_background_server_fetched_through_the_ingress(server: Server) -> None:
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(web.path_url + "index.html", timeout=10)
         assert refused.value.code == 401
+
+
+def test_async_toolkit(server: Server, tmp_path: Path) -> None:
+    assert run("async_toolkit.py", tmp_path).endswith("ok\n")

@@ -180,3 +180,15 @@ def test_shell_magics_run_in_the_shell() -> None:
     assert out.stdout.startswith("hi\nthere\npip ") and out.stdout.endswith("indented\n")
     request = code.run_request("s", "!ls", "bash", None, None, None)
     assert request.code == "!ls"
+
+
+def test_hints_for_what_an_image_lacks() -> None:
+    from airlock.exceptions import guest_hint, missing_tool_hint
+
+    assert "no pip" in missing_tool_hint(127, "sh: 1: pip: not found\n")
+    assert "python3" in missing_tool_hint(127, "bash: line 1: python: command not found\n")
+    assert "--target" in missing_tool_hint(1, "error: externally-managed-environment\n")
+    assert missing_tool_hint(1, "pip: not found") == "" and missing_tool_hint(127, "make: not found") == ""
+    assert "leave user= out" in guest_hint("Process.Start: user not found in the guest's /etc/passwd: user")
+    assert "/root" in guest_hint("Process.Start: working directory not found: /home/user")
+    assert guest_hint("cannot open /x") == ""

@@ -138,8 +138,11 @@ export class CommandExitError extends SandboxError implements CommandResult {
 /** Programs E2B's images have that an Airlock image may not. */
 const E2B_TOOLS = ["pip", "pip3", "python", "curl", "sudo"];
 
-/** What to do when a command failed for a program E2B's images have and this image does not. */
+/** What to do when a command failed for a program E2B's images have and this image does not, or for Debian's refusal of a system-wide `pip install`. */
 export function missingToolHint(exitCode: number, stderr: string): string {
+  if (stderr.includes("externally-managed-environment")) {
+    return "; Debian's Python refuses pip installs into the system (PEP 668; E2B's image allows them): pip install --target DIR, a venv, or --break-system-packages";
+  }
   if (exitCode !== 127) {
     return "";
   }

@@ -137,7 +137,13 @@ _E2B_TOOLS = ("pip", "pip3", "python", "curl", "sudo")
 
 def missing_tool_hint(exit_code: int, stderr: str) -> str:
     """What to do when a command failed for a program E2B's images have and
-    this sandbox's image does not (``pip: not found``)."""
+    this sandbox's image does not (``pip: not found``), or for Debian's
+    refusal of a system-wide ``pip install``."""
+    if "externally-managed-environment" in stderr:
+        return (
+            "; Debian's Python refuses pip installs into the system (PEP 668; E2B's image "
+            "allows them): pip install --target DIR, a venv, or --break-system-packages"
+        )
     if exit_code != 127:
         return ""
     for tool in _E2B_TOOLS:

@@ -7,7 +7,7 @@ documents for code outside the sandbox.
 
 The executor and the chart need what E2B's code interpreter image has (pip,
 numpy, matplotlib): they run with ``AIRLOCK_IMAGE`` naming such an image
-(``AIRLOCK_TEST_E2B_IMAGE``, default ``e2b-code-base``), as a user would set
+(``AIRLOCK_TEST_E2B_IMAGE``, default ``test-matplotlib``), as a user would set
 it; the others run on the server's default image."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from airlock import Sandbox
 from .conftest import Server
 
 PORTED = Path(__file__).parent / "ported"
-E2B_IMAGE = os.environ.get("AIRLOCK_TEST_E2B_IMAGE", "e2b-code-base")
+E2B_IMAGE = os.environ.get("AIRLOCK_TEST_E2B_IMAGE", "test-matplotlib")
 IMPORT = re.compile(r"^from (e2b_code_interpreter|e2b) import ", re.M)
 
 
@@ -61,9 +61,10 @@ def need_e2b_image(server: Server) -> None:
     listed = server.airlock("image", "ls")
     if E2B_IMAGE not in listed:
         pytest.fail(
-            f"no image {E2B_IMAGE!r} (pip, numpy, matplotlib: E2B's code interpreter image) in the "
-            f"server's store; build the E2B template's image (scripts/setup), or name one with "
-            f"AIRLOCK_TEST_E2B_IMAGE:\n{listed}"
+            f"no image {E2B_IMAGE!r} (pip, numpy, matplotlib: E2B's code interpreter image) in "
+            "the server's store; the tests crate builds it on first use (`cargo test -p "
+            "airlock-tests --test matplotlib`, the default image's packages plus matplotlib), "
+            f"or name another with AIRLOCK_TEST_E2B_IMAGE:\n{listed}"
         )
 
 

@@ -7,7 +7,7 @@
 //
 // The executor and the chart need what E2B's code interpreter image has
 // (pip, numpy, matplotlib): they run with AIRLOCK_IMAGE naming such an
-// image (AIRLOCK_TEST_E2B_IMAGE, default e2b-code-base), as a user would
+// image (AIRLOCK_TEST_E2B_IMAGE, default test-matplotlib), as a user would
 // set it; the others run on the server's default image.
 
 import assert from "node:assert/strict";
@@ -24,7 +24,7 @@ const { Sandbox } = sdk;
 
 const compiled = dirname(fileURLToPath(import.meta.url));
 const sources = join(compiled, "..", "test", "ported");
-const E2B_IMAGE = process.env.AIRLOCK_TEST_E2B_IMAGE ?? "e2b-code-base";
+const E2B_IMAGE = process.env.AIRLOCK_TEST_E2B_IMAGE ?? "test-matplotlib";
 const IMPORT = /^import \{([^}]*)\} from "(e2b|@e2b\/code-interpreter)";$/gm;
 
 /** The program with its import changed, and only that, written where it resolves airlock-sdk. */
@@ -68,7 +68,7 @@ async function needE2BImage(): Promise<void> {
   });
   assert.ok(
     listed.includes(E2B_IMAGE),
-    `no image ${E2B_IMAGE} (pip, numpy, matplotlib: E2B's code interpreter image) in the store; build the E2B template's image (scripts/setup), or name one with AIRLOCK_TEST_E2B_IMAGE:\n${listed}`,
+    `no image ${E2B_IMAGE} (pip, numpy, matplotlib: E2B's code interpreter image) in the store; the tests crate builds it on first use ('cargo test -p airlock-tests --test matplotlib', the default image's packages plus matplotlib), or name another with AIRLOCK_TEST_E2B_IMAGE:\n${listed}`,
   );
 }
 

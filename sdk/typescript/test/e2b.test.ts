@@ -16,8 +16,16 @@ import type * as airlock from "airlock-sdk";
 
 import { LIMIT_MS, RUN, entry, eventually, listAll, opts, sdk, smallSandbox } from "./helpers.js";
 
-const { Sandbox, SandboxPaginator, FileNotFoundError, SandboxNotFoundError, NotFoundError, InvalidArgumentError, ALL_TRAFFIC } =
-  sdk;
+const {
+  Sandbox,
+  SandboxPaginator,
+  ConnectionConfig,
+  FileNotFoundError,
+  SandboxNotFoundError,
+  NotFoundError,
+  InvalidArgumentError,
+  ALL_TRAFFIC,
+} = sdk;
 
 const BASH_ONLY = '[[ "$0" == bash ]] && echo "bash $(shopt -q login_shell && echo login)"';
 
@@ -43,6 +51,17 @@ describe(`E2B's shapes (${entry})`, { timeout: LIMIT_MS }, () => {
     assert.equal(metrics.cpuCount, 1);
     assert.ok(metrics.cpuUsedPct >= 0 && metrics.cpuUsedPct <= 100, `${metrics.cpuUsedPct}`);
     assert.equal(metrics.diskUsed, undefined);
+  });
+
+  test("ConnectionConfig.setIntegration names the wrapping library on every call", async () => {
+    ConnectionConfig.setIntegration("my-agent/1.0");
+    try {
+      assert.equal(ConnectionConfig.integration, "my-agent/1.0");
+      assert.equal((await sbx.getInfo()).sandboxId, sbx.sandboxId);
+    } finally {
+      ConnectionConfig.setIntegration(undefined);
+    }
+    assert.equal(ConnectionConfig.integration, undefined);
   });
 
   test("getHost answers a string at once; Sandbox.list a paginator, awaited or not", async () => {

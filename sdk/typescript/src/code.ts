@@ -119,6 +119,8 @@ export function shellMagics(code: string): string {
       } else if (trimmed.startsWith("%") && command.startsWith("sh")) {
         command = command.slice("sh".length);
       }
+      // -1 and -2 are subprocess.PIPE and STDOUT: the output, both streams
+      // in order, printed as the cell's stdout.
       return `${indent}print(__import__('subprocess').run(${pyString(command.trim())}, shell=True, stdout=-1, stderr=-2, text=True).stdout, end='')`;
     })
     .join("\n");

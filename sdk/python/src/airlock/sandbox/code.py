@@ -73,6 +73,8 @@ def shell_magics(code: str) -> str:
             command = command[len("system"):]
         elif line.lstrip().startswith("%") and command.startswith("sh"):
             command = command[len("sh"):]
+        # -1 and -2 are subprocess.PIPE and STDOUT: the output, both
+        # streams in order, printed as the cell's stdout.
         lines.append(
             f"{indent}print(__import__('subprocess').run({command.strip()!r}, shell=True, "
             "stdout=-1, stderr=-2, text=True).stdout, end='')"

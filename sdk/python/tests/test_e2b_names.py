@@ -5,6 +5,7 @@ result, IPython's shell lines, relative paths, the shell). Milliseconds."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 
@@ -68,6 +69,10 @@ def test_unknown_keyword_arguments_are_refused() -> None:
         Sandbox.create(domain="e2b.app")
     with pytest.raises(TypeError, match="no_such_kw"):
         Sandbox.kill("sandbox-x", no_such_kw=1)
+    with pytest.raises(TypeError, match="no_such_kw"):
+        asyncio.run(AsyncSandbox.create(no_such_kw=1))
+    with pytest.raises(TypeError, match="no_such_kw"):
+        AsyncSandbox.list(no_such_kw=1)
     create, opts = lifecycle.split_create("Sandbox()", {"image": "default", "host": None})
     assert create == {"image": "default"} and opts == {"host": None}
 

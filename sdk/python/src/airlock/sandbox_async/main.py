@@ -261,6 +261,7 @@ class AsyncSandbox:
         ``state`` (default: running, paused and on disk, as E2B lists; pass
         ``SandboxState.ENDED`` for ended ones), in pages of ``limit``
         (default 100)."""
+        core.check_opts("AsyncSandbox.list()", opts)
         request = core.list_request(metadata, state, query, limit, next_token)
         return AsyncSandboxPaginator(opts, request)
 

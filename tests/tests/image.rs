@@ -69,14 +69,16 @@ async fn the_default_image_is_debian_with_its_own_users_and_a_fresh_overlay() {
          python3 -c 'import ssl, sqlite3; print(ssl.OPENSSL_VERSION.split()[0])'; \
          test -s /etc/ssl/certs/ca-certificates.crt && echo certs; \
          getent passwd user | cut -d: -f1,3,4,6,7; stat -c '%U %a' /home/user; \
-         python --version; for t in pip curl bash; do command -v $t; done"),
+         python --version; for t in pip curl bash; do command -v $t; done; \
+         python3 -c 'import socket; print(socket.gethostbyname(\"localhost\"))'; \
+         ls /usr/lib/python3*/EXTERNALLY-MANAGED 2>/dev/null | wc -l"),
     )
     .await;
     assert_eq!(
         text(&out.stdout),
         "root\nnobody:65534\n/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nOpenSSL\ncerts\n\
          user:1000:1000:/home/user:/bin/bash\nuser 755\nPython 3.11.2\n\
-         /usr/bin/pip\n/usr/bin/curl\n/usr/bin/bash\n",
+         /usr/bin/pip\n/usr/bin/curl\n/usr/bin/bash\n127.0.0.1\n0\n",
         "{}",
         text(&out.stderr)
     );

@@ -18,6 +18,7 @@
 pub mod account;
 pub mod debian;
 pub mod ext4;
+pub mod finish;
 pub mod inputs;
 pub mod layer;
 pub mod oci;
@@ -205,7 +206,7 @@ pub fn build(options: &BuildOptions) -> Result<Built, ImageError> {
             ));
             create_root(&tree)?;
             debian::bootstrap(spec, &tree)?;
-            account::add(&tree)?;
+            finish::debian(&tree)?;
             tree.clone()
         }
         Source::Tar(file) => {
@@ -269,7 +270,9 @@ pub fn image_id(options: &BuildOptions) -> Result<String, ImageError> {
                 .field(
                     "account",
                     &format!("{}:{}:{}", account::NAME, account::ID, account::HOME),
-                );
+                )
+                .field("hosts", finish::HOSTS)
+                .field("pip", "system-wide");
         }
         Source::Dir(dir) => {
             inputs.field("source", "dir").tree(dir).map_err(read(dir))?;

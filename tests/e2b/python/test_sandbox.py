@@ -18,6 +18,7 @@ from e2b import (
     Sandbox,
     SandboxException,
     SandboxQuery,
+    SandboxState,
 )
 
 
@@ -78,7 +79,7 @@ def test_list_filters_by_metadata_and_pages(sandbox: Sandbox) -> None:
         assert sorted(seen) == sorted([first.sandbox_id, second.sandbox_id])
         # The fixture's sandbox has no tag: not in the filtered list.
         assert sandbox.sandbox_id not in seen
-        running = Sandbox.list(query=SandboxQuery(state=["running"], metadata={"tag": tag})).next_items()
+        running = Sandbox.list(query=SandboxQuery(state=[SandboxState.RUNNING], metadata={"tag": tag})).next_items()
         assert len(running) == 2
     finally:
         first.kill()
@@ -110,7 +111,7 @@ def test_pause_and_connect_resumes(sandbox: Sandbox) -> None:
     assert sandbox.get_info().state == "paused"
     # Already paused: E2B's 409, which the SDK reads as False.
     assert Sandbox.pause(sandbox.sandbox_id) is False
-    listed = Sandbox.list(query=SandboxQuery(state=["paused"])).next_items()
+    listed = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()
     assert sandbox.sandbox_id in [s.sandbox_id for s in listed]
     resumed = Sandbox.connect(sandbox.sandbox_id)
     assert resumed.get_info().state == "running"
@@ -164,7 +165,7 @@ def test_bad_input_gets_e2b_errors_and_the_server_keeps_serving() -> None:
 
 
 def test_fork(sandbox: Sandbox) -> None:
-    results = Sandbox.fork(sandbox.sandbox_id, count=1)
+    results = sandbox.fork(count=1)
     assert len(results) == 1
     child = results[0]
     assert isinstance(child, Sandbox), child

@@ -199,3 +199,31 @@ def test_templates_list_names_base() -> None:
     status, templates = _api("GET", "/templates")
     assert status == 200
     assert "base" in [t["templateID"] for t in templates]
+
+
+def _port(sandbox: Sandbox, port: int, headers: dict) -> int:
+    """The status of GET / on `port` of `sandbox` through the front's one
+    endpoint (E2B_SANDBOX_URL with E2B's two headers)."""
+    request = urllib.request.Request(
+        os.environ["E2B_SANDBOX_URL"] + "/",
+        headers={"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": str(port), **headers},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_other_ports_go_through_the_ingress_with_its_token_rules(sandbox: Sandbox) -> None:
+    host = sandbox.get_host(8080)
+    assert host == f"8080-{sandbox.sandbox_id}.{os.environ.get('E2B_DOMAIN', 'e2b.localhost')}"
+    # No token: the ingress refuses.
+    assert _port(sandbox, 8080, {}) == 401
+    assert _port(sandbox, 8080, {"X-Access-Token": "at_wrong"}) == 401
+    # The sandbox's token (E2B's envdAccessToken, or its traffic-token
+    # header): let through; nothing listens on 8080, so the guest's 502.
+    token = sandbox._envd_access_token
+    assert token
+    assert _port(sandbox, 8080, {"X-Access-Token": token}) == 502
+    assert _port(sandbox, 8080, {"e2b-traffic-access-token": token}) == 502

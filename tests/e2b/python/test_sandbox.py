@@ -227,3 +227,24 @@ def test_other_ports_go_through_the_ingress_with_its_token_rules(sandbox: Sandbo
     assert token
     assert _port(sandbox, 8080, {"X-Access-Token": token}) == 502
     assert _port(sandbox, 8080, {"e2b-traffic-access-token": token}) == 502
+
+
+def test_auto_pause_and_network_rules_are_taken_or_refused_by_name() -> None:
+    paused = Sandbox.create(timeout=60, lifecycle={"on_timeout": "pause"})
+    try:
+        assert paused.get_info().state == "running"
+    finally:
+        paused.kill()
+    ruled = Sandbox.create(timeout=60, network={"allow_out": ["example.com"], "deny_out": ["0.0.0.0/0"]})
+    try:
+        assert ruled.get_info().allow_internet_access is True
+    finally:
+        ruled.kill()
+    closed = Sandbox.create(timeout=60, allow_internet_access=False)
+    try:
+        assert closed.get_info().allow_internet_access is False
+    finally:
+        closed.kill()
+    with pytest.raises(SandboxException) as refused:
+        Sandbox.create(timeout=60, network={"deny_out": ["10.0.0.0/8"]})
+    assert "denyOut" in str(refused.value)

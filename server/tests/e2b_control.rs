@@ -287,6 +287,33 @@ async fn another_port_goes_through_the_ingress_with_its_token() {
         ("e2b-sandbox-port", port.as_str()),
     ];
 
+    // envd's port: the access token is checked by the front itself.
+    let envd = [
+        ("e2b-sandbox-id", id.as_str()),
+        ("e2b-sandbox-port", "49983"),
+    ];
+    let (status, _, error) = call(server.e2b, Method::GET, "/health", &envd, vec![]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("X-Access-Token"),
+        "{error}"
+    );
+    let wrong = [envd[0], envd[1], ("x-access-token", "at_wrong")];
+    let (status, _, _) = call(server.e2b, Method::GET, "/health", &wrong, vec![]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let right = [envd[0], envd[1], ("x-access-token", token.as_str())];
+    let (status, _, _) = call(server.e2b, Method::GET, "/health", &right, vec![]).await;
+    assert!(status.is_success(), "{status}");
+    let nowhere = [
+        ("e2b-sandbox-id", "sandbox-nonesuch"),
+        ("e2b-sandbox-port", "49983"),
+    ];
+    let (status, _, _) = call(server.e2b, Method::GET, "/health", &nowhere, vec![]).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
     let (status, _, _) = call(server.e2b, Method::GET, "/", &route, vec![]).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "no token");
     let wrong = [route[0], route[1], ("x-access-token", "at_wrong")];

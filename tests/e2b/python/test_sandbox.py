@@ -248,3 +248,14 @@ def test_auto_pause_and_network_rules_are_taken_or_refused_by_name() -> None:
     with pytest.raises(SandboxException) as refused:
         Sandbox.create(timeout=60, network={"deny_out": ["10.0.0.0/8"]})
     assert "denyOut" in str(refused.value)
+
+
+def test_update_network_replaces_the_allow_rules() -> None:
+    ruled = Sandbox.create(timeout=60, network={"allow_out": ["example.com"]})
+    try:
+        ruled.update_network({"allow_out": ["example.org", "10.0.0.0/8:5432"]})
+        with pytest.raises(SandboxException) as refused:
+            ruled.update_network({"deny_out": ["10.1.0.0/16"]})
+        assert "denyOut" in str(refused.value)
+    finally:
+        ruled.kill()

@@ -132,10 +132,10 @@ def test_another_keys_sandbox_is_not_found(sandbox: Sandbox, other_key: str) -> 
 
 
 def test_a_wrong_key_is_an_authentication_error() -> None:
+    # One refusal only: the front counts failed authentications per address
+    # (tests/e2b/README.md).
     with pytest.raises(AuthenticationException):
         Sandbox.create(api_key="e2b_not-a-key-of-this-server")
-    with pytest.raises(AuthenticationException):
-        Sandbox.list(api_key="e2b_not-a-key-of-this-server").next_items()
 
 
 def test_an_unknown_template_is_refused_by_name() -> None:

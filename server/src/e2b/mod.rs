@@ -27,6 +27,7 @@ mod auth;
 mod connect;
 mod control;
 mod envd;
+mod ingress;
 mod interpreter;
 mod reply;
 mod route;

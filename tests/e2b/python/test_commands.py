@@ -1,0 +1,103 @@
+"""envd's process service through the official ``e2b`` SDK: commands in the
+foreground and the background with their output callbacks, stdin, kill,
+the command timeout, cwd, envs, user, a failing command's exit error, and a
+PTY (create, send_stdin, resize, kill)."""
+
+import time
+
+import pytest
+from e2b import CommandExitException, PtySize, TimeoutException
+
+
+def test_a_foreground_command_and_its_output(sandbox):
+    out, err = [], []
+    result = sandbox.commands.run(
+        "echo hi; echo oops >&2", on_stdout=out.append, on_stderr=err.append
+    )
+    assert result.exit_code == 0
+    assert result.stdout == "hi\n"
+    assert result.stderr == "oops\n"
+    assert "".join(out) == "hi\n"
+    assert "".join(err) == "oops\n"
+
+
+def test_a_failing_command_is_an_exit_error_with_its_code(sandbox):
+    with pytest.raises(CommandExitException) as raised:
+        sandbox.commands.run("echo partial; exit 7")
+    assert raised.value.exit_code == 7
+    assert raised.value.stdout == "partial\n"
+
+
+def test_cwd_envs_and_user(sandbox):
+    result = sandbox.commands.run("pwd; echo $GREETING", cwd="/tmp", envs={"GREETING": "hello"})
+    assert result.stdout == "/tmp\nhello\n"
+    assert sandbox.commands.run("id -un", user="root").stdout.strip() == "root"
+    # E2B's default user where the image has it, root where it has not.
+    default = sandbox.commands.run("id -un").stdout.strip()
+    assert default in ("user", "root")
+    home = sandbox.commands.run("pwd").stdout.strip()
+    # The user's home; root's where the image has no /root is /.
+    assert home in (("/home/user",) if default == "user" else ("/root", "/"))
+
+
+def test_a_background_command_with_stdin(sandbox):
+    handle = sandbox.commands.run("cat", background=True, stdin=True)
+    assert handle.pid > 0
+    assert any(p.pid == handle.pid for p in sandbox.commands.list())
+    sandbox.commands.send_stdin(handle.pid, "line one\n")
+    sandbox.commands.send_stdin(handle.pid, "line two\n")
+    sandbox.commands.close_stdin(handle.pid)
+    result = handle.wait()
+    assert result.stdout == "line one\nline two\n"
+
+
+def test_a_background_command_streams_and_is_killed(sandbox):
+    # The sync SDK reads a background command's events when it is waited on.
+    handle = sandbox.commands.run(
+        "for i in 1 2 3; do echo tick$i; done; echo warn >&2; sleep 600",
+        background=True,
+    )
+    time.sleep(2)
+    assert any(p.pid == handle.pid for p in sandbox.commands.list())
+    assert sandbox.commands.kill(handle.pid) is True
+    out, err = [], []
+    with pytest.raises(CommandExitException) as raised:
+        handle.wait(on_stdout=out.append, on_stderr=err.append)
+    assert raised.value.exit_code != 0
+    assert "".join(out) == "tick1\ntick2\ntick3\n"
+    assert "".join(err) == "warn\n"
+    assert all(p.pid != handle.pid for p in sandbox.commands.list())
+    assert sandbox.commands.kill(handle.pid) is False
+
+
+def test_a_command_past_its_timeout_is_a_timeout_error(sandbox):
+    started = time.time()
+    with pytest.raises(TimeoutException):
+        sandbox.commands.run("sleep 30", timeout=2)
+    assert time.time() - started < 20
+
+
+def test_connect_to_a_running_command(sandbox):
+    handle = sandbox.commands.run("sleep 1; echo late", background=True)
+    again = sandbox.commands.connect(handle.pid)
+    assert again.wait().stdout == "late\n"
+
+
+def test_a_pty(sandbox):
+    data = bytearray()
+    terminal = sandbox.pty.create(PtySize(rows=24, cols=80))
+    sandbox.pty.resize(terminal.pid, PtySize(rows=40, cols=100))
+    sandbox.pty.send_stdin(terminal.pid, b"stty size; echo $TERM; exit 3\n")
+    with pytest.raises(CommandExitException) as raised:
+        terminal.wait(on_pty=data.extend)
+    assert raised.value.exit_code == 3
+    text = data.decode(errors="replace")
+    assert "40 100" in text
+    assert "xterm-256color" in text
+
+
+def test_a_pty_is_killed(sandbox):
+    terminal = sandbox.pty.create(PtySize(rows=24, cols=80))
+    assert sandbox.pty.kill(terminal.pid) is True
+    with pytest.raises(CommandExitException):
+        terminal.wait()

@@ -101,3 +101,90 @@ def test_a_pty_is_killed(sandbox):
     assert sandbox.pty.kill(terminal.pid) is True
     with pytest.raises(CommandExitException):
         terminal.wait()
+
+
+def _envd(sandbox, method: str, body: bytes, content_type: str = "application/json"):
+    """A raw Connect call to the sandbox's envd: (status, content type, body)."""
+    import os
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        os.environ["E2B_SANDBOX_URL"] + "/process.Process/" + method,
+        data=body,
+        method="POST",
+        headers={
+            "E2b-Sandbox-Id": sandbox.sandbox_id,
+            "E2b-Sandbox-Port": "49983",
+            "X-Access-Token": sandbox._envd_access_token or "",
+            "Content-Type": content_type,
+            "Connect-Protocol-Version": "1",
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, answer.headers.get("content-type"), answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers.get("content-type"), error.read()
+
+
+def test_bad_connect_input_is_refused_and_the_server_serves_on(sandbox):
+    import json
+    import struct
+
+    status, _, body = _envd(sandbox, "List", b'{"x')
+    assert status == 400
+    assert json.loads(body)["code"] == "invalid_argument"
+    assert "ListRequest: malformed JSON" in json.loads(body)["message"]
+
+    # A body announced past the bound is refused before it is sent.
+    import http.client
+    import os
+    from urllib.parse import urlsplit
+
+    url = urlsplit(os.environ["E2B_SANDBOX_URL"])
+    connection = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+    connection.putrequest("POST", "/process.Process/List")
+    for name, value in {
+        "E2b-Sandbox-Id": sandbox.sandbox_id,
+        "E2b-Sandbox-Port": "49983",
+        "X-Access-Token": sandbox._envd_access_token or "",
+        "Content-Type": "application/json",
+        "Content-Length": str(5 << 20),
+    }.items():
+        connection.putheader(name, value)
+    connection.endheaders()
+    answer = connection.getresponse()
+    assert answer.status == 429
+    refusal = json.loads(answer.read())
+    assert refusal["code"] == "resource_exhausted" and "bound" in refusal["message"]
+    connection.close()
+
+    # A stream's message past the bound, by its envelope's length alone.
+    status, _, body = _envd(
+        sandbox, "Start", struct.pack(">BI", 0, 5 << 20), "application/connect+json"
+    )
+    assert status == 200
+    assert json.loads(body[5:])["error"]["code"] == "resource_exhausted"
+
+    status, _, body = _envd(sandbox, "List", b"{}", content_type="text/plain")
+    assert status == 415
+
+    status, _, body = _envd(sandbox, "NoSuchMethod", b"{}")
+    assert status == 501 and json.loads(body)["code"] == "unimplemented"
+
+    # A stream's error is its end-of-stream message, with HTTP 200.
+    bad = b'{"process": 5}'
+    status, content_type, body = _envd(
+        sandbox, "Start", struct.pack(">BI", 0, len(bad)) + bad, "application/connect+json"
+    )
+    assert status == 200 and content_type == "application/connect+json"
+    flags, length = struct.unpack(">BI", body[:5])
+    assert flags == 2
+    assert json.loads(body[5 : 5 + length])["error"]["code"] == "invalid_argument"
+
+    # Binary protobuf, unary: an empty ListRequest.
+    status, content_type, _ = _envd(sandbox, "List", b"", "application/proto")
+    assert status == 200 and content_type == "application/proto"
+
+    assert sandbox.commands.run("echo still here").stdout == "still here\n"

@@ -188,3 +188,59 @@ def test_bad_connect_input_is_refused_and_the_server_serves_on(sandbox):
     assert status == 200 and content_type == "application/proto"
 
     assert sandbox.commands.run("echo still here").stdout == "still here\n"
+
+
+def test_stream_input_feeds_stdin_in_order(sandbox):
+    handle = sandbox.commands.run("cat", background=True, stdin=True)
+    sandbox.commands.stream_input(handle.pid, (f"chunk {i}\n" for i in range(5)))
+    sandbox.commands.close_stdin(handle.pid)
+    assert handle.wait().stdout == "".join(f"chunk {i}\n" for i in range(5))
+
+
+def test_the_async_sdk_runs_commands():
+    import asyncio
+
+    from e2b import AsyncSandbox
+
+    async def main():
+        sbx = await AsyncSandbox.create(timeout=120)
+        try:
+            out = []
+            result = await sbx.commands.run("echo async; exit 0", on_stdout=out.append)
+            assert result.stdout == "async\n" and "".join(out) == "async\n"
+            handle = await sbx.commands.run("sleep 600", background=True)
+            assert await sbx.commands.kill(handle.pid) is True
+            with pytest.raises(CommandExitException):
+                await handle.wait()
+        finally:
+            await sbx.kill()
+
+    asyncio.run(main())
+
+
+def test_envd_speaks_http2_too(sandbox):
+    """A Connect call over HTTP/2 without TLS (prior knowledge), as a client
+    that offers HTTP/2 speaks it."""
+    import json
+    import os
+    import shutil
+    import subprocess
+
+    curl = shutil.which("curl")
+    if curl is None:
+        pytest.skip("curl is not installed")
+    answer = subprocess.run(
+        [
+            curl, "-sS", "--http2-prior-knowledge", "-w", "\\n%{http_version}",
+            "-H", f"E2b-Sandbox-Id: {sandbox.sandbox_id}",
+            "-H", "E2b-Sandbox-Port: 49983",
+            "-H", f"X-Access-Token: {sandbox._envd_access_token or ''}",
+            "-H", "Content-Type: application/json",
+            "-d", "{}",
+            os.environ["E2B_SANDBOX_URL"] + "/process.Process/List",
+        ],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    body, version = answer.stdout.rsplit("\n", 1)
+    assert version == "2"
+    assert "processes" in json.loads(body) or json.loads(body) == {}

@@ -244,3 +244,12 @@ def test_envd_speaks_http2_too(sandbox):
     body, version = answer.stdout.rsplit("\n", 1)
     assert version == "2"
     assert "processes" in json.loads(body) or json.loads(body) == {}
+
+
+def test_connect_to_a_pty_gives_its_output_as_pty_data(sandbox):
+    terminal = sandbox.pty.create(PtySize(rows=24, cols=80))
+    again = sandbox.pty.connect(terminal.pid)
+    sandbox.pty.send_stdin(terminal.pid, b"echo conn$((40+2)); exit 0\n")
+    data = bytearray()
+    again.wait(on_pty=data.extend)
+    assert "conn42" in data.decode(errors="replace")

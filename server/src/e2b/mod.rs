@@ -24,6 +24,7 @@
 #![allow(dead_code, unused_imports)]
 
 mod auth;
+mod connect;
 mod control;
 mod envd;
 mod ingress;

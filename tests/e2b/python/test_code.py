@@ -1,0 +1,145 @@
+"""run_code through the official `e2b_code_interpreter` SDK, changed only by
+environment variables (tests/e2b/README.md): values, logs, errors, a
+matplotlib PNG, shell escapes, languages, and contexts (create with cwd,
+list, restart, remove).
+
+One sandbox of E2B's code-interpreter template (`code-interpreter-v1`,
+templates/e2b/code-interpreter) serves every test of the file: a boot under
+TCG is slow, and each test makes its own names.
+"""
+
+import base64
+import uuid
+
+import pytest
+from e2b import SandboxException
+from e2b_code_interpreter import Sandbox
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    sbx = Sandbox.create(timeout=600)
+    try:
+        yield sbx
+    finally:
+        sbx.kill()
+
+
+def test_a_value_is_its_text_as_ipython_shows_it(sandbox):
+    execution = sandbox.run_code("x = 41\nx + 1")
+    assert execution.error is None
+    assert execution.text == "42"
+    [result] = execution.results
+    assert result.is_main_result
+    assert result.json is None, "a plain value is text only, as E2B's kernel gives it"
+    assert execution.execution_count is not None and execution.execution_count >= 1
+
+
+def test_logs_reach_the_callbacks_and_the_execution(sandbox):
+    out, err = [], []
+    execution = sandbox.run_code(
+        "import sys\nprint('to stdout')\nprint('to stderr', file=sys.stderr)",
+        on_stdout=lambda message: out.append(message),
+        on_stderr=lambda message: err.append(message),
+    )
+    assert execution.error is None
+    assert "".join(execution.logs.stdout) == "to stdout\n"
+    assert "".join(execution.logs.stderr) == "to stderr\n"
+    assert "".join(m.line for m in out) == "to stdout\n"
+    assert "".join(m.line for m in err) == "to stderr\n"
+    assert all(not m.error for m in out) and all(m.error for m in err)
+    assert all(m.timestamp > 0 for m in out + err)
+
+
+def test_an_error_has_its_name_value_and_traceback(sandbox):
+    seen = []
+    execution = sandbox.run_code(
+        "def f():\n    return 1 / 0\nf()", on_error=lambda error: seen.append(error)
+    )
+    assert execution.error is not None
+    assert execution.error.name == "ZeroDivisionError"
+    assert execution.error.value == "division by zero"
+    assert "ZeroDivisionError" in execution.error.traceback
+    assert "f()" in execution.error.traceback
+    assert [e.name for e in seen] == ["ZeroDivisionError"]
+
+
+def test_a_matplotlib_plot_is_a_png(sandbox):
+    execution = sandbox.run_code(
+        "import matplotlib.pyplot as plt\n"
+        "plt.plot([1, 2, 3], [1, 4, 9])\n"
+        "plt.show()"
+    )
+    assert execution.error is None, execution.error
+    pngs = [r.png for r in execution.results if r.png]
+    assert len(pngs) == 1, execution.results
+    assert base64.b64decode(pngs[0]).startswith(b"\x89PNG\r\n\x1a\n")
+    assert not any(r.is_main_result for r in execution.results if r.png)
+
+
+def test_a_dataframe_is_html_and_text(sandbox):
+    execution = sandbox.run_code(
+        "import pandas as pd, numpy as np\n"
+        "pd.DataFrame({'a': np.arange(3), 'b': ['x', 'y', 'z']})"
+    )
+    assert execution.error is None, execution.error
+    [result] = execution.results
+    assert result.is_main_result
+    assert "<table" in (result.html or "")
+    assert "a" in result.text and "z" in result.text
+
+
+def test_a_shell_escape_runs_in_a_shell(sandbox):
+    execution = sandbox.run_code("!echo from-the-shell\n1 + 1")
+    assert execution.error is None, execution.error
+    assert "from-the-shell\n" in "".join(execution.logs.stdout)
+    assert execution.text == "2"
+
+
+def test_bash_runs_and_other_languages_are_refused_by_name(sandbox):
+    execution = sandbox.run_code("echo hi from bash", language="bash")
+    assert execution.error is None, execution.error
+    assert "".join(execution.logs.stdout) == "hi from bash\n"
+    with pytest.raises(SandboxException) as refused:
+        sandbox.run_code("1 + 1", language="r")
+    assert "python and bash" in str(refused.value)
+
+
+def test_contexts_keep_state_apart_and_start_in_their_cwd(sandbox):
+    context = sandbox.create_code_context(cwd="/tmp")
+    assert context.cwd == "/tmp"
+    assert context.language == "python"
+    assert sandbox.run_code("import os\nos.getcwd()", context=context).text == "'/tmp'"
+
+    marker = "v_" + uuid.uuid4().hex[:8]
+    assert sandbox.run_code(f"{marker} = 7", context=context).error is None
+    assert sandbox.run_code(marker, context=context).text == "7"
+    # Another context does not see it.
+    assert sandbox.run_code(marker).error.name == "NameError"
+
+    listed = {c.id: c for c in sandbox.list_code_contexts()}
+    assert context.id in listed
+    assert listed[context.id].cwd == "/tmp"
+
+    sandbox.restart_code_context(context)
+    after = sandbox.run_code(marker, context=context)
+    assert after.error is not None and after.error.name == "NameError"
+
+    sandbox.remove_code_context(context)
+    assert context.id not in {c.id for c in sandbox.list_code_contexts()}
+
+
+def test_a_bash_context_keeps_its_shell(sandbox):
+    context = sandbox.create_code_context(language="bash")
+    assert context.language == "bash"
+    assert sandbox.run_code("export GREETING=hello", context=context).error is None
+    execution = sandbox.run_code('echo "$GREETING $(whoami)"', context=context)
+    assert "".join(execution.logs.stdout) == "hello user\n"
+    sandbox.remove_code_context(context.id)
+
+
+def test_an_unknown_context_is_not_found(sandbox):
+    from e2b import NotFoundException
+
+    with pytest.raises(NotFoundException):
+        sandbox.restart_code_context("no-such-context")

@@ -170,13 +170,14 @@ pub async fn remove(call: &SandboxCall, id: &str) -> Result<Response<Body>, Fail
     Ok(response)
 }
 
-/// A missing context is named as one (the sandbox itself was found: the
-/// request reached it).
+/// A missing context is named as one, E2B's 404 (the sandbox itself was
+/// found: the request reached it).
 fn not_found_as_context(status: &tonic::Status, id: &str) -> Failure {
-    let failure = from_status(status);
+    // The guest's own not-found (GUEST_NOT_FOUND) is the context's here;
+    // a missing sandbox (SANDBOX_NOT_FOUND) keeps its own message.
     match airlock_api::reason::reason_of(status) {
-        Some(api::ErrorReason::NotFound) => fail::no_context(id),
-        _ => failure,
+        Some(api::ErrorReason::NotFound | api::ErrorReason::GuestNotFound) => fail::no_context(id),
+        _ => from_status(status),
     }
 }
 

@@ -143,3 +143,51 @@ def test_an_unknown_context_is_not_found(sandbox):
 
     with pytest.raises(NotFoundException):
         sandbox.restart_code_context("no-such-context")
+
+
+def _raw(sandbox, method, path, token, **kwargs):
+    """A request to the sandbox's code interpreter past the SDK."""
+    import os
+
+    import httpx
+
+    headers = {
+        "E2b-Sandbox-Id": sandbox.sandbox_id,
+        "E2b-Sandbox-Port": "49999",
+        **({"X-Access-Token": token} if token is not None else {}),
+        **kwargs.pop("headers", {}),
+    }
+    return httpx.request(
+        method, os.environ["E2B_SANDBOX_URL"] + path, headers=headers, timeout=60, **kwargs
+    )
+
+
+def test_bad_requests_get_e2bs_error_shape_and_the_server_keeps_serving(sandbox):
+    token = sandbox._envd_access_token
+    assert token, "the control plane returns the sandbox's access token"
+
+    cases = [
+        # (method, path, token, body, status, a word of the message)
+        ("POST", "/execute", None, b'{"code": "1"}', 401, "X-Access-Token"),
+        ("POST", "/execute", "wrong", b'{"code": "1"}', 401, "not this sandbox"),
+        ("POST", "/execute", token, b"{not json", 400, "JSON"),
+        ("POST", "/execute", token, b'{"language": "python"}', 400, "code"),
+        ("POST", "/execute", token, b'{"code": "1", "env_vars": {"A": "1"}}', 400, "env_vars"),
+        ("POST", "/contexts", token, b'{"language": "java"}', 400, "python and bash"),
+        ("POST", "/contexts", token, b'{"cwd": "relative/dir"}', 400, "cwd"),
+        ("DELETE", "/contexts/no-such-context", token, None, 404, "no-such-context"),
+        ("GET", "/nowhere", token, None, 404, "/execute"),
+    ]
+    for method, path, tok, body, status, word in cases:
+        response = _raw(
+            sandbox, method, path, tok, content=body, headers={"Content-Type": "application/json"}
+        )
+        assert response.status_code == status, (method, path, response.text)
+        error = response.json()
+        assert error["code"] == status and word in error["message"], (path, error)
+
+    too_big = b'{"code": "' + b"x" * (9 << 20) + b'"}'
+    response = _raw(sandbox, "POST", "/execute", token, content=too_big)
+    assert response.status_code == 413, response.text
+
+    assert sandbox.run_code("6 * 7").text == "42"

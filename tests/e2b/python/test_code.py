@@ -96,6 +96,20 @@ def test_a_shell_escape_runs_in_a_shell(sandbox):
     assert execution.text == "2"
 
 
+def test_envs_hold_for_one_run(sandbox):
+    execution = sandbox.run_code(
+        "import os, subprocess\n"
+        "print(subprocess.run('echo $E2B_RUN_VAR', shell=True, capture_output=True, text=True).stdout, end='')\n"
+        "os.environ['E2B_RUN_VAR']",
+        envs={"E2B_RUN_VAR": "for this run"},
+    )
+    assert execution.error is None, execution.error
+    assert execution.text == "'for this run'"
+    assert "".join(execution.logs.stdout) == "for this run\n"
+    after = sandbox.run_code("import os\nos.environ.get('E2B_RUN_VAR', 'gone')")
+    assert after.text == "'gone'"
+
+
 def test_bash_runs_and_other_languages_are_refused_by_name(sandbox):
     execution = sandbox.run_code("echo hi from bash", language="bash")
     assert execution.error is None, execution.error
@@ -172,7 +186,14 @@ def test_bad_requests_get_e2bs_error_shape_and_the_server_keeps_serving(sandbox)
         ("POST", "/execute", "wrong", b'{"code": "1"}', 401, "not this sandbox"),
         ("POST", "/execute", token, b"{not json", 400, "JSON"),
         ("POST", "/execute", token, b'{"language": "python"}', 400, "code"),
-        ("POST", "/execute", token, b'{"code": "1", "env_vars": {"A": "1"}}', 400, "env_vars"),
+        (
+            "POST",
+            "/execute",
+            token,
+            b'{"code": "true", "language": "bash", "env_vars": {"A": "1"}}',
+            400,
+            "env_vars",
+        ),
         ("POST", "/contexts", token, b'{"language": "java"}', 400, "python and bash"),
         ("POST", "/contexts", token, b'{"cwd": "relative/dir"}', 400, "cwd"),
         ("DELETE", "/contexts/no-such-context", token, None, 404, "no-such-context"),

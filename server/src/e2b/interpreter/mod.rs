@@ -19,6 +19,7 @@
 
 mod body;
 mod contexts;
+mod envs;
 mod execute;
 mod fail;
 mod lines;

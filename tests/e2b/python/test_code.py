@@ -110,6 +110,23 @@ def test_envs_hold_for_one_run(sandbox):
     assert after.text == "'gone'"
 
 
+def test_a_cell_past_its_timeout_is_e2bs_timeout_and_is_interrupted(sandbox):
+    import time
+
+    from e2b import TimeoutException
+
+    context = sandbox.create_code_context()
+    began = time.monotonic()
+    with pytest.raises(TimeoutException):
+        sandbox.run_code("import time\ntime.sleep(120)\nfinished = True", context=context, timeout=3)
+    # The request's end interrupted the cell: the context answers at once,
+    # and the rest of the cell did not run.
+    after = sandbox.run_code("'finished' in dir()", context=context, timeout=60)
+    assert after.text == "False"
+    assert time.monotonic() - began < 60
+    sandbox.remove_code_context(context)
+
+
 def test_bash_runs_and_other_languages_are_refused_by_name(sandbox):
     execution = sandbox.run_code("echo hi from bash", language="bash")
     assert execution.error is None, execution.error

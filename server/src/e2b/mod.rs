@@ -26,6 +26,7 @@
 mod auth;
 mod control;
 mod envd;
+mod ingress;
 mod interpreter;
 mod reply;
 mod route;

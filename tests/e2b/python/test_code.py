@@ -229,3 +229,30 @@ def test_bad_requests_get_e2bs_error_shape_and_the_server_keeps_serving(sandbox)
     assert response.status_code == 413, response.text
 
     assert sandbox.run_code("6 * 7").text == "42"
+
+
+def test_the_async_sdk_runs_code_and_contexts():
+    import asyncio
+
+    from e2b_code_interpreter import AsyncSandbox
+
+    async def scenario():
+        sbx = await AsyncSandbox.create(timeout=300)
+        try:
+            out = []
+            execution = await sbx.run_code(
+                "print('async out')\n2 ** 10", on_stdout=lambda m: out.append(m.line)
+            )
+            assert execution.text == "1024"
+            assert "".join(out) == "async out\n"
+            context = await sbx.create_code_context(cwd="/tmp", language="python")
+            assert context.cwd == "/tmp"
+            assert (await sbx.run_code("import os\nos.getcwd()", context=context)).text == "'/tmp'"
+            assert context.id in {c.id for c in await sbx.list_code_contexts()}
+            await sbx.restart_code_context(context)
+            await sbx.remove_code_context(context)
+            assert context.id not in {c.id for c in await sbx.list_code_contexts()}
+        finally:
+            await sbx.kill()
+
+    asyncio.run(scenario())

@@ -94,6 +94,10 @@ def test_a_shell_escape_runs_in_a_shell(sandbox):
     assert execution.error is None, execution.error
     assert "from-the-shell\n" in "".join(execution.logs.stdout)
     assert execution.text == "2"
+    # `%pip` is pip for this interpreter (installing needs a network rule).
+    pip = sandbox.run_code("%pip --version")
+    assert pip.error is None, pip.error
+    assert "".join(pip.logs.stdout).startswith("pip ")
 
 
 def test_envs_hold_for_one_run(sandbox):

@@ -84,7 +84,7 @@ pub async fn resolve(call: &SandboxCall, name: Option<&str>) -> Result<User, Sta
         return Ok(User::root());
     }
     crate::validate::user("username", name)?;
-    let passwd = read_passwd(call).await?;
+    let passwd = read_small(call, PASSWD).await?;
     match home_in(&passwd, name) {
         Some(home) => Ok(User {
             name: name.to_owned(),
@@ -101,11 +101,12 @@ pub async fn resolve(call: &SandboxCall, name: Option<&str>) -> Result<User, Sta
     }
 }
 
-/// The guest's `/etc/passwd`, empty when it has none.
-async fn read_passwd(call: &SandboxCall) -> Result<String, Status> {
+/// A small text file of the guest (its first [`MAX_PASSWD_BYTES`]),
+/// empty when it has none.
+pub async fn read_small(call: &SandboxCall, path: &str) -> Result<String, Status> {
     let request = call.request(api::ReadFileRequest {
         sandbox_id: call.id.clone(),
-        path: PASSWD.into(),
+        path: path.into(),
         offset: 0,
         length: MAX_PASSWD_BYTES as u64,
     });

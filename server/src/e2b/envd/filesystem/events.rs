@@ -112,16 +112,24 @@ mod tests {
     }
 
     fn kinds(out: &[(FilesystemEvent, String)]) -> Vec<(String, i32)> {
-        out.iter().map(|(e, _)| (e.name.clone(), e.r#type)).collect()
+        out.iter()
+            .map(|(e, _)| (e.name.clone(), e.r#type))
+            .collect()
     }
 
     #[test]
     fn our_write_is_reported_as_the_file_written() {
         let mut translate = Translate::new("/home/user/");
         let temp = "/home/user/.a.txt.airlock-1234-0.tmp";
-        assert!(translate.events(&event(WatchEventType::Create, temp, 0)).is_empty());
-        assert!(translate.events(&event(WatchEventType::Write, temp, 0)).is_empty());
-        assert!(translate.events(&event(WatchEventType::RenameFrom, temp, 7)).is_empty());
+        assert!(translate
+            .events(&event(WatchEventType::Create, temp, 0))
+            .is_empty());
+        assert!(translate
+            .events(&event(WatchEventType::Write, temp, 0))
+            .is_empty());
+        assert!(translate
+            .events(&event(WatchEventType::RenameFrom, temp, 7))
+            .is_empty());
         let out = translate.events(&event(WatchEventType::RenameTo, "/home/user/a.txt", 7));
         assert_eq!(
             kinds(&out),
@@ -140,7 +148,10 @@ mod tests {
         assert_eq!(kinds(&from), vec![("x".into(), EventType::Rename.into())]);
         assert_eq!(kinds(&to), vec![("sub/y".into(), EventType::Create.into())]);
         let removed = translate.events(&event(WatchEventType::Remove, "/d/x", 0));
-        assert_eq!(kinds(&removed), vec![("x".into(), EventType::Remove.into())]);
+        assert_eq!(
+            kinds(&removed),
+            vec![("x".into(), EventType::Remove.into())]
+        );
         assert!(!is_temporary("/d/.hidden.tmp"));
     }
 }

@@ -213,6 +213,10 @@ def test_bad_input_in_e2b_shape(sbx):
     # `..` is the guest's to resolve: it stays a path in the sandbox.
     sbx.files.write("/tmp/t/../dots.txt", "dots")
     assert sbx.files.read("/tmp/dots.txt") == "dots"
+    # The guest's root is not removed, however it is spelled.
+    with pytest.raises(InvalidArgumentException):
+        sbx.files.remove("/tmp/..")
+    assert sbx.files.exists("/etc")
     # The server keeps serving.
     assert sbx.files.read("/tmp/t/hello.txt") == "héllo\n"
 

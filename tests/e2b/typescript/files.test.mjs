@@ -156,5 +156,7 @@ test('bad input in E2B shape, and the server keeps serving', async () => {
   assert.equal(r.status, 400)
   assert.equal(await sbx.files.exists('/tmp/jscut'), false)
   await assert.rejects(sbx.files.write('/tmp/a\0b', 'x'), (e) => e instanceof InvalidArgumentError || e instanceof Error)
+  await assert.rejects(sbx.files.remove('/tmp/..'), (e) => e instanceof InvalidArgumentError)
+  assert.equal(await sbx.files.exists('/etc'), true)
   assert.equal(await sbx.files.read('/tmp/js/hello.txt'), 'héllo\n')
 })

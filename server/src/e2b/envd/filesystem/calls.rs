@@ -162,6 +162,13 @@ pub async fn remove(
 ) -> Result<fs::RemoveResponse, ConnectError> {
     let run = async {
         let path = path(call, username, "path", &request.path).await?;
+        // Our service refuses "/" as written; "/tmp/.." is the same root.
+        if lexical(&path) == "/" {
+            return Err(airlock_api::reason::invalid(
+                "path",
+                format!("{path} is the guest's root: refusing to remove it"),
+            ));
+        }
         call.services()
             .remove(call.request(api::RemoveRequest {
                 sandbox_id: call.id.clone(),
@@ -172,4 +179,39 @@ pub async fn remove(
     };
     run.await.map_err(connect_error)?;
     Ok(fs::RemoveResponse {})
+}
+
+/// `path` with `.` and `..` resolved as written (no links followed).
+fn lexical(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            part => parts.push(part),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dots_resolve_as_written() {
+        assert_eq!(lexical("/tmp/.."), "/");
+        assert_eq!(lexical("/a/./b/../c/"), "/a/c");
+        assert_eq!(lexical("/../.."), "/");
+    }
+
+    #[test]
+    fn a_refusal_is_invalid_argument() {
+        let refused = reason::status(ErrorReason::GuestRefused, "not a directory");
+        assert_eq!(connect_error(refused).code, Code::InvalidArgument);
+        let missing = reason::status(ErrorReason::GuestNotFound, "missing");
+        assert_eq!(connect_error(missing).code, Code::NotFound);
+    }
 }

@@ -8,6 +8,9 @@
 
 #![forbid(unsafe_code)]
 
+/// The binary codec of these types, for users without their own dependency.
+pub use prost;
+
 /// `process.Process`: start, attach to, list, signal and feed processes.
 pub mod process {
     #![allow(clippy::all, missing_debug_implementations)]

@@ -24,8 +24,10 @@
 #![allow(dead_code, unused_imports)]
 
 mod auth;
+mod connect;
 mod control;
 mod envd;
+mod ingress;
 mod interpreter;
 mod reply;
 mod route;

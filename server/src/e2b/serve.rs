@@ -1,7 +1,8 @@
 //! The front's listener: each connection served with hyper (HTTP/1.1 with
 //! keep-alive, HTTP/2 where TLS offers it or the client speaks it first),
 //! each request routed (`route`), authenticated (`auth`) and handed to the
-//! control plane, envd or the code interpreter.
+//! control plane, envd or the code interpreter; any other port of a
+//! sandbox goes through the ingress (`ingress`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -18,7 +19,7 @@ use tokio::task::JoinSet;
 use super::reply::{self, Body};
 use super::route::{self, Destination};
 use super::target::SandboxCall;
-use super::{auth, control, envd, interpreter, Front, ENVD_PORT, INTERPRETER_PORT};
+use super::{auth, control, envd, ingress, interpreter, Front, ENVD_PORT, INTERPRETER_PORT};
 use crate::ingress::bounds;
 use crate::listen::TcpEndpoint;
 use crate::principal::Principal;
@@ -99,6 +100,9 @@ async fn handle(
             Ok(principal) => control::handle(&front, principal, request).await,
             Err(refused) => refused.response(),
         },
+        Destination::Sandbox { id, port } if port != ENVD_PORT && port != INTERPRETER_PORT => {
+            ingress::forward(&front, client, request, id, port, host).await
+        }
         Destination::Sandbox { id, port } => {
             let Some(entry) = front.state().registry.for_ingress(&id) else {
                 return reply::error_json(
@@ -123,10 +127,7 @@ async fn handle(
             match port {
                 ENVD_PORT => envd::handle(call, request).await,
                 INTERPRETER_PORT => interpreter::handle(call, request).await,
-                _ => reply::error_json(
-                    StatusCode::NOT_IMPLEMENTED,
-                    &format!("port {port}: reach it through the ingress (get_host)"),
-                ),
+                _ => ingress::forward(&front, client, request, id, port, host).await,
             }
         }
     }

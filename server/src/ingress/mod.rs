@@ -30,6 +30,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::listen::TcpEndpoint;
 
+pub(crate) use serve::handle_routed;
 pub use serve::serve;
 
 /// The ingress's default domain: browsers resolve every `*.localhost` name

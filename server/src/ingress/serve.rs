@@ -131,6 +131,43 @@ async fn route_and_carry(
             ingress.domain
         )));
     };
+    carry(state, ingress, client, request, route, host).await
+}
+
+/// A request another front routed to `route` (the E2B front's sandbox
+/// ports other than envd's and the interpreter's), carried as the
+/// ingress's own: the same refusal count per address, token rules, audit
+/// and forwarding.
+pub(crate) async fn handle_routed(
+    state: &State,
+    ingress: &Ingress,
+    client: SocketAddr,
+    request: Request<Incoming>,
+    route: Route,
+    host: Option<String>,
+) -> Response<Body> {
+    if let Some(retry) = ingress.probes.blocked_for(client.ip()) {
+        return refuse::too_many_refusals(client.ip(), retry);
+    }
+    match carry(state, ingress, client, request, route, host).await {
+        Ok(response) => response,
+        Err(refused) => {
+            ingress.probes.failed(client.ip());
+            refused
+        }
+    }
+}
+
+/// Sandbox, token, connection, then the guest's answer, for a request
+/// already routed; `Err` as for [`route_and_carry`].
+async fn carry(
+    state: &State,
+    ingress: &Ingress,
+    client: SocketAddr,
+    request: Request<Incoming>,
+    route: Route,
+    host: Option<String>,
+) -> Result<Response<Body>, Response<Body>> {
     let Some(entry) = state.registry.for_ingress(&route.sandbox) else {
         return Err(refuse::not_found(format!("no sandbox {}", route.sandbox)));
     };

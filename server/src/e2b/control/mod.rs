@@ -1,25 +1,129 @@
 //! The control plane: E2B's REST and JSON API (sandboxes, templates), each
 //! call translated into `airlock.api.v1` calls of the caller's principal.
+//!
+//! - `body`: the bounded request body, read as JSON.
+//! - `query`: the URL's query, and the SDKs' metadata filter.
+//! - `wire`: E2B's JSON types.
+//! - `shape`: a sandbox of the services as E2B's JSON has it.
+//! - `create`: `POST /sandboxes` into a `CreateSandboxRequest`.
+//! - `lifecycle`: get, kill, timeout, refresh, pause, resume, connect, fork.
+//! - `list`: both lists, with their filters and pages.
+//! - `metrics`: one sandbox's and several sandboxes' readings.
+//! - `fail`: a service's `Status` as E2B's error (the one mapping).
+//! - `time`: RFC 3339 times.
 
-use http::{Request, Response, StatusCode};
+mod body;
+mod create;
+mod fail;
+mod lifecycle;
+mod list;
+mod metrics;
+mod query;
+mod shape;
+mod time;
+mod wire;
+
+use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
-use super::reply::{self, Body};
+use super::reply::{self, Body, Failure};
 use super::Front;
 use crate::principal::Principal;
 
+/// The envd version the control plane reports for every sandbox: at least
+/// as new as each feature gate of the SDKs (the newest, 0.6.4, is the
+/// watcher on network mounts), so they use every call the front serves.
+pub const ENVD_VERSION: &str = "0.6.4";
+
+/// What E2B's answers carry as `clientID`.
+pub const CLIENT_ID: &str = "airlock";
+
+/// One control-plane call: who makes it, on which front.
+pub(crate) struct Ctl<'a> {
+    pub front: &'a Front,
+    pub principal: Principal,
+}
+
+impl Ctl<'_> {
+    /// `message` as a request of the caller, for a service called in process.
+    pub fn request<T>(&self, message: T) -> tonic::Request<T> {
+        super::target::as_principal(&self.principal, message)
+    }
+}
+
 /// One control-plane request of `principal`.
 pub(crate) async fn handle(
-    _front: &Front,
-    _principal: Principal,
+    front: &Front,
+    principal: Principal,
     request: Request<Incoming>,
 ) -> Response<Body> {
-    reply::error_json(
-        StatusCode::NOT_FOUND,
-        &format!(
-            "{} {}: no such call",
-            request.method(),
-            request.uri().path()
-        ),
-    )
+    let ctl = Ctl { front, principal };
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path().trim_end_matches('/').to_owned();
+    let query = parts.uri.query();
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    let method = &parts.method;
+    let answered: Result<Response<Body>, Failure> = match (method, segments.as_slice()) {
+        (&Method::POST, ["sandboxes"]) => create::create(&ctl, body, create::Version::V1).await,
+        (&Method::POST, ["v2", "sandboxes"]) => {
+            create::create(&ctl, body, create::Version::V2).await
+        }
+        (&Method::GET, ["sandboxes"]) => list::all(&ctl, query).await,
+        (&Method::GET, ["v2", "sandboxes"]) => list::page(&ctl, query).await,
+        (&Method::GET, ["sandboxes", "metrics"]) => metrics::several(&ctl, query).await,
+        (&Method::GET, ["sandboxes", id]) => lifecycle::get(&ctl, id).await,
+        (&Method::DELETE, ["sandboxes", id]) => lifecycle::kill(&ctl, id).await,
+        (&Method::POST, ["sandboxes", id, "timeout"]) => {
+            lifecycle::set_timeout(&ctl, id, body).await
+        }
+        (&Method::POST, ["sandboxes", id, "refreshes"]) => lifecycle::refresh(&ctl, id, body).await,
+        (&Method::POST, ["sandboxes", id, "pause"]) => lifecycle::pause(&ctl, id, body).await,
+        (&Method::POST, ["sandboxes", id, "resume"]) => lifecycle::resume(&ctl, id, body).await,
+        (&Method::POST, ["sandboxes", id, "connect"] | ["v2", "sandboxes", id, "connect"]) => {
+            lifecycle::connect(&ctl, id, body).await
+        }
+        (&Method::POST, ["sandboxes", id, "fork"]) => lifecycle::fork(&ctl, id, body).await,
+        (&Method::GET, ["sandboxes", id, "metrics"]) => metrics::one(&ctl, id).await,
+        (&Method::GET, ["sandboxes", id, "logs"] | ["v2", "sandboxes", id, "logs"]) => {
+            lifecycle::logs(&ctl, id).await
+        }
+        (&Method::POST, ["sandboxes", id, "snapshots"]) => {
+            lifecycle::exists(&ctl, id).await.and(Err(fail::unsupported(
+                "snapshots",
+                "a sandbox's snapshot as a template is not served by this front yet; \
+                 use `pause` or `fork`",
+            )))
+        }
+        (&Method::PUT, ["sandboxes", id, "network"]) => {
+            lifecycle::exists(&ctl, id).await.and(Err(fail::unsupported(
+                "network update",
+                "the network rules are set at create (allowOut)",
+            )))
+        }
+        (&Method::GET, ["templates"] | ["v2", "templates"]) => list::templates(&ctl).await,
+        (_, ["sandboxes" | "templates", ..] | ["v2" | "v3", ..]) => Err(Failure::new(
+            StatusCode::NOT_IMPLEMENTED,
+            format!(
+                "{method} {path}: not supported by Airlock's E2B front (docs/e2b.md lists what is)"
+            ),
+        )),
+        _ => Err(Failure::new(
+            StatusCode::NOT_FOUND,
+            format!("{method} {path}: no such call"),
+        )),
+    };
+    match answered {
+        Ok(response) => response,
+        Err(failure) => {
+            tracing::debug!(%method, path, status = %failure.status, message = failure.message, "e2b: refused");
+            failure.response()
+        }
+    }
+}
+
+/// An empty answer with `status` (E2B's 204s).
+pub(crate) fn empty(status: StatusCode) -> Response<Body> {
+    let mut response = Response::new(reply::full(bytes::Bytes::new()));
+    *response.status_mut() = status;
+    response
 }

@@ -1,0 +1,229 @@
+"""The control plane through the official ``e2b`` SDK (sync and async):
+create, kill, list with metadata, connect, set_timeout, get_info, metrics,
+pause and resume, fork, and the refusals (another key's sandbox, a wrong
+key, an unknown template, bad input)."""
+
+import asyncio
+import json
+import os
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+from e2b import (
+    AsyncSandbox,
+    AuthenticationException,
+    NotFoundException,
+    Sandbox,
+    SandboxException,
+    SandboxQuery,
+    SandboxState,
+)
+
+
+def _api(method: str, path: str, body: bytes | None = None, key: str | None = None):
+    """A raw control-plane call: (status, parsed JSON or None)."""
+    request = urllib.request.Request(
+        os.environ["E2B_API_URL"] + path,
+        data=body,
+        method=method,
+        headers={"X-API-KEY": key or os.environ["E2B_API_KEY"], "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            raw = answer.read()
+            return answer.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as error:
+        raw = error.read()
+        return error.code, json.loads(raw) if raw else None
+
+
+def test_create_get_info_and_kill() -> None:
+    tag = uuid.uuid4().hex
+    sbx = Sandbox.create(timeout=120, metadata={"suite": "e2b", "tag": tag}, envs={"GREETING": "hi"})
+    try:
+        assert sbx.sandbox_id
+        info = sbx.get_info()
+        assert info.sandbox_id == sbx.sandbox_id
+        assert info.metadata == {"suite": "e2b", "tag": tag}
+        assert info.state == "running"
+        assert info.template_id == "base"
+        assert info.cpu_count >= 1 and info.memory_mb >= 64
+        assert info.end_at > info.started_at
+        assert Sandbox.get_info(sbx.sandbox_id).sandbox_id == sbx.sandbox_id
+    finally:
+        assert sbx.kill() is True
+    # Gone: a second kill says so, and the info is not found.
+    assert Sandbox.kill(sbx.sandbox_id) is False
+    with pytest.raises(NotFoundException):
+        Sandbox.get_info(sbx.sandbox_id)
+
+
+def test_list_filters_by_metadata_and_pages(sandbox: Sandbox) -> None:
+    tag = uuid.uuid4().hex
+    second = Sandbox.create(timeout=120, metadata={"tag": tag, "n": "2"})
+    first = Sandbox.create(timeout=120, metadata={"tag": tag, "n": "1"})
+    try:
+        found = Sandbox.list(query=SandboxQuery(metadata={"tag": tag})).next_items()
+        assert sorted(s.sandbox_id for s in found) == sorted([first.sandbox_id, second.sandbox_id])
+        one = Sandbox.list(query=SandboxQuery(metadata={"tag": tag, "n": "1"})).next_items()
+        assert [s.sandbox_id for s in one] == [first.sandbox_id]
+        # Pages of one, followed by x-next-token.
+        paginator = Sandbox.list(query=SandboxQuery(metadata={"tag": tag}), limit=1)
+        seen = []
+        while paginator.has_next:
+            page = paginator.next_items()
+            assert len(page) <= 1
+            seen += [s.sandbox_id for s in page]
+        assert sorted(seen) == sorted([first.sandbox_id, second.sandbox_id])
+        # The fixture's sandbox has no tag: not in the filtered list.
+        assert sandbox.sandbox_id not in seen
+        running = Sandbox.list(query=SandboxQuery(state=[SandboxState.RUNNING], metadata={"tag": tag})).next_items()
+        assert len(running) == 2
+    finally:
+        first.kill()
+        second.kill()
+
+
+def test_connect_and_set_timeout(sandbox: Sandbox) -> None:
+    before = sandbox.get_info().end_at
+    sandbox.set_timeout(600)
+    after = sandbox.get_info().end_at
+    assert (after - before).total_seconds() > 300
+    same = Sandbox.connect(sandbox.sandbox_id)
+    assert same.sandbox_id == sandbox.sandbox_id
+    assert same.get_info().state == "running"
+
+
+def test_metrics(sandbox: Sandbox) -> None:
+    metrics = sandbox.get_metrics()
+    assert len(metrics) == 1
+    reading = metrics[0]
+    assert reading.cpu_count >= 1
+    assert reading.mem_total > 0
+    assert 0 <= reading.mem_used <= reading.mem_total
+    assert 0.0 <= reading.cpu_used_pct <= 100.0
+
+
+def test_pause_and_connect_resumes(sandbox: Sandbox) -> None:
+    assert sandbox.pause() is True
+    assert sandbox.get_info().state == "paused"
+    # Already paused: E2B's 409, which the SDK reads as False.
+    assert Sandbox.pause(sandbox.sandbox_id) is False
+    listed = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()
+    assert sandbox.sandbox_id in [s.sandbox_id for s in listed]
+    resumed = Sandbox.connect(sandbox.sandbox_id)
+    assert resumed.get_info().state == "running"
+
+
+def test_another_keys_sandbox_is_not_found(sandbox: Sandbox, other_key: str) -> None:
+    with pytest.raises(NotFoundException):
+        Sandbox.get_info(sandbox.sandbox_id, api_key=other_key)
+    with pytest.raises(NotFoundException):
+        Sandbox.connect(sandbox.sandbox_id, api_key=other_key)
+    with pytest.raises(NotFoundException):
+        Sandbox.set_timeout(sandbox.sandbox_id, 30, api_key=other_key)
+    assert Sandbox.kill(sandbox.sandbox_id, api_key=other_key) is False
+    others = Sandbox.list(api_key=other_key).next_items()
+    assert sandbox.sandbox_id not in [s.sandbox_id for s in others]
+    # Still there for its own key.
+    assert sandbox.get_info().state == "running"
+
+
+def test_a_wrong_key_is_an_authentication_error() -> None:
+    with pytest.raises(AuthenticationException):
+        Sandbox.create(api_key="e2b_not-a-key-of-this-server")
+    with pytest.raises(AuthenticationException):
+        Sandbox.list(api_key="e2b_not-a-key-of-this-server").next_items()
+
+
+def test_an_unknown_template_is_refused_by_name() -> None:
+    with pytest.raises(SandboxException) as refused:
+        Sandbox.create(template="no-such-template-here")
+    assert "no-such-template-here" in str(refused.value)
+
+
+def test_bad_input_gets_e2b_errors_and_the_server_keeps_serving() -> None:
+    status, body = _api("POST", "/v2/sandboxes", b"{not json")
+    assert status == 400 and body["code"] == 400 and body["message"]
+    status, body = _api("POST", "/v2/sandboxes", b'{"templateID": "base", "timeout": "soon"}')
+    assert status == 400 and body["message"].startswith("timeout")
+    status, body = _api("POST", "/v2/sandboxes", b'{"timeout": 5}')
+    assert status == 400 and "templateID" in body["message"]
+    status, body = _api("POST", "/v2/sandboxes", b"x" * (2 << 20))
+    assert status == 413 and body["code"] == 413
+    status, body = _api("GET", "/v2/sandboxes?limit=0")
+    assert status == 400 and body["message"].startswith("limit")
+    status, body = _api("GET", "/sandboxes/no-such-sandbox")
+    assert status == 404 and body["code"] == 404
+    status, body = _api("POST", "/sandboxes/no-such-sandbox/snapshots", b"{}")
+    assert status == 404
+    # Still serving.
+    status, listed = _api("GET", "/v2/sandboxes")
+    assert status == 200 and isinstance(listed, list)
+
+
+def test_fork(sandbox: Sandbox) -> None:
+    results = sandbox.fork(count=1)
+    assert len(results) == 1
+    child = results[0]
+    assert isinstance(child, Sandbox), child
+    try:
+        assert child.sandbox_id != sandbox.sandbox_id
+        assert child.get_info().state == "running"
+    finally:
+        child.kill()
+
+
+def test_async_sdk_lifecycle() -> None:
+    async def run() -> None:
+        tag = uuid.uuid4().hex
+        sbx = await AsyncSandbox.create(timeout=120, metadata={"tag": tag})
+        try:
+            info = await sbx.get_info()
+            assert info.metadata == {"tag": tag}
+            await sbx.set_timeout(300)
+            found = await AsyncSandbox.list(query=SandboxQuery(metadata={"tag": tag})).next_items()
+            assert [s.sandbox_id for s in found] == [sbx.sandbox_id]
+            again = await AsyncSandbox.connect(sbx.sandbox_id)
+            assert again.sandbox_id == sbx.sandbox_id
+            assert len(await sbx.get_metrics()) == 1
+        finally:
+            assert await sbx.kill() is True
+
+    asyncio.run(run())
+
+
+def test_templates_list_names_base() -> None:
+    status, templates = _api("GET", "/templates")
+    assert status == 200
+    assert "base" in [t["templateID"] for t in templates]
+
+
+def _port(sandbox: Sandbox, port: int, headers: dict) -> int:
+    """The status of GET / on `port` of `sandbox` through the front's one
+    endpoint (E2B_SANDBOX_URL with E2B's two headers)."""
+    request = urllib.request.Request(
+        os.environ["E2B_SANDBOX_URL"] + "/",
+        headers={"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": str(port), **headers},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_other_ports_go_through_the_ingress_with_its_token_rules(sandbox: Sandbox) -> None:
+    host = sandbox.get_host(8080)
+    assert host == f"8080-{sandbox.sandbox_id}.{os.environ.get('E2B_DOMAIN', 'e2b.localhost')}"
+    # No token: the ingress refuses.
+    assert _port(sandbox, 8080, {}) == 401
+    assert _port(sandbox, 8080, {"X-Access-Token": "at_wrong"}) == 401
+    # The sandbox's token (E2B's envdAccessToken, or its traffic-token
+    # header): let through; nothing listens on 8080, so the guest's 502.
+    token = sandbox._envd_access_token
+    assert token
+    assert _port(sandbox, 8080, {"X-Access-Token": token}) == 502
+    assert _port(sandbox, 8080, {"e2b-traffic-access-token": token}) == 502

@@ -174,15 +174,14 @@ def test_watch_dir_reports_the_file_written(sbx):
 
 
 def test_bad_input_in_e2b_shape(sbx):
+    # Failed authentications count against the client's address (the
+    # front's throttle, shared by every suite on the server): the tests
+    # make as few as they can (here one, and one in the next test).
     token = sbx._envd_access_token
     with envd(sbx) as raw:
         r = raw.get("/files", params={"path": "/tmp/t/hello.txt"})
         assert r.status_code == 401
         assert r.json()["code"] == 401
-    with envd(sbx, token="wrong") as raw:
-        r = raw.get("/files", params={"path": "/tmp/t/hello.txt"})
-        assert r.status_code == 401
-        assert "message" in r.json()
     with envd(sbx, token=token) as raw:
         # A part cut short.
         r = raw.post(

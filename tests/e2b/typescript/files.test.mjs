@@ -22,8 +22,7 @@ after(async () => {
 })
 
 function envd(token) {
-  const headers = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' }
-  if (token !== undefined) headers['X-Access-Token'] = token
+  const headers = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': token }
   return (path, init = {}) =>
     fetch(new URL(path, process.env.E2B_SANDBOX_URL), { ...init, headers: { ...headers, ...(init.headers ?? {}) } })
 }
@@ -139,13 +138,12 @@ test('watchDir reports the file written', async () => {
 })
 
 test('bad input in E2B shape, and the server keeps serving', async () => {
-  let r = await envd()('/files?path=/tmp/js/hello.txt')
-  assert.equal(r.status, 401)
-  assert.equal((await r.json()).code, 401)
-  r = await envd('wrong')('/files?path=/tmp/js/hello.txt')
-  assert.equal(r.status, 401)
+  // A missing or wrong access token is test_files.py's: failed
+  // authentications count against the client's address (the front's
+  // throttle, shared by every suite on one server), so the suites make
+  // as few as they can.
   const raw = envd(sbx.envdAccessToken)
-  r = await raw('/files', {
+  let r = await raw('/files', {
     method: 'POST',
     headers: { 'Content-Type': 'multipart/form-data; boundary=xx' },
     body: '--xx\r\nContent-Disposition: form-data; name="file"; filename="/tmp/jscut"\r\n\r\nabc',

@@ -57,6 +57,9 @@ pub struct TestServer {
     pub tcp: SocketAddr,
     /// The HTTP ingress (on loopback).
     pub ingress: SocketAddr,
+    /// The E2B-compatible front (plain HTTP on loopback, domain
+    /// `e2b.localhost`).
+    pub e2b: SocketAddr,
     /// The CA of the TLS listener (PEM file), with TLS.
     pub ca: Option<PathBuf>,
     /// The CA of the ingress's certificate, with `ingress_tls`.
@@ -117,6 +120,10 @@ impl TestServer {
             .await
             .expect("bind the ingress");
         let ingress_address = ingress.local_addr().expect("the ingress's address");
+        let e2b = TcpEndpoint::bind(loopback(), None, true)
+            .await
+            .expect("bind the E2B front");
+        let e2b_address = e2b.local_addr().expect("the E2B front's address");
         let listeners = Listeners {
             unix: Some(
                 UnixSocket::bind(&socket)
@@ -128,7 +135,10 @@ impl TestServer {
                 endpoint: ingress,
                 domain: airlock_server::DEFAULT_INGRESS_DOMAIN.to_owned(),
             }),
-            e2b: None,
+            e2b: Some(airlock_server::E2bListener {
+                endpoint: e2b,
+                domain: airlock_server::e2b::DEFAULT_DOMAIN.to_owned(),
+            }),
         };
         let mut config = ServerConfig {
             data_dir: dir.join("data"),
@@ -159,6 +169,7 @@ impl TestServer {
             socket,
             tcp: tcp_address,
             ingress: ingress_address,
+            e2b: e2b_address,
             _temp: temp,
             stop: Some(stop),
             task: Some(task),

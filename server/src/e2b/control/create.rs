@@ -151,7 +151,10 @@ pub fn translate(
 }
 
 /// The allow rules of `allow_internet_access` and `network`.
-fn network(internet: Option<bool>, network: Option<NetworkConfig>) -> Result<Vec<String>, Failure> {
+pub(super) fn network(
+    internet: Option<bool>,
+    network: Option<NetworkConfig>,
+) -> Result<Vec<String>, Failure> {
     let network = network.unwrap_or_default();
     for deny in network.deny_out.iter().flatten() {
         if deny != "0.0.0.0/0" && deny != "::/0" {

@@ -5,6 +5,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use airlock_api::v1::network_server::Network as _;
 use airlock_api::v1::sandboxes_server::Sandboxes as _;
 use airlock_api::v1::{self as api};
 use http::{Response, StatusCode};
@@ -12,7 +13,8 @@ use hyper::body::Incoming;
 
 use super::shape::state_name;
 use super::wire::{
-    ConnectRequest, ForkRequest, ForkResult, PauseRequest, RefreshRequest, TimeoutRequest,
+    ConnectRequest, ForkRequest, ForkResult, NetworkConfig, PauseRequest, RefreshRequest,
+    TimeoutRequest,
 };
 use super::{body, empty, fail, Ctl};
 use crate::e2b::reply::{self, Body, Failure};
@@ -237,4 +239,27 @@ pub(super) async fn logs(ctl: &Ctl<'_>, id: &str) -> Result<Response<Body>, Fail
         "Airlock keeps no log of the guest's daemon; a program's output is read from its \
          process (commands)",
     ))
+}
+
+/// `update_network`: the sandbox's allow rules replaced by those of the
+/// body (as a create reads them), with `Network.ReplacePolicy`. A sandbox
+/// made without a network has none to change (409, naming it).
+pub(super) async fn update_network(
+    ctl: &Ctl<'_>,
+    id: &str,
+    body: Incoming,
+) -> Result<Response<Body>, Failure> {
+    let mut update: NetworkConfig = body::json(body).await?;
+    let internet = update.allow_internet_access.take();
+    let rules = super::create::network(internet, Some(update))?;
+    ctl.info(id).await?;
+    ctl.front
+        .services
+        .replace_policy(ctl.request(api::ReplacePolicyRequest {
+            sandbox_id: id.to_owned(),
+            rules,
+        }))
+        .await
+        .map_err(|status| fail::from_status(&status))?;
+    Ok(empty(StatusCode::NO_CONTENT))
 }

@@ -95,10 +95,7 @@ pub(crate) async fn handle(
             )))
         }
         (&Method::PUT, ["sandboxes", id, "network"]) => {
-            lifecycle::exists(&ctl, id).await.and(Err(fail::unsupported(
-                "network update",
-                "the network rules are set at create (allowOut)",
-            )))
+            lifecycle::update_network(&ctl, id, body).await
         }
         (&Method::GET, ["templates"] | ["v2", "templates"]) => list::templates(&ctl).await,
         (_, ["sandboxes" | "templates", ..] | ["v2" | "v3", ..]) => Err(Failure::new(

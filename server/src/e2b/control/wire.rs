@@ -34,10 +34,13 @@ pub struct AutoResume {
     pub enabled: bool,
 }
 
-/// `network` of a create.
+/// `network` of a create, and the body of `PUT /sandboxes/{id}/network`
+/// (which also carries `allow_internet_access`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkConfig {
+    #[serde(rename = "allow_internet_access")]
+    pub allow_internet_access: Option<bool>,
     pub allow_out: Option<Vec<String>>,
     pub deny_out: Option<Vec<String>>,
     pub allow_public_traffic: Option<bool>,

@@ -50,6 +50,13 @@ def test_text_and_bytes(sbx):
     assert sbx.files.read("/tmp/t/empty", format="bytes") == bytearray()
 
 
+def test_gzip_both_ways(sbx):
+    data = os.urandom(MIB) + b"z" * (4 * MIB)
+    sbx.files.write("/tmp/t/gz.bin", data, gzip=True)
+    assert sbx.files.get_info("/tmp/t/gz.bin").size == len(data)
+    assert sbx.files.read("/tmp/t/gz.bin", format="bytes", gzip=True) == bytearray(data)
+
+
 def test_relative_paths_resolve_in_the_home(sbx):
     info = sbx.files.write("rel.txt", "home")
     assert info.path.endswith("/rel.txt")

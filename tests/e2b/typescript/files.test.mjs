@@ -41,6 +41,14 @@ test('text, bytes and blobs', async () => {
   assert.equal((await sbx.files.read('/tmp/js/empty', { format: 'bytes' })).length, 0)
 })
 
+test('gzip both ways', async () => {
+  const data = new Uint8Array(3 * MIB).fill(122)
+  data.set(randomBytes(MIB), 0)
+  await sbx.files.write('/tmp/js/gz.bin', data, { gzip: true })
+  assert.equal((await sbx.files.getInfo('/tmp/js/gz.bin')).size, data.length)
+  assert.deepEqual(await sbx.files.read('/tmp/js/gz.bin', { format: 'bytes', gzip: true }), data)
+})
+
 test('relative paths resolve in the home', async () => {
   const info = await sbx.files.write('rel-js.txt', 'home')
   assert.ok(info.path.startsWith('/') && info.path.endsWith('/rel-js.txt'), info.path)

@@ -4,6 +4,7 @@
 
 mod download;
 mod error;
+mod gunzip;
 mod query;
 mod upload;
 pub(crate) mod user;

@@ -2,7 +2,8 @@
 //! send: `multipart/form-data` with one part named `file` per file (its
 //! filename the file's path; `?path=` names the destination when one file
 //! is sent), or `application/octet-stream`, the body the one file named
-//! by `?path=`. Each file streams into our Files service as it arrives.
+//! by `?path=` (gzip-encoded with the SDKs' `gzip`). Each file streams
+//! into our Files service as it arrives.
 //! The answer is E2B's: a JSON list of `{"name", "type": "file", "path"}`.
 
 use bytes::Bytes;
@@ -15,6 +16,7 @@ use tonic::Status;
 
 use airlock_api::reason::invalid;
 
+use super::gunzip::gunzip;
 use super::query::Query;
 use super::user::{self, User};
 use super::write;
@@ -33,8 +35,13 @@ pub struct Written {
 /// The body's form.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Form {
-    Multipart { boundary: String },
-    Raw,
+    Multipart {
+        boundary: String,
+    },
+    /// The one file; `gzip` when it comes compressed.
+    Raw {
+        gzip: bool,
+    },
 }
 
 /// The answer to an upload, or the status that refuses it.
@@ -50,14 +57,17 @@ pub async fn upload(
         .into_data_stream()
         .map_err(|error| error.to_string());
     let written = match form {
-        Form::Raw => {
+        Form::Raw { gzip } => {
             let raw = query.path.as_deref().ok_or_else(|| {
                 invalid(
                     "path",
                     "missing: an octet-stream upload names its file with ?path=",
                 )
             })?;
-            vec![one(call, &user, raw, body).await?]
+            match gzip {
+                true => vec![one(call, &user, raw, gunzip(body)).await?],
+                false => vec![one(call, &user, raw, body).await?],
+            }
         }
         Form::Multipart { boundary } => multipart(call, &user, query, boundary, body).await?,
     };
@@ -67,15 +77,22 @@ pub async fn upload(
 /// The form of a body with `headers`; `Err` for one this envd does not
 /// take.
 fn form(headers: &HeaderMap) -> Result<Form, Status> {
-    if let Some(encoding) = headers.get(header::CONTENT_ENCODING) {
-        let encoding = encoding.to_str().unwrap_or_default().trim();
-        if !encoding.eq_ignore_ascii_case("identity") {
-            return Err(invalid(
-                "content-encoding",
-                format!("{encoding:?} uploads are not supported here; upload without gzip"),
-            ));
+    let gzip = match headers.get(header::CONTENT_ENCODING) {
+        None => false,
+        Some(encoding) => {
+            let encoding = encoding.to_str().unwrap_or_default().trim();
+            if encoding.eq_ignore_ascii_case("gzip") {
+                true
+            } else if encoding.is_empty() || encoding.eq_ignore_ascii_case("identity") {
+                false
+            } else {
+                return Err(invalid(
+                    "content-encoding",
+                    format!("{encoding:?}: uploads may be gzip or not encoded"),
+                ));
+            }
         }
-    }
+    };
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
@@ -87,6 +104,10 @@ fn form(headers: &HeaderMap) -> Result<Form, Status> {
         .trim()
         .to_ascii_lowercase();
     match essence.as_str() {
+        "multipart/form-data" if gzip => Err(invalid(
+            "content-encoding",
+            "a gzip upload is an octet-stream one (as the SDKs send it), not multipart",
+        )),
         "multipart/form-data" => multer::parse_boundary(content_type)
             .map(|boundary| Form::Multipart { boundary })
             .map_err(|error| {
@@ -95,7 +116,7 @@ fn form(headers: &HeaderMap) -> Result<Form, Status> {
                     format!("multipart without a boundary: {error}"),
                 )
             }),
-        "application/octet-stream" | "" => Ok(Form::Raw),
+        "application/octet-stream" | "" => Ok(Form::Raw { gzip }),
         other => Err(invalid(
             "content-type",
             format!("{other:?}: send multipart/form-data or application/octet-stream"),
@@ -187,13 +208,18 @@ mod tests {
         );
         assert_eq!(
             form(&headers("application/octet-stream")).unwrap(),
-            Form::Raw
+            Form::Raw { gzip: false }
         );
         assert!(form(&headers("multipart/form-data")).is_err());
         assert!(form(&headers("text/plain")).is_err());
         let mut gzip = headers("application/octet-stream");
         gzip.insert(header::CONTENT_ENCODING, "gzip".parse().unwrap());
+        assert_eq!(form(&gzip).unwrap(), Form::Raw { gzip: true });
+        gzip.insert(header::CONTENT_ENCODING, "br".parse().unwrap());
         assert!(form(&gzip).is_err());
+        let mut multi = headers("multipart/form-data; boundary=x");
+        multi.insert(header::CONTENT_ENCODING, "gzip".parse().unwrap());
+        assert!(form(&multi).is_err());
     }
 
     #[test]

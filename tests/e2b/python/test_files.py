@@ -239,3 +239,39 @@ def test_a_wrong_token_through_the_sdk(sbx):
     )
     with pytest.raises(AuthenticationException):
         other.files.read("/tmp/t/hello.txt")
+
+
+def test_the_async_sdk():
+    """AsyncSandbox: the same calls, and watch_dir as WatchDir's stream."""
+    import asyncio
+
+    from e2b import AsyncSandbox
+
+    async def run():
+        sandbox = await AsyncSandbox.create()
+        try:
+            files = sandbox.files
+            await files.write("/tmp/as/a.txt", "async")
+            assert await files.read("/tmp/as/a.txt") == "async"
+            assert [e.name for e in await files.list("/tmp/as")] == ["a.txt"]
+            assert await files.exists("/tmp/as/a.txt")
+            assert await files.make_dir("/tmp/as/d")
+            seen = []
+            handle = await files.watch_dir("/tmp/as", lambda event: seen.append((event.name, event.type)))
+            try:
+                await files.write("/tmp/as/w.txt", "w")
+                await files.remove("/tmp/as/a.txt")
+                for _ in range(100):
+                    if ("a.txt", FilesystemEventType.REMOVE) in seen:
+                        break
+                    await asyncio.sleep(0.2)
+            finally:
+                await handle.stop()
+            assert ("w.txt", FilesystemEventType.WRITE) in seen, seen
+            assert ("a.txt", FilesystemEventType.REMOVE) in seen, seen
+            with pytest.raises(FileNotFoundException):
+                await files.read("/tmp/as/none")
+        finally:
+            await sandbox.kill()
+
+    asyncio.run(run())

@@ -158,6 +158,38 @@ async fn the_control_plane_answers_as_e2b_and_keeps_tenancy() {
     assert_eq!(connected["sandboxID"], a.as_str());
     assert_eq!(connected["envdAccessToken"], detail["envdAccessToken"]);
 
+    // refreshes (never shortens the life), the templates, several metrics.
+    let (status, _, _) = call(
+        front,
+        Method::POST,
+        &format!("/sandboxes/{a}/refreshes"),
+        &me,
+        br#"{"duration": 5}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (_, _, after) = call(front, Method::GET, &format!("/sandboxes/{a}"), &me, vec![]).await;
+    assert!(
+        after["endAt"].as_str().unwrap() > detail["endAt"].as_str().unwrap(),
+        "{after}"
+    );
+    let (status, _, templates) = call(front, Method::GET, "/templates", &me, vec![]).await;
+    assert_eq!(status, StatusCode::OK, "{templates}");
+    assert!(templates.is_array());
+    let (status, _, unknown) = call(
+        front,
+        Method::GET,
+        &format!("/sandboxes/{a}/logs"),
+        &me,
+        vec![],
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_IMPLEMENTED, "{unknown}");
+    assert!(
+        unknown["message"].as_str().unwrap().contains("logs"),
+        "{unknown}"
+    );
+
     // Another key: not found, exactly as a sandbox that does not exist.
     for (method, path) in [
         (Method::GET, format!("/sandboxes/{a}")),

@@ -67,12 +67,32 @@ async fn the_default_image_is_debian_with_its_own_users_and_a_fresh_overlay() {
         &sandbox,
         sh("id -un; getent passwd nobody | cut -d: -f1,3; echo $PATH; \
          python3 -c 'import ssl, sqlite3; print(ssl.OPENSSL_VERSION.split()[0])'; \
-         test -s /etc/ssl/certs/ca-certificates.crt && echo certs"),
+         test -s /etc/ssl/certs/ca-certificates.crt && echo certs; \
+         getent passwd user | cut -d: -f1,3,4,6,7; stat -c '%U %a' /home/user; \
+         python --version; for t in pip curl bash; do command -v $t; done; \
+         python3 -c 'import socket; print(socket.gethostbyname(\"localhost\"))'; \
+         ls /usr/lib/python3*/EXTERNALLY-MANAGED 2>/dev/null | wc -l"),
     )
     .await;
     assert_eq!(
         text(&out.stdout),
-        "root\nnobody:65534\n/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nOpenSSL\ncerts\n",
+        "root\nnobody:65534\n/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nOpenSSL\ncerts\n\
+         user:1000:1000:/home/user:/bin/bash\nuser 755\nPython 3.11.2\n\
+         /usr/bin/pip\n/usr/bin/curl\n/usr/bin/bash\n127.0.0.1\n0\n",
+        "{}",
+        text(&out.stderr)
+    );
+
+    // E2B's account: a program run as `user` without a directory starts
+    // in its home, and may write there.
+    let out = run(
+        &sandbox,
+        sh("pwd; id -un; touch ~/mine && stat -c %U ~/mine").user("user"),
+    )
+    .await;
+    assert_eq!(
+        text(&out.stdout),
+        "/home/user\nuser\nuser\n",
         "{}",
         text(&out.stderr)
     );

@@ -16,9 +16,18 @@ use super::ImageError;
 pub const DEFAULT_SUITE: &str = "bookworm";
 /// Debian's mirror.
 pub const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
-/// What the default image adds to minbase: the full Python 3 and the CA
-/// certificates (coreutils is essential, listed because users count on it).
-pub const DEFAULT_PACKAGES: &[&str] = &["python3", "ca-certificates", "coreutils"];
+/// What the default image adds to minbase: the full Python 3 with pip and
+/// the `python` name, curl and the CA certificates (coreutils is essential,
+/// listed because users count on it; bash is in minbase): what code written
+/// for E2B's base image runs without installing anything.
+pub const DEFAULT_PACKAGES: &[&str] = &[
+    "python3",
+    "python3-pip",
+    "python-is-python3",
+    "curl",
+    "ca-certificates",
+    "coreutils",
+];
 /// How many lines of debootstrap's output an error shows.
 const ERROR_TAIL_LINES: usize = 15;
 
@@ -214,11 +223,20 @@ mod tests {
         );
         assert_eq!(
             spec.packages,
-            vec!["ca-certificates", "coreutils", "git", "python3"]
+            vec![
+                "ca-certificates",
+                "coreutils",
+                "curl",
+                "git",
+                "python-is-python3",
+                "python3",
+                "python3-pip"
+            ]
         );
         assert_eq!(
             spec.describe(),
-            "debian bookworm minbase +ca-certificates,coreutils,git,python3"
+            "debian bookworm minbase \
+             +ca-certificates,coreutils,curl,git,python-is-python3,python3,python3-pip"
         );
         assert!(DebianSpec::default()
             .packages

@@ -15,8 +15,10 @@
 //! agent gives it to the programs it starts (it is how such an image's
 //! `PATH` reaches them).
 
+pub mod account;
 pub mod debian;
 pub mod ext4;
+pub mod finish;
 pub mod inputs;
 pub mod layer;
 pub mod oci;
@@ -204,6 +206,7 @@ pub fn build(options: &BuildOptions) -> Result<Built, ImageError> {
             ));
             create_root(&tree)?;
             debian::bootstrap(spec, &tree)?;
+            finish::debian(&tree)?;
             tree.clone()
         }
         Source::Tar(file) => {
@@ -263,7 +266,13 @@ pub fn image_id(options: &BuildOptions) -> Result<String, ImageError> {
                 .field("source", "debian")
                 .field("suite", &spec.suite)
                 .field("mirror", &spec.mirror)
-                .field("packages", &spec.packages.join(","));
+                .field("packages", &spec.packages.join(","))
+                .field(
+                    "account",
+                    &format!("{}:{}:{}", account::NAME, account::ID, account::HOME),
+                )
+                .field("hosts", finish::HOSTS)
+                .field("pip", "system-wide");
         }
         Source::Dir(dir) => {
             inputs.field("source", "dir").tree(dir).map_err(read(dir))?;

@@ -445,7 +445,8 @@ def test_run_code_values_outputs_errors(aio: Loop, py: AsyncSandbox) -> None:
         assert (await py.run_code("x = 41")).results == []
         execution = await py.run_code("x + 1")
         assert execution.text == "42" and execution.error is None and execution.execution_count
-        assert (await py.run_code("{'answer': x + 1}")).results[0].json == {"answer": 42}
+        answer = (await py.run_code("{'answer': x + 1}")).results[0]
+        assert answer.text == "{'answer': 42}" and answer.json is None
         printed: List[str] = []
         results: List[Result] = []
         errors: List[Any] = []

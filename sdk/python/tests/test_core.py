@@ -79,7 +79,7 @@ def test_create_request_carries_every_option() -> None:
     assert [(s.name, s.value, list(s.hosts)) for s in request.secrets] == [("S", "v", ["x.example"])]
     assert (request.no_image, request.cold, request.workspace) == (True, True, "w")
     assert (list(request.ca_certs), list(request.public_ports)) == (["pem"], [8000])
-    assert not lifecycle.create_request().HasField("timeout_secs")
+    assert lifecycle.create_request().timeout_secs == 300  # E2B's default lifetime
 
 
 def test_create_request_refuses_what_airlock_cannot_do() -> None:
@@ -168,7 +168,7 @@ def test_start_request_and_the_first_event() -> None:
         timeout=3, stdin=True, pty=PtySize(24, 80), tag="t", kill_on_disconnect=True,
     )
     start = first.start
-    assert list(start.argv) == ["/bin/sh", "-c", "echo hi"] and start.timeout_secs == 3.0
+    assert list(start.argv)[-1] == "echo hi" and list(start.argv)[:2] == ["/bin/sh", "-c"] and start.timeout_secs == 3.0
     assert (start.pty.rows, start.pty.cols, start.tag, start.kill_on_disconnect) == (24, 80, "t", True)
     started = processes_pb2.ProcessEvent(started=processes_pb2.Started(pid=42))
     assert commands.started_pid(started) == 42

@@ -11,7 +11,8 @@
  */
 
 export { Sandbox, SandboxPaginator } from "./sandbox.js";
-export type { SandboxOpts, SandboxListOpts, SecretSpec, IdleSpec } from "./sandbox.js";
+export { ConnectionConfig } from "./connection.js";
+export type { SandboxOpts, SandboxListOpts, SandboxNetworkOpts, SecretSpec, IdleSpec } from "./sandbox.js";
 export type { SandboxInfo, SandboxMetrics, SandboxState, SandboxUsage } from "./info.js";
 export type { ConnectionOpts, RequestOpts } from "./connection.js";
 export { Commands, DEFAULT_COMMAND_TIMEOUT_MS } from "./commands.js";
@@ -33,13 +34,15 @@ export type {
 } from "./files.js";
 export { Execution, Result } from "./code.js";
 export type { Context, ExecutionError, OutputMessage, RunCodeOpts, CreateCodeContextOpts } from "./code.js";
-export { Network } from "./network.js";
+export { Network, ALL_TRAFFIC } from "./network.js";
 export type { AuditProtocol, AuditRecord, BoundSecret, NetworkPolicyInfo } from "./network.js";
 export type { ExposedPort } from "./ingress.js";
 export type { DataSource } from "./bytes.js";
 export {
   SandboxError,
   NotFoundError,
+  SandboxNotFoundError,
+  FileNotFoundError,
   AuthenticationError,
   TimeoutError,
   RateLimitError,

@@ -16,7 +16,7 @@ import { linkSignal } from "./handle.js";
 export interface OutputMessage {
   /** The text (a piece as it arrived: one line or more, or part of one). */
   line: string;
-  /** When it arrived, in milliseconds since the Unix epoch. */
+  /** When it arrived, in nanoseconds since the Unix epoch (E2B's unit; a double, so to about a microsecond). */
   timestamp: number;
   /** Whether it came on stderr. */
   error: boolean;
@@ -30,6 +30,100 @@ export interface ExecutionError {
   value: string;
   /** The traceback, lines joined with newlines. */
   traceback: string;
+  /** The traceback's lines (E2B's older SDKs' `tracebackRaw`). */
+  tracebackRaw: string[];
+}
+
+/** Now, in nanoseconds since the Unix epoch, as E2B's output messages carry it. */
+function nowNs(): number {
+  return Date.now() * 1e6;
+}
+
+/** A JSON value as Python's `repr` writes it (for {@link plainJson}). */
+function pyRepr(value: unknown): string {
+  if (value === null) {
+    return "None";
+  }
+  if (value === true || value === false) {
+    return value ? "True" : "False";
+  }
+  if (typeof value === "number") {
+    return String(value);
+  }
+  if (typeof value === "string") {
+    const quote = value.includes("'") && !value.includes('"') ? '"' : "'";
+    const body = value
+      .replace(/\\/g, "\\\\")
+      .replace(/\n/g, "\\n")
+      .replace(/\r/g, "\\r")
+      .replace(/\t/g, "\\t")
+      .split(quote)
+      .join(`\\${quote}`);
+    return `${quote}${body}${quote}`;
+  }
+  if (Array.isArray(value)) {
+    return `[${value.map(pyRepr).join(", ")}]`;
+  }
+  if (typeof value === "object") {
+    const entries = Object.entries(value as Record<string, unknown>);
+    return `{${entries.map(([k, v]) => `${pyRepr(k)}: ${pyRepr(v)}`).join(", ")}}`;
+  }
+  return String(value);
+}
+
+/**
+ * Whether a result's JSON is only the value's own repr (42 and "42", a
+ * dict and its repr): the interpreter adds JSON for a plain value, where
+ * IPython (and so E2B) gives JSON only for a value with `_repr_json_`.
+ */
+export function plainJson(rawJson: string, value: unknown, text: string): boolean {
+  if (Array.isArray(value) && text.startsWith("(")) {
+    // JSON has no tuples: (1,) and (1, 2) are a list's repr in parentheses.
+    const items = value.map(pyRepr);
+    return text === (items.length === 1 ? `(${items[0]},)` : `(${items.join(", ")})`);
+  }
+  return rawJson.trim() === text || pyRepr(value) === text;
+}
+
+/** A line of IPython's shell escapes: `!cmd`, or `%pip`, `%conda`, `%sh`, `%system` ... */
+const MAGIC = /^([ \t]*)(?:!|%(?=(?:pip|conda|sh|system)\b))(.*)$/;
+
+/** A Python string literal of `text` (JSON's escapes are Python's too). */
+function pyString(text: string): string {
+  return JSON.stringify(text);
+}
+
+/**
+ * A cell's IPython shell lines (`!pip install x`, `%pip install x`, which
+ * agent frameworks send) as Python that runs them with the shell and prints
+ * their output; IPython's other magics stay a SyntaxError. A line that
+ * starts with `!` is never Python, so nothing else changes (but a `!` line
+ * inside a triple-quoted string would).
+ */
+export function shellMagics(code: string): string {
+  if (!code.includes("!") && !code.includes("%")) {
+    return code;
+  }
+  return code
+    .split("\n")
+    .map((line) => {
+      const match = MAGIC.exec(line);
+      const trimmed = line.trimStart();
+      if (match === null || trimmed.startsWith("!=")) {
+        return line;
+      }
+      const indent = match[1] ?? "";
+      let command = match[2] ?? "";
+      if (trimmed.startsWith("%") && command.startsWith("system")) {
+        command = command.slice("system".length);
+      } else if (trimmed.startsWith("%") && command.startsWith("sh")) {
+        command = command.slice("sh".length);
+      }
+      // -1 and -2 are subprocess.PIPE and STDOUT: the output, both streams
+      // in order, printed as the cell's stdout.
+      return `${indent}print(__import__('subprocess').run(${pyString(command.trim())}, shell=True, stdout=-1, stderr=-2, text=True).stdout, end='')`;
+    })
+    .join("\n");
 }
 
 const encoder = new TextEncoder();
@@ -79,12 +173,16 @@ export class Result {
   constructor(result: CodeResult) {
     const raw: Record<string, unknown> = {};
     const extra: Record<string, string> = {};
+    let rawJson: string | undefined;
     for (const item of result.items) {
       let value: unknown;
       if (isBinary(item.mimeType)) {
         value = base64(item.data);
       } else if (isJson(item.mimeType)) {
         const text = decoder.decode(item.data);
+        if (item.mimeType === "application/json") {
+          rawJson = text;
+        }
         try {
           value = JSON.parse(text);
         } catch {
@@ -94,6 +192,10 @@ export class Result {
         value = decoder.decode(item.data);
       }
       raw[item.mimeType] = value;
+    }
+    const plain = raw["text/plain"];
+    if (rawJson !== undefined && typeof plain === "string" && plainJson(rawJson, raw["application/json"], plain)) {
+      delete raw["application/json"];
     }
     const text = (mime: string): string | undefined => (typeof raw[mime] === "string" ? (raw[mime] as string) : undefined);
     this.text = text("text/plain");
@@ -162,8 +264,21 @@ export class Result {
     return out;
   }
 
+  /** E2B's serialisable shape: every representation by its field's name, `extra` when there are others. */
   toJSON(): Record<string, unknown> {
-    return { ...this.raw, isMainResult: this.isMainResult };
+    return {
+      text: this.text,
+      html: this.html,
+      markdown: this.markdown,
+      svg: this.svg,
+      png: this.png,
+      jpeg: this.jpeg,
+      pdf: this.pdf,
+      latex: this.latex,
+      json: this.json,
+      javascript: this.javascript,
+      ...(Object.keys(this.extra).length > 0 ? { extra: this.extra } : {}),
+    };
   }
 }
 
@@ -183,12 +298,12 @@ export class Execution {
     return this.results.find((r) => r.isMainResult)?.text;
   }
 
+  /** E2B's serialisable shape: results, logs and error. */
   toJSON(): Record<string, unknown> {
     return {
       results: this.results.map((r) => r.toJSON()),
       logs: this.logs,
       error: this.error,
-      executionCount: this.executionCount,
     };
   }
 }
@@ -239,6 +354,12 @@ export interface CreateCodeContextOpts extends RequestOpts {
   user?: string;
 }
 
+/** Whether a cell runs Python (the default language), where IPython's shell lines are translated. */
+function isPython(opts: RunCodeOpts): boolean {
+  const language = typeof opts.context === "object" ? opts.context.language : opts.context === undefined ? opts.language : "python";
+  return language === undefined || language === "" || language === "python" || language === "python3";
+}
+
 function contextOf(context: CodeContext, cwd?: string): Context {
   return {
     id: context.contextId,
@@ -279,7 +400,7 @@ export class CodeInterpreter {
             return;
           }
           (isErr ? execution.logs.stderr : execution.logs.stdout).push(line);
-          const message: OutputMessage = { line, timestamp: Date.now(), error: isErr };
+          const message: OutputMessage = { line, timestamp: nowNs(), error: isErr };
           await (isErr ? opts.onStderr : opts.onStdout)?.(message);
           return;
         }
@@ -290,10 +411,14 @@ export class CodeInterpreter {
           return;
         }
         case "error": {
+          // The interpreter's lines end in newlines of their own; E2B's
+          // traceback is the lines joined by one.
+          const lines = event.event.value.traceback.map((line) => line.replace(/\n+$/, ""));
           const error: ExecutionError = {
             name: event.event.value.name,
             value: event.event.value.value,
-            traceback: event.event.value.traceback.join("\n"),
+            traceback: lines.join("\n"),
+            tracebackRaw: lines,
           };
           execution.error = error;
           await opts.onError?.(error);
@@ -317,7 +442,7 @@ export class CodeInterpreter {
       const events = this.connection.code.runCode(
         {
           sandboxId: this.sandboxId,
-          code,
+          code: isPython(opts) ? shellMagics(code) : code,
           language: opts.context === undefined ? (opts.language ?? "") : "",
           contextId: opts.context === undefined ? "" : idOf(opts.context),
           timeoutSecs: opts.timeoutMs === undefined || opts.timeoutMs <= 0 ? undefined : opts.timeoutMs / 1000,
@@ -353,7 +478,7 @@ export class CodeInterpreter {
       const rest = decoder.decode();
       if (rest !== "") {
         (isErr ? execution.logs.stderr : execution.logs.stdout).push(rest);
-        await (isErr ? opts.onStderr : opts.onStdout)?.({ line: rest, timestamp: Date.now(), error: isErr });
+        await (isErr ? opts.onStderr : opts.onStdout)?.({ line: rest, timestamp: nowNs(), error: isErr });
       }
     }
     if (!done) {

@@ -131,6 +131,25 @@ export function seconds(ms: number | undefined): number | undefined {
   return ms === undefined || ms <= 0 ? undefined : ms / 1000;
 }
 
+/**
+ * Runs `$1` as E2B does, with `bash -l -c` (bash's `[[ ]]`, a login
+ * shell's PATH), or with `/bin/sh -c` in an image without bash (busybox).
+ */
+export const BASH_OR_SH = 'command -v bash >/dev/null 2>&1 && exec bash -l -c "$1"; exec /bin/sh -c "$1"';
+
+/** A command line as the API runs one: E2B's `bash -l -c`, through a `/bin/sh` that falls back to itself. */
+export function shell(cmd: string): string[] {
+  return ["/bin/sh", "-c", BASH_OR_SH, "sh", cmd];
+}
+
+/** A program's argv as E2B reports a command's (`/bin/bash -l -c CMD`), the wrapper of {@link shell} left out. */
+export function shownArgv(argv: string[]): string[] {
+  if (argv.length === 5 && argv[0] === "/bin/sh" && argv[1] === "-c" && argv[2] === BASH_OR_SH && argv[3] === "sh") {
+    return ["/bin/bash", "-l", "-c", argv[4] ?? ""];
+  }
+  return argv;
+}
+
 /** Shell commands in one sandbox. */
 export class Commands {
   /** @internal */
@@ -151,7 +170,7 @@ export class Commands {
       this.connection,
       {
         sandboxId: this.sandboxId,
-        argv: ["/bin/sh", "-c", cmd],
+        argv: shell(cmd),
         envs: opts.envs ?? {},
         cwd: opts.cwd ?? "",
         user: opts.user ?? "",
@@ -177,8 +196,8 @@ export class Commands {
     return answer.processes.map((p) => ({
       pid: p.pid,
       tag: p.tag,
-      cmd: p.argv[0] ?? "",
-      args: p.argv.slice(1),
+      cmd: shownArgv(p.argv)[0] ?? "",
+      args: shownArgv(p.argv).slice(1),
       envs: {},
       running: p.running,
       exitCode: p.exit === undefined ? undefined : p.exit.exitCode,

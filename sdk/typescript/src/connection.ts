@@ -83,16 +83,45 @@ export interface Platform {
    * whose calls carry the key ({@link headersInterceptor}).
    */
   open(opts: ConnectionOpts, signal?: AbortSignal): Promise<OpenedTransport>;
+  /**
+   * The image `Sandbox.create` uses when the code names none (Node:
+   * `AIRLOCK_IMAGE`), so E2B code expecting E2B's tools runs unchanged on
+   * an image that has them.
+   */
+  defaultImage?(): string | undefined;
+}
+
+/** What `ConnectionConfig.setIntegration` set. */
+let integration: string | undefined;
+
+/** E2B's `ConnectionConfig`, for its one static call that wrapping libraries make. */
+export class ConnectionConfig {
+  /**
+   * Names a library wrapping the SDK ("my-agent/1.0"): every call from then
+   * on carries it in the `x-airlock-integration` header. `undefined` clears it.
+   */
+  static setIntegration(name: string | undefined): void {
+    integration = name === "" ? undefined : name;
+  }
+
+  /** What `setIntegration` set, if anything. */
+  static get integration(): string | undefined {
+    return integration;
+  }
 }
 
 /**
- * An interceptor that adds the key and the caller's headers to every call
- * (platforms put it on the transports they make).
+ * An interceptor that adds the key, the integration's name and the
+ * caller's headers to every call (platforms put it on the transports they
+ * make).
  */
 export function headersInterceptor(apiKey: string | undefined, headers: Record<string, string> | undefined): Interceptor {
   return (next) => async (req) => {
     if (apiKey !== undefined && apiKey !== "") {
       req.header.set("authorization", `Bearer ${apiKey}`);
+    }
+    if (integration !== undefined) {
+      req.header.set("x-airlock-integration", integration);
     }
     for (const [name, value] of Object.entries(headers ?? {})) {
       req.header.set(name, value);

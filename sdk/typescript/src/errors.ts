@@ -3,14 +3,16 @@
  * from the call's gRPC status and the server's `airlock-error` reason.
  *
  *     SandboxError
- *     ├── NotFoundError         no such sandbox (or not yours), file, program, context
+ *     ├── NotFoundError         no such image, template, process, context, tracker
+ *     │   ├── SandboxNotFoundError  no such sandbox (or not yours), or it ended
+ *     │   └── FileNotFoundError     no such guest file or directory (or program)
  *     ├── AuthenticationError   no key, or a key the server does not know
  *     ├── TimeoutError          a deadline passed (the call's, the command's, the guest's)
  *     ├── RateLimitError        too many calls, sandboxes or too much memory for the key or server
  *     ├── InvalidArgumentError  a field the server refused (`field` names it)
  *     └── CommandExitError      a command ended with a non-zero exit code
  *
- * Other reasons (`SANDBOX_ENDED`, `NO_NETWORK`, `UNSUPPORTED`, for one a
+ * Other reasons (`NO_NETWORK`, `UNSUPPORTED`, for one a
  * server that serves no ingress, `PORT_CLOSED`, ...) are a `SandboxError`
  * whose `reason` names them and whose message is the server's, which says
  * what to do.
@@ -65,6 +67,16 @@ export class NotFoundError extends SandboxError {
   override name = "NotFoundError";
 }
 
+/** No such sandbox (or not yours), or it ended (E2B's name). */
+export class SandboxNotFoundError extends NotFoundError {
+  override name = "SandboxNotFoundError";
+}
+
+/** No such file or directory in the guest, or program (E2B's name). */
+export class FileNotFoundError extends NotFoundError {
+  override name = "FileNotFoundError";
+}
+
 /** No API key, or one the server does not know (never made, or removed). */
 export class AuthenticationError extends SandboxError {
   override name = "AuthenticationError";
@@ -105,7 +117,7 @@ export class CommandExitError extends SandboxError implements CommandResult {
   readonly result: CommandResult;
 
   constructor(result: CommandResult) {
-    super(result.error ?? `exit status ${result.exitCode}`);
+    super((result.error ?? `exit status ${result.exitCode}`) + missingToolHint(result.exitCode, result.stderr));
     this.result = result;
   }
 
@@ -121,6 +133,36 @@ export class CommandExitError extends SandboxError implements CommandResult {
   get stderr(): string {
     return this.result.stderr;
   }
+}
+
+/** Programs E2B's images have that an Airlock image may not. */
+const E2B_TOOLS = ["pip", "pip3", "python", "curl", "sudo"];
+
+/** What to do when a command failed for a program E2B's images have and this image does not, or for Debian's refusal of a system-wide `pip install`. */
+export function missingToolHint(exitCode: number, stderr: string): string {
+  if (stderr.includes("externally-managed-environment")) {
+    return "; Debian's Python refuses pip installs into the system (PEP 668; E2B's image allows them): pip install --target DIR, a venv, or --break-system-packages";
+  }
+  if (exitCode !== 127) {
+    return "";
+  }
+  const tool = E2B_TOOLS.find((t) => stderr.includes(`${t}: not found`) || stderr.includes(`${t}: command not found`));
+  if (tool === undefined) {
+    return "";
+  }
+  const python = tool === "python" ? "; `python3` is the default image's Python" : "";
+  return `; this sandbox's image has no ${tool} (E2B's images do): create the sandbox from an image or template that has it (image, or AIRLOCK_IMAGE for code that names none)${python}`;
+}
+
+/** What to do when E2B's default user or home is missing from the image. */
+export function guestHint(message: string): string {
+  if (message.includes("user not found")) {
+    return "; E2B's default user `user` is not in this image: leave user out (root, home /root) or create the sandbox from an image that has the account";
+  }
+  if (message.includes("not found: /home/user")) {
+    return "; E2B's home /home/user is not in this image: Airlock's default user is root, home /root (relative paths resolve there)";
+  }
+  return "";
 }
 
 /** gRPC code names, as the server's docs write them. */
@@ -149,9 +191,11 @@ type ErrorClass = new (message: string, details?: SandboxErrorDetails) => Sandbo
 const BY_REASON: Record<string, ErrorClass> = {
   UNAUTHENTICATED: AuthenticationError,
   INVALID_ARGUMENT: InvalidArgumentError,
-  SANDBOX_NOT_FOUND: NotFoundError,
+  SANDBOX_NOT_FOUND: SandboxNotFoundError,
+  // An ended sandbox is gone for E2B's code, which catches NotFoundError.
+  SANDBOX_ENDED: SandboxNotFoundError,
   NOT_FOUND: NotFoundError,
-  GUEST_NOT_FOUND: NotFoundError,
+  GUEST_NOT_FOUND: FileNotFoundError,
   SANDBOX_LIMIT: RateLimitError,
   QUOTA_EXCEEDED: RateLimitError,
   RATE_LIMITED: RateLimitError,
@@ -191,6 +235,8 @@ export function toSandboxError(error: unknown, signal: AbortSignal | undefined, 
     message = `cannot reach the Airlock server at ${where}: ${message}`;
   } else if (reason === undefined && connect.code === Code.DeadlineExceeded) {
     message = `the call to ${where} took longer than its deadline (requestTimeoutMs): ${message}`;
+  } else if (reason === "GUEST_NOT_FOUND") {
+    message += guestHint(message);
   }
   return new kind(message, details);
 }

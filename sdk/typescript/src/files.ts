@@ -179,6 +179,67 @@ function eventOf(watched: string, event: WatchEvent): FilesystemEvent {
   }
 }
 
+/**
+ * The guest's temporary file of an atomic write (`.NAME.airlock-N-M.tmp`)
+ * or this SDK's piecewise one (`.NAME.airlock-part-R`), renamed over NAME.
+ */
+const TEMPORARY = /^\.(.+)\.airlock-(?:\d+-\d+\.tmp|part-[0-9a-z]+)$/;
+
+/**
+ * A watch's events as E2B reports a write: each file is written to a
+ * temporary beside it that is renamed over it, so the temporary's events
+ * are dropped and its rename onto the file becomes a "create" and a
+ * "write" of the file written (the name a program waits for).
+ */
+export class WatchNames {
+  private cookies: number[] = [];
+
+  constructor(private readonly watched: string) {}
+
+  events(raw: WatchEvent): FilesystemEvent[] {
+    const event = eventOf(this.watched, raw);
+    if (TEMPORARY.test(split(event.path)[1])) {
+      if (raw.type === WatchEventType.RENAME_FROM && raw.cookie !== 0) {
+        this.cookies = [...this.cookies, raw.cookie].slice(-64);
+      }
+      return [];
+    }
+    const at = raw.type === WatchEventType.RENAME_TO ? this.cookies.indexOf(raw.cookie) : -1;
+    if (at >= 0) {
+      this.cookies.splice(at, 1);
+      const base = { name: event.name, path: event.path, isDir: event.isDir };
+      return [
+        { ...base, type: "create" },
+        { ...base, type: "write" },
+      ];
+    }
+    return [event];
+  }
+}
+
+/**
+ * A guest path as E2B resolves one: a relative path is taken from the
+ * user's home (`/root` for root, the default user; `/home/USER` for another).
+ */
+export function guestPath(path: string, user?: string): string {
+  if (path === "" || path.startsWith("/")) {
+    return path;
+  }
+  const home = user === undefined || user === "" || user === "root" || user === "0" ? "/root" : `/home/${user}`;
+  const parts: string[] = [];
+  for (const part of `${home}/${path}`.split("/")) {
+    if (part === "" || part === ".") {
+      continue;
+    }
+    if (part === "..") {
+      parts.pop();
+    } else {
+      parts.push(part);
+    }
+  }
+  return `/${parts.join("/")}`;
+}
+
 /** The directory part of an absolute path, and its last component. */
 function split(path: string): [string, string] {
   const at = path.lastIndexOf("/");
@@ -222,6 +283,7 @@ export class Filesystem {
   read(path: string, opts: ReadOpts & { format: "stream" }): Promise<ReadableStream<Uint8Array>>;
   read(path: string, opts?: ReadOpts): Promise<string | Uint8Array | Blob | ReadableStream<Uint8Array>>;
   async read(path: string, opts: ReadOpts = {}): Promise<string | Uint8Array | Blob | ReadableStream<Uint8Array>> {
+    path = guestPath(path);
     const format = opts.format ?? "text";
     const controller = new AbortController();
     const unlink = linkSignal(opts.signal, controller);
@@ -295,6 +357,7 @@ export class Filesystem {
   }
 
   private async writeOne(path: string, data: DataSource, opts: WriteOpts): Promise<WriteInfo> {
+    path = guestPath(path, opts.user);
     if (this.connection.streamsRequests) {
       return await this.writeCall(path, chunks(data, CHUNK_BYTES), opts, opts.append === true);
     }
@@ -403,6 +466,7 @@ export class Filesystem {
 
   /** The entries of a directory, `depth` levels down (default 1: its children). */
   async list(path: string, opts: RequestOpts & { depth?: number } = {}): Promise<EntryInfo[]> {
+    path = guestPath(path);
     const answer = await this.connection.call(opts, (o) =>
       this.connection.files.list({ sandboxId: this.sandboxId, path, depth: opts.depth ?? 1 }, o),
     );
@@ -411,6 +475,7 @@ export class Filesystem {
 
   /** Whether a path exists. */
   async exists(path: string, opts?: RequestOpts): Promise<boolean> {
+    path = guestPath(path);
     const answer = await this.connection.call(opts, (o) =>
       this.connection.files.exists({ sandboxId: this.sandboxId, path }, o),
     );
@@ -419,6 +484,7 @@ export class Filesystem {
 
   /** An entry's metadata (a symlink is not followed). */
   async getInfo(path: string, opts?: RequestOpts): Promise<EntryInfo> {
+    path = guestPath(path);
     return entryInfo(
       await this.connection.call(opts, (o) => this.connection.files.stat({ sandboxId: this.sandboxId, path }, o)),
     );
@@ -426,6 +492,7 @@ export class Filesystem {
 
   /** Makes a directory and its parents; false when it existed. */
   async makeDir(path: string, opts?: RequestOpts): Promise<boolean> {
+    path = guestPath(path);
     const answer = await this.connection.call(opts, (o) =>
       this.connection.files.makeDir({ sandboxId: this.sandboxId, path }, o),
     );
@@ -434,6 +501,8 @@ export class Filesystem {
 
   /** Moves an entry; answers its new metadata. */
   async rename(oldPath: string, newPath: string, opts?: RequestOpts): Promise<EntryInfo> {
+    oldPath = guestPath(oldPath);
+    newPath = guestPath(newPath);
     return entryInfo(
       await this.connection.call(opts, (o) =>
         this.connection.files.rename({ sandboxId: this.sandboxId, from: oldPath, to: newPath }, o),
@@ -443,6 +512,7 @@ export class Filesystem {
 
   /** Removes a file, or a directory with everything in it. */
   async remove(path: string, opts?: RequestOpts): Promise<void> {
+    path = guestPath(path);
     await this.connection.call(opts, (o) => this.connection.files.remove({ sandboxId: this.sandboxId, path }, o));
   }
 
@@ -456,6 +526,7 @@ export class Filesystem {
     onEvent: (event: FilesystemEvent) => void | Promise<void>,
     opts: WatchOpts = {},
   ): Promise<WatchHandle> {
+    path = guestPath(path);
     const controller = new AbortController();
     const unlink = linkSignal(opts.signal, controller);
     let stopped = false;
@@ -478,6 +549,7 @@ export class Filesystem {
         : undefined;
     /** A failure of the caller's onEvent, which ends the watch. */
     let failed: { error: unknown } | undefined;
+    const names = new WatchNames(path);
     const pump = (async (): Promise<void> => {
       for (;;) {
         const next = await events.next();
@@ -485,7 +557,9 @@ export class Filesystem {
           return;
         }
         try {
-          await onEvent(eventOf(path, next.value));
+          for (const event of names.events(next.value)) {
+            await onEvent(event);
+          }
         } catch (error) {
           failed = { error };
           controller.abort(error);

@@ -308,8 +308,13 @@ export async function killProcess(connection: Connection, sandboxId: string, pid
     await connection.call(opts, (o) => connection.processes.sendSignal({ sandboxId, process: byPid(pid), signal: KILL }, o));
     return true;
   } catch (error) {
-    // No such process (the sandbox itself missing is still an error).
+    // No such process (the sandbox itself missing is still an error), or
+    // one that has exited, which the guest refuses to signal: E2B answers
+    // false for both.
     if (error instanceof NotFoundError && error.reason !== "SANDBOX_NOT_FOUND") {
+      return false;
+    }
+    if (error instanceof SandboxError && error.reason === "GUEST_REFUSED" && error.message.includes("exited")) {
       return false;
     }
     throw error;

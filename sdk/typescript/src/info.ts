@@ -27,7 +27,7 @@ export interface SandboxUsage {
 /** A sandbox, as `getInfo()` and `Sandbox.list()` answer it. */
 export interface SandboxInfo {
   sandboxId: string;
-  /** The template it started from ("" for none). */
+  /** The template it started from, else its image (E2B always names one). */
   templateId: string;
   /** Its root image ("" for none: the busybox environment). */
   image: string;
@@ -57,6 +57,14 @@ export interface SandboxInfo {
 export interface SandboxMetrics {
   /** When the figures were read. */
   timestamp: Date;
+  /** Its virtual CPUs. */
+  cpuCount: number;
+  /** Its guest CPU time over its running time since it started, per CPU, in percent. */
+  cpuUsedPct: number;
+  /** Not measured by Airlock: always undefined (E2B's disk figures). */
+  diskUsed?: number;
+  /** Not measured by Airlock: always undefined. */
+  diskTotal?: number;
   /** Guest memory in use (total minus available), in bytes. */
   memUsed: number;
   /** Guest memory, in bytes (0 while paused or on disk). */
@@ -102,7 +110,7 @@ function usage(u: ApiSandboxUsage | undefined): SandboxUsage {
 export function sandboxInfo(info: ApiSandboxInfo): SandboxInfo {
   return {
     sandboxId: info.sandboxId,
-    templateId: info.template,
+    templateId: info.template === "" ? info.image : info.template,
     image: info.image,
     metadata: { ...info.metadata },
     state: STATES[info.state] ?? "ended",
@@ -120,11 +128,15 @@ export function sandboxInfo(info: ApiSandboxInfo): SandboxInfo {
   };
 }
 
-export function sandboxMetrics(metrics: ApiSandboxMetrics): SandboxMetrics {
+export function sandboxMetrics(metrics: ApiSandboxMetrics, cpuCount: number): SandboxMetrics {
   const total = Number(metrics.memoryTotalBytes);
   const available = Number(metrics.memoryAvailableBytes);
+  const used = usage(metrics.usage);
+  const pct = (100 * used.guestCpuMs) / Math.max(used.runningMs, 1) / Math.max(cpuCount, 1);
   return {
     timestamp: new Date(Number(metrics.atMs)),
+    cpuCount,
+    cpuUsedPct: Math.round(pct * 100) / 100,
     memUsed: Math.max(0, total - available),
     memTotal: total,
     memAvailable: available,

@@ -10,6 +10,12 @@
 import type { Connection, RequestOpts } from "./connection.js";
 import type { NetworkPolicy } from "./gen/airlock/api/v1/network_pb.js";
 
+/**
+ * E2B's name for every address (`network: { denyOut: [ALL_TRAFFIC] }`); an
+ * Airlock sandbox denies it unless rules allow more.
+ */
+export const ALL_TRAFFIC = "0.0.0.0/0";
+
 /** A secret bound to hosts: its name and hosts, never its value. */
 export interface BoundSecret {
   name: string;

@@ -12,12 +12,12 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { CodeInterpreter, type Context, type CreateCodeContextOpts, type Execution, type RunCodeOpts } from "./code.js";
 import { Commands } from "./commands.js";
 import { Connection, type ConnectionOpts, type Platform, type RequestOpts } from "./connection.js";
-import { NotFoundError, SandboxError } from "./errors.js";
+import { InvalidArgumentError, NotFoundError, SandboxError } from "./errors.js";
 import { Filesystem } from "./files.js";
-import { SandboxIngress, type ExposedPort } from "./ingress.js";
+import { SandboxIngress, checkPort, type ExposedPort } from "./ingress.js";
 import { IdlePolicy, type CreateSandboxRequestSchema } from "./gen/airlock/api/v1/sandboxes_pb.js";
 import { apiState, sandboxInfo, sandboxMetrics, type SandboxInfo, type SandboxMetrics, type SandboxState } from "./info.js";
-import { Network } from "./network.js";
+import { ALL_TRAFFIC, Network } from "./network.js";
 import { Pty } from "./pty.js";
 
 /** A credential the guest may use but never see, for `secrets`. */
@@ -44,7 +44,7 @@ export interface SandboxOpts extends ConnectionOpts, RequestOpts {
   image?: string;
   /** No root image: the initramfs's busybox environment (fast, tiny). */
   noImage?: boolean;
-  /** Kill it this long after it starts (default: the server's, one hour; 0: never, the owner only). */
+  /** Kill it this long after it starts (default: 300 000, five minutes, as E2B's; 0: never, the owner only). */
   timeoutMs?: number;
   /** Labels (`Sandbox.list` filters on them). */
   metadata?: Record<string, string>;
@@ -60,6 +60,16 @@ export interface SandboxOpts extends ConnectionOpts, RequestOpts {
    * network at all.
    */
   allowNet?: string[];
+  /**
+   * E2B's spelling: `allowOut` rules become `allowNet`'s; `denyOut` may only
+   * say `[ALL_TRAFFIC]` (an Airlock sandbox denies whatever is not allowed).
+   */
+  network?: SandboxNetworkOpts;
+  /**
+   * E2B's switch. `true` (E2B's default) is refused: an Airlock sandbox has
+   * no network unless rules allow it (`allowNet`); `false` changes nothing.
+   */
+  allowInternetAccess?: boolean;
   /** Secrets by the name of the guest's variable that holds their placeholder. */
   secrets?: Record<string, SecretSpec>;
   /** What it does when idle (default: nothing). */
@@ -78,11 +88,19 @@ export interface SandboxOpts extends ConnectionOpts, RequestOpts {
   publicPorts?: number[];
 }
 
+/** E2B's network options of `Sandbox.create`. */
+export interface SandboxNetworkOpts {
+  /** Hosts, `*.suffix` or CIDRs the sandbox may reach. */
+  allowOut?: string[];
+  /** Only `[ALL_TRAFFIC]`: what is not allowed is denied already. */
+  denyOut?: string[];
+}
+
 /** Options of `Sandbox.list`. */
 export interface SandboxListOpts extends ConnectionOpts, RequestOpts {
   /** Only sandboxes with every one of these labels. */
   metadata?: Record<string, string>;
-  /** Only sandboxes in these states (default: all). */
+  /** Only sandboxes in these states (default: running, paused and on disk, as E2B lists; "ended" for ended ones). */
   state?: SandboxState | SandboxState[];
   /** E2B's spelling of the filters. */
   query?: { metadata?: Record<string, string>; state?: SandboxState | SandboxState[] };
@@ -102,14 +120,57 @@ const IDLE: Record<NonNullable<IdleSpec["action"]>, IdlePolicy> = {
   stop: IdlePolicy.STOP,
 };
 
-function createRequest(opts: SandboxOpts): MessageInitShape<typeof CreateSandboxRequestSchema> {
+/** E2B's default lifetime of a sandbox (the server's own is an hour). */
+export const DEFAULT_SANDBOX_TIMEOUT_MS = 300_000;
+
+/** What `Sandbox.list` shows unless told: E2B never lists ended sandboxes. */
+const LISTED_STATES: SandboxState[] = ["running", "paused", "on-disk"];
+
+/** E2B's `network` option as allow rules, or the error that says what to write instead. */
+function networkRules(network: SandboxNetworkOpts | undefined): string[] {
+  if (network === undefined) {
+    return [];
+  }
+  for (const key of Object.keys(network)) {
+    if (key !== "allowOut" && key !== "denyOut") {
+      throw new InvalidArgumentError(
+        `network.${key} is not supported by Airlock: give network.allowOut (hosts, *.suffix or CIDRs), or allowNet`,
+        { field: "network" },
+      );
+    }
+  }
+  if ((network.denyOut ?? []).some((rule) => rule !== ALL_TRAFFIC)) {
+    throw new InvalidArgumentError(
+      "network.denyOut: an Airlock sandbox denies everything its rules do not allow; list what it may reach in network.allowOut (or allowNet) instead of what it may not",
+      { field: "network" },
+    );
+  }
+  const allow = network.allowOut ?? [];
+  if (allow.includes(ALL_TRAFFIC)) {
+    throw new InvalidArgumentError(
+      "network.allowOut ALL_TRAFFIC: Airlock allows egress rule by rule; list the hosts the sandbox may reach ('example.com', '*.example.org:443')",
+      { field: "network" },
+    );
+  }
+  return allow;
+}
+
+function createRequest(opts: SandboxOpts, platform: Platform): MessageInitShape<typeof CreateSandboxRequestSchema> {
+  if (opts.allowInternetAccess === true) {
+    throw new InvalidArgumentError(
+      "allowInternetAccess: true: an Airlock sandbox has no network unless rules allow it; pass allowNet: ['example.com', '*.example.org:443', ...] instead",
+      { field: "allowNet" },
+    );
+  }
   return {
-    image: opts.image ?? "",
+    image:
+      opts.image ??
+      (opts.template === undefined && opts.noImage !== true ? (platform.defaultImage?.() ?? "") : ""),
     noImage: opts.noImage === true,
     template: opts.template ?? "",
     memoryMib: opts.memoryMb ?? 0,
     vcpus: opts.vcpus ?? 0,
-    timeoutSecs: opts.timeoutMs === undefined ? undefined : secondsOf(opts.timeoutMs),
+    timeoutSecs: secondsOf(opts.timeoutMs ?? DEFAULT_SANDBOX_TIMEOUT_MS),
     idle:
       opts.idle === undefined
         ? undefined
@@ -117,7 +178,7 @@ function createRequest(opts: SandboxOpts): MessageInitShape<typeof CreateSandbox
     cold: opts.cold === true,
     metadata: opts.metadata ?? {},
     envs: opts.envs ?? {},
-    allowNet: opts.allowNet ?? [],
+    allowNet: [...(opts.allowNet ?? []), ...networkRules(opts.network)],
     secrets: Object.entries(opts.secrets ?? {}).map(([name, secret]) => ({
       name,
       value: secret.value,
@@ -130,10 +191,12 @@ function createRequest(opts: SandboxOpts): MessageInitShape<typeof CreateSandbox
 }
 
 /**
- * Pages of `Sandbox.list`. `await Sandbox.list()` gives every sandbox (as
- * E2B's v1 did); `nextItems()` gives one page at a time (as E2B's v2 does).
+ * Pages of `Sandbox.list`, as E2B's v2 pages them: `nextItems()` gives one
+ * page while `hasNext`; `for await (const info of Sandbox.list())` goes
+ * through every page. It is not a promise (awaiting it gives the paginator
+ * itself, as E2B's does).
  */
-export class SandboxPaginator implements PromiseLike<SandboxInfo[]> {
+export class SandboxPaginator implements AsyncIterable<SandboxInfo> {
   /** Whether another page may follow. */
   hasNext = true;
   /** The next page's token ("" or undefined at the end). */
@@ -155,7 +218,7 @@ export class SandboxPaginator implements PromiseLike<SandboxInfo[]> {
     const opts = this.opts;
     const connection = await Connection.get(this.platform, opts, opts.signal);
     const state = opts.query?.state ?? opts.state;
-    const states = state === undefined ? [] : (Array.isArray(state) ? state : [state]).map(apiState);
+    const states = (state === undefined ? LISTED_STATES : Array.isArray(state) ? state : [state]).map(apiState);
     const answer = await connection.call(opts, (o) =>
       connection.sandboxes.list(
         {
@@ -172,35 +235,11 @@ export class SandboxPaginator implements PromiseLike<SandboxInfo[]> {
     return answer.sandboxes.map(sandboxInfo);
   }
 
-  private async all(): Promise<SandboxInfo[]> {
-    const out: SandboxInfo[] = [];
+  /** Every remaining sandbox, page by page. */
+  async *[Symbol.asyncIterator](): AsyncIterator<SandboxInfo> {
     while (this.hasNext) {
-      out.push(...(await this.nextItems()));
+      yield* await this.nextItems();
     }
-    return out;
-  }
-
-  private everything?: Promise<SandboxInfo[]>;
-
-  /** Every remaining page, once, however often it is awaited. */
-  private collected(): Promise<SandboxInfo[]> {
-    this.everything ??= this.all();
-    return this.everything;
-  }
-
-  then<A = SandboxInfo[], B = never>(
-    onfulfilled?: ((value: SandboxInfo[]) => A | PromiseLike<A>) | null,
-    onrejected?: ((reason: unknown) => B | PromiseLike<B>) | null,
-  ): Promise<A | B> {
-    return this.collected().then(onfulfilled, onrejected);
-  }
-
-  catch<B = never>(onrejected?: ((reason: unknown) => B | PromiseLike<B>) | null): Promise<SandboxInfo[] | B> {
-    return this.collected().catch(onrejected);
-  }
-
-  finally(onfinally?: (() => void) | null): Promise<SandboxInfo[]> {
-    return this.collected().finally(onfinally);
   }
 }
 
@@ -234,6 +273,8 @@ export class Sandbox {
   private readonly connection: Connection;
   private readonly interpreter: CodeInterpreter;
   private readonly ingress: SandboxIngress;
+  /** Port 1's host on the server's ingress (or why there is none), which `getHost` rewrites for any port. */
+  private ingressHost?: { host: string } | { error: unknown };
 
   /** @internal Use `Sandbox.create` or `Sandbox.connect`. */
   protected constructor(connection: Connection, sandboxId: string) {
@@ -259,9 +300,20 @@ export class Sandbox {
   static async create(templateOrOpts?: string | SandboxOpts, maybeOpts?: SandboxOpts): Promise<Sandbox> {
     const opts =
       typeof templateOrOpts === "string" ? { ...maybeOpts, template: templateOrOpts } : (templateOrOpts ?? {});
+    const request = createRequest(opts, platformOf(this));
     const connection = await Connection.get(platformOf(this), opts, opts.signal);
-    const info = await connection.call(opts, (o) => connection.sandboxes.create(createRequest(opts), o));
-    return new this(connection, info.sandboxId);
+    const info = await connection.call(opts, (o) => connection.sandboxes.create(request, o));
+    return await new this(connection, info.sandboxId).prepared(opts);
+  }
+
+  /** Learns where the server's ingress serves this sandbox, so `getHost` can answer at once as E2B's does. */
+  private async prepared(opts?: RequestOpts): Promise<this> {
+    try {
+      this.ingressHost = { host: (await this.ingress.expose("getHost(port)", 1, opts)).host };
+    } catch (error) {
+      this.ingressHost = { error };
+    }
+    return this;
   }
 
   /**
@@ -276,7 +328,23 @@ export class Sandbox {
     if (state === "paused" || state === "on-disk") {
       await sandbox.resume(opts);
     }
-    return sandbox;
+    return await sandbox.prepared(opts);
+  }
+
+  /**
+   * Reaches this sandbox again (E2B's instance `connect`): resumes it if it
+   * was paused or saved to disk, and with `timeoutMs` sets its timeout from
+   * now. `NotFoundError` when it has ended.
+   */
+  async connect(opts: RequestOpts & { timeoutMs?: number } = {}): Promise<this> {
+    const state = (await this.getInfo(opts)).state;
+    if (state === "paused" || state === "on-disk") {
+      await this.resume(opts);
+    }
+    if (opts.timeoutMs !== undefined) {
+      await this.setTimeout(opts.timeoutMs, opts);
+    }
+    return this.ingressHost === undefined ? await this.prepared(opts) : this;
   }
 
   /** Your sandboxes, filtered by labels and states: await it for all, or page with `nextItems()`. */
@@ -316,7 +384,7 @@ export class Sandbox {
   static async resume(sandboxId: string, opts: ConnectionOpts & RequestOpts = {}): Promise<Sandbox> {
     const connection = await Connection.get(platformOf(this), opts, opts.signal);
     await connection.call(opts, (o) => connection.sandboxes.resume({ sandboxId }, o));
-    return new this(connection, sandboxId);
+    return await new this(connection, sandboxId).prepared(opts);
   }
 
   /** Kills the sandbox (one saved to disk loses its files). */
@@ -355,10 +423,11 @@ export class Sandbox {
    * list of one reading (E2B answers a series).
    */
   async getMetrics(opts?: RequestOpts): Promise<SandboxMetrics[]> {
+    const info = await this.getInfo(opts);
     const metrics = await this.connection.call(opts, (o) =>
       this.connection.sandboxes.getMetrics({ sandboxId: this.sandboxId }, o),
     );
-    return [sandboxMetrics(metrics)];
+    return [sandboxMetrics(metrics, info.cpuCount)];
   }
 
   /**
@@ -371,6 +440,19 @@ export class Sandbox {
         this.connection.sandboxes.pause({ sandboxId: this.sandboxId, toDisk: opts.toDisk === true }, o),
       ),
     );
+  }
+
+  /**
+   * E2B's older name of a pause: stops it (memory kept; `toDisk` saves it
+   * to disk). False when it was paused already.
+   */
+  async betaPause(opts: RequestOpts & { toDisk?: boolean } = {}): Promise<boolean> {
+    const state = (await this.getInfo(opts)).state;
+    if (state === "on-disk" || (state === "paused" && opts.toDisk !== true)) {
+      return false;
+    }
+    await this.pause(opts);
+    return true;
   }
 
   /** Starts it again after `pause`. */
@@ -389,21 +471,31 @@ export class Sandbox {
       this.connection.sandboxes.fork({ sandboxId: this.sandboxId, count }, o),
     );
     const ctor = this.constructor as new (connection: Connection, sandboxId: string) => Sandbox;
-    return answer.sandboxes.map((info) => new ctor(this.connection, info.sandboxId));
+    return await Promise.all(answer.sandboxes.map((info) => new ctor(this.connection, info.sandboxId).prepared(opts)));
   }
 
   /**
-   * The host a request to guest `port` names on the server's HTTP ingress:
-   * `8000-ID.airlock.localhost:7480`. Unlike E2B's, it is asked of the
-   * server (only it knows where its ingress listens), so it is async. A
-   * request also needs the sandbox's traffic token unless the port was made
-   * public at create (`publicPorts`): `expose(port)` gives the token and
-   * URLs. The guest need not listen yet. A server that serves no ingress
-   * rejects with `SandboxError` (reason `UNSUPPORTED`) saying how to serve
-   * it (`airlock serve --ingress HOST:PORT`).
+   * The host a request to guest `port` names on the server's HTTP ingress,
+   * `8000-ID.airlock.localhost:7480`, at once as E2B's answers it (learnt
+   * from the server when the sandbox was created or connected). It answers
+   * plain HTTP, and a request to a port not made public at create
+   * (`publicPorts`) also needs the sandbox's traffic token: Node's `fetch`
+   * cannot resolve `*.localhost`, so from code use `expose(port)`'s
+   * `pathUrl` with its token in the `X-Airlock-Token` header. The guest
+   * need not listen yet. A server that serves no ingress throws
+   * `SandboxError` (reason `UNSUPPORTED`) saying how to serve it
+   * (`airlock serve --ingress HOST:PORT`).
    */
-  async getHost(port: number, opts?: RequestOpts): Promise<string> {
-    return (await this.ingress.expose("getHost(port)", port, opts)).host;
+  getHost(port: number): string {
+    checkPort("getHost(port)", port);
+    const known = this.ingressHost;
+    if (known === undefined) {
+      throw new SandboxError("getHost: this sandbox's ingress is not known yet; use `await sandbox.expose(port)`");
+    }
+    if ("error" in known) {
+      throw known.error;
+    }
+    return known.host.replace(/^1-/, `${port}-`);
   }
 
   /**

@@ -25,6 +25,6 @@ describe("the browser example (headless Chromium)", { timeout: LIMIT_MS }, () =>
     assert.match(outcome.stdout, new RegExp(`^hello from ${outcome.sandboxId}\\nthe kernel is \\S+\\n$`));
     assert.ok(outcome.chunks >= 2, `output in ${outcome.chunks} piece(s)`);
     assert.match(outcome.file, /^written by Mozilla\/5\.0$/);
-    assert.equal(outcome.missing, "NotFoundError SANDBOX_NOT_FOUND");
+    assert.equal(outcome.missing, "SandboxNotFoundError SANDBOX_NOT_FOUND"); // a NotFoundError, by E2B's name
   });
 });

@@ -85,7 +85,9 @@ describe(`code and network (${entry})`, { timeout: LIMIT_MS }, () => {
     assert.deepEqual([...png.subarray(0, 4)], [0x89, 0x50, 0x4e, 0x47]);
     assert.deepEqual(shown.formats().sort(), ["html", "json", "markdown", "png"]);
     assert.equal(value.isMainResult, true);
-    assert.deepEqual(value.json, { value: [1, 2, 3] });
+    // A plain dict is text, as IPython gives it (no JSON without _repr_json_).
+    assert.equal(value.json, undefined);
+    assert.equal(value.text, "{'value': [1, 2, 3]}");
     assert.deepEqual(results, execution.results);
     assert.deepEqual(execution.logs.stdout, ["printed\n"]);
     assert.equal(out[0].line, "printed\n");
@@ -133,7 +135,7 @@ describe(`code and network (${entry})`, { timeout: LIMIT_MS }, () => {
     assert.equal(context.language, "python");
     assert.match(context.languageVersion, /^3\./);
     const here = await sandbox.runCode("import os; (os.getcwd(), os.environ['CTX'])", { context });
-    assert.deepEqual(here.results[0].json, ["/tmp", "yes"]);
+    assert.equal(here.results[0].text, "('/tmp', 'yes')");
     const apart = await sandbox.runCode("x", { context: context.id });
     assert.equal(apart.error?.name, "NameError");
     assert.ok((await sandbox.listCodeContexts()).some((c) => c.id === context.id));

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { describe, test } from "node:test";
 
-import { LIMIT_MS, RUN, need } from "./helpers.js";
+import { LIMIT_MS, RUN, listAll, need } from "./helpers.js";
 
 describe("both entry points in one process", { timeout: LIMIT_MS }, () => {
   test("Node's and the web's Sandbox each use their own transport", async () => {
@@ -21,7 +21,7 @@ describe("both entry points in one process", { timeout: LIMIT_MS }, () => {
       const seen = await node.Sandbox.connect(made.sandboxId, { ...server, caCert: readFileSync(need("AIRLOCK_TEST_CA"), "utf8") });
       assert.equal((await seen.commands.run("hostname")).stdout, `${made.sandboxId}\n`);
       assert.equal(seen.connectionOpts.host, server.host);
-      const listed = await web.Sandbox.list({ ...server, metadata: { run: `${RUN}-both` } });
+      const listed = await listAll(web.Sandbox.list({ ...server, metadata: { run: `${RUN}-both` } }));
       assert.deepEqual(
         listed.map((s) => s.sandboxId),
         [made.sandboxId],

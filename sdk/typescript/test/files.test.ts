@@ -14,7 +14,7 @@ import type * as airlock from "airlock-sdk";
 
 import { LIMIT_MS, entry, eventually, nameOf, sdk, smallSandbox } from "./helpers.js";
 
-const { FileType, InvalidArgumentError, NotFoundError } = sdk;
+const { FileType, NotFoundError } = sdk;
 
 const MiB = 1024 * 1024;
 
@@ -117,7 +117,8 @@ describe(`files (${entry})`, { timeout: LIMIT_MS }, () => {
     assert.equal(await sandbox.files.exists("/tmp/tree"), false);
 
     await assert.rejects(sandbox.files.getInfo("/tmp/tree"), (e) => e instanceof NotFoundError);
-    await assert.rejects(sandbox.files.read("relative/path"), (e) => e instanceof InvalidArgumentError && e.field === "path");
+    // A relative path is taken from the home directory, as E2B's are.
+    await assert.rejects(sandbox.files.read("relative/path"), (e) => e instanceof NotFoundError && /\/root\/relative\/path/.test(e.message));
   });
 
   test("watchDir reports changes below a directory until stopped", async () => {

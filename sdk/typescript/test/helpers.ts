@@ -78,3 +78,12 @@ export function signal(): { promise: Promise<void>; resolve: () => void } {
 export function nameOf(error: unknown): unknown {
   return typeof error === "object" && error !== null ? (error as { name?: unknown }).name : undefined;
 }
+
+/** Every sandbox of a listing, page by page (E2B's paginator is not a promise). */
+export async function listAll(pages: airlock.SandboxPaginator): Promise<airlock.SandboxInfo[]> {
+  const out: airlock.SandboxInfo[] = [];
+  for await (const info of pages) {
+    out.push(info);
+  }
+  return out;
+}

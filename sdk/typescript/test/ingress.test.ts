@@ -133,10 +133,11 @@ describe(`ingress (${entry})`, { timeout: LIMIT_MS }, () => {
     await Promise.all([site?.kill().catch(() => undefined), open?.kill().catch(() => undefined)]);
   });
 
-  test("getHost asks the server; expose answers the host, token, URLs and the ingress's address", async () => {
+  test("getHost answers at once (a string, as E2B's); expose answers the host, token, URLs and the ingress's address", async () => {
     const id = site.sandboxId;
     const host = `8000-${id.toLowerCase()}.airlock.localhost:${address.split(":").at(-1)}`;
-    assert.equal(await site.getHost(8000), host);
+    assert.equal(site.getHost(8000), host);
+    assert.equal(`http://${site.getHost(3000)}/`, `http://${host.replace(/^8000-/, "3000-")}/`);
     assert.equal(exposed.port, 8000);
     assert.equal(exposed.host, host);
     assert.equal(exposed.address, address);
@@ -227,9 +228,9 @@ describe(`ingress (${entry})`, { timeout: LIMIT_MS }, () => {
 
   test("a port outside 1 to 65535 is refused before any call", async () => {
     const calls: [() => Promise<unknown>, number][] = [
-      [() => site.getHost(0), 0],
+      [async () => site.getHost(0), 0],
       [() => site.expose(65536), 65536],
-      [() => site.getHost(80.5), 80.5],
+      [async () => site.getHost(80.5), 80.5],
     ];
     for (const [call, port] of calls) {
       await assert.rejects(call(), (e) => {
@@ -246,7 +247,7 @@ describe(`ingress (${entry})`, { timeout: LIMIT_MS }, () => {
     try {
       const sandbox = await Sandbox.create({ ...server.opts, noImage: true, timeoutMs: 600_000 });
       try {
-        for (const call of [() => sandbox.getHost(8000), () => sandbox.expose(8000)]) {
+        for (const call of [async () => sandbox.getHost(8000), () => sandbox.expose(8000)]) {
           await assert.rejects(call(), (e) => {
             assert.ok(e instanceof SandboxError);
             assert.equal(e.code, "FAILED_PRECONDITION");

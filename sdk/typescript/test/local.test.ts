@@ -14,7 +14,7 @@ import { after, describe, test } from "node:test";
 
 import type * as airlock from "airlock-sdk";
 
-import { LIMIT_MS, RUN, need, opts, sdk, smallSandbox, eventually } from "./helpers.js";
+import { LIMIT_MS, RUN, listAll, need, opts, sdk, smallSandbox, eventually } from "./helpers.js";
 
 const { Sandbox, SandboxError } = sdk;
 
@@ -46,7 +46,7 @@ describe("the local server (node)", { timeout: LIMIT_MS }, () => {
     const keyed = await smallSandbox();
     try {
       const socket = join(need("AIRLOCK_TEST_STATE"), "daemon.sock");
-      const owner = await Sandbox.list({ socket, metadata: { run: RUN } });
+      const owner = await listAll(Sandbox.list({ socket, metadata: { run: RUN } }));
       const mine = owner.find((s) => s.sandboxId === keyed.sandboxId);
       assert.ok(mine, "the owner sees the key's sandbox");
       assert.equal(mine.owner, "sdk-test");
@@ -68,7 +68,7 @@ describe("the local server (node)", { timeout: LIMIT_MS }, () => {
       process.env.AIRLOCK_SERVER_DIR = join(dir, "server");
       process.env.AIRLOCK_SAVED_DIR = join(dir, "saved");
       process.env.AIRLOCK_BIN = need("AIRLOCK_TEST_BIN");
-      assert.deepEqual(await Sandbox.list(), []);
+      assert.deepEqual(await listAll(Sandbox.list()), []);
       assert.ok(processesMentioning(join(dir, "daemon.sock")).length > 0, "a server runs on the new socket");
       const log = readFileSync(join(dir, "daemon.log"), "utf8");
       assert.match(log, /serving on the Unix socket/);
@@ -78,7 +78,7 @@ describe("the local server (node)", { timeout: LIMIT_MS }, () => {
       process.env.AIRLOCK_STATE_DIR = join(dir, "other");
       process.env.AIRLOCK_BIN = join(dir, "no-such-airlock");
       // A paginator is a thenable; Promise.resolve awaits it as assert.rejects would.
-      await assert.rejects(Promise.resolve(Sandbox.list()), (e) => {
+      await assert.rejects(Sandbox.list().nextItems(), (e) => {
         assert.ok(e instanceof SandboxError);
         assert.match(e.message, /cannot start the local server with .*no-such-airlock/);
         assert.match(e.message, /AIRLOCK_BIN/);
@@ -107,7 +107,7 @@ describe("the local server (node)", { timeout: LIMIT_MS }, () => {
     assert.notEqual(cjs.Sandbox, Sandbox, "a module of its own");
     assert.equal(cjs.Sandbox.platform.name, "node");
     assert.equal(cjs.default, cjs.Sandbox);
-    const listed = await cjs.Sandbox.list(opts({ metadata: { run: `${RUN}-none` } }));
+    const listed = await listAll(cjs.Sandbox.list(opts({ metadata: { run: `${RUN}-none` } })));
     assert.deepEqual(listed, []);
     const error: unknown = await cjs.Sandbox.connect("sandbox-nobody").catch((e: unknown) => e);
     assert.ok(error instanceof cjs.NotFoundError);

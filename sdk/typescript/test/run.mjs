@@ -14,9 +14,10 @@
 // socket (`sdk-test`, and `sdk-limited` with a 64 MiB memory quota), then
 // runs the test files with Node's test runner in passes:
 //   node     Node's entry (gRPC over HTTP/2 with TLS and the key, from
-//            AIRLOCK_HOST/AIRLOCK_API_KEY/AIRLOCK_CA_CERT), every file and
+//            AIRLOCK_HOST/AIRLOCK_API_KEY/AIRLOCK_CA_CERT), every file,
 //            local.test.ts (the Unix socket, a server started on demand,
-//            require());
+//            require()) and ported.test.ts (E2B programs, test/ported/,
+//            run with their import changed only);
 //   web      the web entry (gRPC-Web over fetch, HTTP/1.1 with TLS; the CA
 //            trusted through NODE_EXTRA_CA_CERTS, as a browser trusts its
 //            store), the same files, and entries.test.ts (both entries in
@@ -42,9 +43,9 @@ const repo = join(here, "..", "..", "..");
 const airlock = process.env.AIRLOCK_BIN ?? join(repo, "target", "debug", "airlock");
 const chromium = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const compiled = join(here, "..", "dist-test");
-const shared = ["sandbox.test.ts", "commands.test.ts", "files.test.ts", "code.test.ts", "ingress.test.ts"];
+const shared = ["sandbox.test.ts", "commands.test.ts", "files.test.ts", "code.test.ts", "ingress.test.ts", "e2b.test.ts"];
 const PASSES = {
-  node: [...shared, "local.test.ts"],
+  node: [...shared, "local.test.ts", "ported.test.ts"],
   web: [...shared, "entries.test.ts"],
   browser: ["browser.test.ts"],
 };

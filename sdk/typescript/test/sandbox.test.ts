@@ -10,7 +10,7 @@ import { after, before, describe, test } from "node:test";
 
 import type * as airlock from "airlock-sdk";
 
-import { LIMIT_MS, RUN, entry, need, opts, sdk, smallSandbox } from "./helpers.js";
+import { LIMIT_MS, RUN, entry, listAll, need, opts, sdk, smallSandbox } from "./helpers.js";
 
 const { Sandbox, NotFoundError, InvalidArgumentError, AuthenticationError, RateLimitError, SandboxError } = sdk;
 
@@ -59,13 +59,13 @@ describe(`sandboxes (${entry})`, { timeout: LIMIT_MS }, () => {
     assert.equal(stdout, `hello from the sandbox's environment\n${main.sandboxId}\n`);
   });
 
-  test("list filters by labels and states; awaited it gives all, nextItems pages", async () => {
-    const mine = await Sandbox.list(opts({ metadata: { run: RUN } }));
+  test("list filters by labels and states; iterated it gives all, nextItems pages", async () => {
+    const mine = await listAll(Sandbox.list(opts({ metadata: { run: RUN } })));
     assert.deepEqual(mine.map((s) => s.sandboxId).sort(), [main.sandboxId, other.sandboxId].sort());
-    const one = await Sandbox.list(opts({ query: { metadata: { run: RUN, role: "main" } } }));
+    const one = await listAll(Sandbox.list(opts({ query: { metadata: { run: RUN, role: "main" } } })));
     assert.deepEqual(one.map((s) => s.sandboxId), [main.sandboxId]);
-    assert.deepEqual(await Sandbox.list(opts({ metadata: { run: RUN }, state: "paused" })), []);
-    const running = await Sandbox.list(opts({ metadata: { run: RUN }, state: ["running", "paused"] }));
+    assert.deepEqual(await listAll(Sandbox.list(opts({ metadata: { run: RUN }, state: "paused" }))), []);
+    const running = await listAll(Sandbox.list(opts({ metadata: { run: RUN }, state: ["running", "paused"] })));
     assert.equal(running.length, 2);
 
     const pages = Sandbox.list(opts({ metadata: { run: RUN }, limit: 1 }));
@@ -132,7 +132,7 @@ describe(`sandboxes (${entry})`, { timeout: LIMIT_MS }, () => {
     assert.equal(await Sandbox.kill(other.sandboxId, opts()), true);
     await assert.rejects(other.commands.run("true"), (e) => e instanceof NotFoundError);
     assert.equal(await other.isRunning(), false);
-    const mine = await Sandbox.list(opts({ metadata: { run: RUN }, state: "running" }));
+    const mine = await listAll(Sandbox.list(opts({ metadata: { run: RUN }, state: "running" })));
     assert.deepEqual(mine.map((s) => s.sandboxId), [main.sandboxId]);
   });
 
@@ -160,7 +160,7 @@ describe(`sandboxes (${entry})`, { timeout: LIMIT_MS }, () => {
   test("a wrong key is an AuthenticationError; a key's quota a RateLimitError", async () => {
     const host = entry === "web" ? need("AIRLOCK_TEST_HOST") : need("AIRLOCK_HOST");
     // A paginator is a thenable; Promise.resolve awaits it as assert.rejects would.
-    await assert.rejects(Promise.resolve(Sandbox.list({ ...opts(), host, apiKey: `ak_${"A".repeat(43)}` })), (e) => {
+    await assert.rejects(Sandbox.list({ ...opts(), host, apiKey: `ak_${"A".repeat(43)}` }).nextItems(), (e) => {
       assert.ok(e instanceof AuthenticationError);
       assert.equal(e.reason, "UNAUTHENTICATED");
       assert.match(e.message, /airlock key create/);

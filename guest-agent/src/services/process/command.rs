@@ -101,7 +101,7 @@ impl Spec {
         let tag = check_tag(&req.tag)?;
         let credentials = credentials_for(&req.user)?;
         let cwd = if req.cwd.is_empty() {
-            PathBuf::from("/")
+            default_cwd(credentials.as_ref())
         } else {
             check_cwd(&req.cwd, credentials.as_ref())?
         };
@@ -372,6 +372,16 @@ fn merge_env(
     env.into_iter().collect()
 }
 
+/// Where a program starts when its request names no directory: a named
+/// user's home when it is a directory, else `/`.
+fn default_cwd(credentials: Option<&Credentials>) -> PathBuf {
+    credentials
+        .and_then(|c| c.home.as_deref())
+        .map(Path::new)
+        .filter(|home| home.is_dir())
+        .map_or_else(|| PathBuf::from("/"), Path::to_path_buf)
+}
+
 fn check_cwd(cwd: &str, credentials: Option<&Credentials>) -> Result<PathBuf, ProcessError> {
     let path = Path::new(cwd);
     if !path.is_absolute() {
@@ -539,6 +549,25 @@ mod tests {
             Spec::from_request(req(&["sh"])).unwrap().cwd,
             Path::new("/")
         );
+    }
+
+    #[test]
+    fn empty_cwd_means_a_named_users_home() {
+        let home = tempfile::tempdir().unwrap();
+        let credentials = Credentials {
+            uid: 1000,
+            gid: 1000,
+            groups: vec![1000],
+            name: Some("user".into()),
+            home: Some(home.path().display().to_string()),
+        };
+        assert_eq!(default_cwd(Some(&credentials)), home.path());
+        let gone = Credentials {
+            home: Some("/no/such/home".into()),
+            ..credentials
+        };
+        assert_eq!(default_cwd(Some(&gone)), Path::new("/"));
+        assert_eq!(default_cwd(None), Path::new("/"));
     }
 
     #[test]

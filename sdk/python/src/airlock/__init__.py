@@ -19,11 +19,13 @@ from .exceptions import (
     AlreadyExistsException,
     AuthenticationException,
     CommandExitException,
+    FileNotFoundException,
     InvalidArgumentException,
     NotEnoughSpaceException,
     NotFoundException,
     RateLimitException,
     SandboxException,
+    SandboxNotFoundException,
     TimeoutException,
 )
 from .models.code import Context, Execution, ExecutionError, Logs, OutputMessage, Result
@@ -40,7 +42,7 @@ from .models.files import (
     WriteInfo,
 )
 from .models.ingress import ExposedPort
-from .models.network import AuditRecord, NetworkPolicy
+from .models.network import ALL_TRAFFIC, AuditRecord, NetworkPolicy
 from .models.sandbox import SandboxInfo, SandboxMetrics, SandboxQuery, SandboxState, Secret
 from .sandbox_async.command_handle import AsyncCommandHandle
 from .sandbox_async.files import AsyncChangeTracker, AsyncWatchHandle
@@ -52,6 +54,7 @@ from .sandbox_sync.main import Sandbox, SandboxPaginator
 __version__ = "0.1.0"
 
 __all__ = [
+    "ALL_TRAFFIC",
     "AsyncChangeTracker",
     "AsyncCommandHandle",
     "AsyncSandbox",
@@ -73,6 +76,7 @@ __all__ = [
     "ExecutionError",
     "ExposedPort",
     "FileChange",
+    "FileNotFoundException",
     "FileType",
     "FilesystemEvent",
     "FilesystemEventType",
@@ -90,6 +94,7 @@ __all__ = [
     "SandboxException",
     "SandboxInfo",
     "SandboxMetrics",
+    "SandboxNotFoundException",
     "SandboxPaginator",
     "SandboxQuery",
     "SandboxState",

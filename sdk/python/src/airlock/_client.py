@@ -59,6 +59,9 @@ def _options(config: ConnectionConfig) -> List[Tuple[str, Any]]:
         ("grpc.keepalive_timeout_ms", 20_000),
         ("grpc.http2.max_pings_without_data", 0),
     ]
+    integration = ConnectionConfig.integration()
+    if integration:
+        options.append(("grpc.primary_user_agent", f"airlock-sdk-python {integration}"))
     if config.remote is None:
         # gRPC would send the socket's path as :authority, which HTTP/2
         # servers refuse as malformed.

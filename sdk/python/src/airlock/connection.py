@@ -16,7 +16,7 @@ import ipaddress
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import ClassVar, Optional, Tuple
 from urllib.parse import urlsplit
 
 from .exceptions import InvalidArgumentException
@@ -107,6 +107,22 @@ class ConnectionConfig:
     airlock_bin: Optional[str]
     #: The default deadline of a call, in seconds (``None``: none).
     request_timeout: Optional[float]
+
+    #: What :meth:`set_integration` set: added to the user agent of channels
+    #: made from then on.
+    _integration: ClassVar[Optional[str]] = None
+
+    @classmethod
+    def set_integration(cls, integration: Optional[str]) -> None:
+        """Names a library wrapping the SDK (``"my-agent/1.0"``, E2B's call of
+        the same name): channels made from then on add it to their gRPC user
+        agent. Call it once at start-up; ``None`` clears it."""
+        ConnectionConfig._integration = integration or None
+
+    @classmethod
+    def integration(cls) -> Optional[str]:
+        """What :meth:`set_integration` set, if anything."""
+        return ConnectionConfig._integration
 
     @classmethod
     def resolve(

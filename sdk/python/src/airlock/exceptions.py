@@ -12,8 +12,10 @@ them for programs.
 | --- | --- | --- |
 | UNAUTHENTICATED, PERMISSION_DENIED | UNAUTHENTICATED, OWNER_ONLY | AuthenticationException |
 | INVALID_ARGUMENT | INVALID_ARGUMENT | InvalidArgumentException |
-| NOT_FOUND | SANDBOX_NOT_FOUND, NOT_FOUND, GUEST_NOT_FOUND | NotFoundException |
-| FAILED_PRECONDITION | SANDBOX_ENDED | NotFoundException (the sandbox is gone) |
+| NOT_FOUND | SANDBOX_NOT_FOUND | SandboxNotFoundException (a NotFoundException) |
+| FAILED_PRECONDITION | SANDBOX_ENDED | SandboxNotFoundException (the sandbox is gone) |
+| NOT_FOUND | GUEST_NOT_FOUND | FileNotFoundException (a NotFoundException): no such guest file or program |
+| NOT_FOUND | NOT_FOUND | NotFoundException (an image, template, process, context, tracker) |
 | FAILED_PRECONDITION | NO_NETWORK, UNSUPPORTED (e.g. a server without ingress), PORT_CLOSED, GUEST_REFUSED | SandboxException (the server's message says what to do) |
 | RESOURCE_EXHAUSTED | RATE_LIMITED, SANDBOX_LIMIT, QUOTA_EXCEEDED | RateLimitException |
 | DEADLINE_EXCEEDED | TIMEOUT (or the client's own deadline) | TimeoutException |
@@ -71,6 +73,15 @@ class NotFoundException(SandboxException):
     context, change tracker, guest file or program."""
 
 
+class FileNotFoundException(NotFoundException):
+    """No such file or directory in the guest (E2B's name; also a guest
+    program that is not there, reason ``GUEST_NOT_FOUND``)."""
+
+
+class SandboxNotFoundException(NotFoundException):
+    """No such sandbox (or another key's), or it ended (E2B's name)."""
+
+
 class AuthenticationException(SandboxException):
     """No API key, an unknown or removed key, or a call only the machine's
     owner may make."""
@@ -108,15 +119,57 @@ class CommandExitException(SandboxException, CommandResult):
             duration_ms=result.duration_ms,
         )
         detail = f": {result.error}" if result.error else ""
+        hint = missing_tool_hint(result.exit_code, result.stderr)
         SandboxException.__init__(
             self,
             f"command exited with code {result.exit_code}{detail}; stderr: "
-            f"{result.stderr[-500:]!r}",
+            f"{result.stderr[-500:]!r}{hint}",
             reason="COMMAND_EXIT",
         )
 
     def __str__(self) -> str:
         return self.message
+
+
+#: Programs E2B's images have that an Airlock image may not.
+_E2B_TOOLS = ("pip", "pip3", "python", "curl", "sudo")
+
+
+def missing_tool_hint(exit_code: int, stderr: str) -> str:
+    """What to do when a command failed for a program E2B's images have and
+    this sandbox's image does not (``pip: not found``), or for Debian's
+    refusal of a system-wide ``pip install``."""
+    if "externally-managed-environment" in stderr:
+        return (
+            "; Debian's Python refuses pip installs into the system (PEP 668; E2B's image "
+            "allows them): pip install --target DIR, a venv, or --break-system-packages"
+        )
+    if exit_code != 127:
+        return ""
+    for tool in _E2B_TOOLS:
+        if f"{tool}: not found" in stderr or f"{tool}: command not found" in stderr:
+            return (
+                f"; this sandbox's image has no {tool} (E2B's images do): create the sandbox "
+                "from an image or template that has it (image=, or AIRLOCK_IMAGE for "
+                "code that names none)"
+                + ("; `python3` is the default image's Python" if tool == "python" else "")
+            )
+    return ""
+
+
+def guest_hint(message: str) -> str:
+    """What to do when E2B's default user or home is missing from the image."""
+    if "user not found" in message:
+        return (
+            "; E2B's default user `user` is not in this image: leave user= out (root, "
+            "home /root) or create the sandbox from an image that has the account"
+        )
+    if "not found: /home/user" in message:
+        return (
+            "; E2B's home /home/user is not in this image: Airlock's default user is root, "
+            "home /root (relative paths resolve there)"
+        )
+    return ""
 
 
 _BY_CODE = {
@@ -130,7 +183,9 @@ _BY_CODE = {
 }
 
 _BY_REASON = {
-    "SANDBOX_ENDED": NotFoundException,
+    "SANDBOX_NOT_FOUND": SandboxNotFoundException,
+    "SANDBOX_ENDED": SandboxNotFoundException,
+    "GUEST_NOT_FOUND": FileNotFoundException,
     "GUEST_EXHAUSTED": SandboxException,
     # Nothing listens on the guest port: the sandbox is there, and its
     # message names the sandbox and port and says to start a server there.
@@ -182,5 +237,7 @@ def from_rpc_error(error: Any, endpoint: str = "the server") -> SandboxException
             message = f"request timed out ({message}); pass a larger request_timeout"
     elif reason in _HINTS:
         message = f"{message}; {_HINTS[reason]}"
+    elif reason == "GUEST_NOT_FOUND":
+        message += guest_hint(message)
     cls = _BY_REASON.get(reason or "") or _BY_CODE.get(code, SandboxException)
     return cls(message, reason=reason, code=code, field=field)

@@ -3,7 +3,8 @@
  * connect-node), to a remote server over TLS (or plain HTTP/2 to a
  * loopback address), or to the local server on its Unix socket, started on
  * demand. Options not given come from the environment, as the CLI reads
- * it: `AIRLOCK_HOST`, `AIRLOCK_API_KEY`, `AIRLOCK_CA_CERT`, `AIRLOCK_BIN`.
+ * it: `AIRLOCK_HOST`, `AIRLOCK_API_KEY`, `AIRLOCK_CA_CERT`, `AIRLOCK_BIN`
+ * (and `AIRLOCK_IMAGE`, the image of a create that names none).
  */
 
 import { readFileSync } from "node:fs";
@@ -60,6 +61,10 @@ function caPem(caCert: string): string {
 
 export const nodePlatform: Platform = {
   name: "node",
+
+  defaultImage(): string | undefined {
+    return env("AIRLOCK_IMAGE")?.trim();
+  },
 
   key(opts: ConnectionOpts): string {
     const r = resolve(opts);

@@ -21,12 +21,34 @@ pub fn from_status(status: &Status) -> Failure {
         _ => by_code(status.code()),
     };
     let message = match reason::field_of(status) {
-        Some(field) if !status.message().starts_with(field) => {
-            format!("{field}: {}", status.message())
+        Some(field) => {
+            let problem = status
+                .message()
+                .strip_prefix(field)
+                .and_then(|rest| rest.strip_prefix(": "))
+                .unwrap_or(status.message());
+            format!("{}: {problem}", e2b_field(field))
         }
-        _ => status.message().to_owned(),
+        None => status.message().to_owned(),
     };
     Failure::new(http, message)
+}
+
+/// E2B's name for a field of an `airlock.api.v1` request the control
+/// plane fills, so that a refusal names what the caller sent.
+fn e2b_field(field: &str) -> String {
+    let (head, rest) = field.split_at(field.find(['.', '[']).unwrap_or(field.len()));
+    let name = match head {
+        "timeout_secs" => "timeout",
+        "envs" => "envVars",
+        "allow_net" => "network.allowOut",
+        "image" | "template" => "templateID",
+        "page_size" => "limit",
+        "page_token" => "nextToken",
+        "idle" => "timeout (autoPause)",
+        other => other,
+    };
+    format!("{name}{rest}")
 }
 
 /// The HTTP status of a gRPC code.
@@ -72,11 +94,19 @@ mod tests {
         let field = reason::invalid("timeout_secs", "at most 2592000");
         let failure = from_status(&field);
         assert_eq!(failure.status, StatusCode::BAD_REQUEST);
-        assert!(failure.message.starts_with("timeout_secs"));
+        assert!(
+            failure.message.starts_with("timeout: "),
+            "{}",
+            failure.message
+        );
         let full = reason::status(ErrorReason::QuotaExceeded, "10 sandboxes");
         assert_eq!(from_status(&full).status, StatusCode::TOO_MANY_REQUESTS);
         let ended = reason::status(ErrorReason::SandboxEnded, "ended");
         assert_eq!(from_status(&ended).status, StatusCode::NOT_FOUND);
+        let env = from_status(&reason::invalid("envs", "at most 256"));
+        assert_eq!(env.message, "envVars: at most 256");
+        let rule = from_status(&reason::invalid("allow_net[2]", "bad rule"));
+        assert_eq!(rule.message, "network.allowOut[2]: bad rule");
         let gone = reason::status(ErrorReason::Unsupported, "no vsock save");
         assert_eq!(from_status(&gone).status, StatusCode::NOT_IMPLEMENTED);
     }

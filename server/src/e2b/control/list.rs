@@ -91,13 +91,7 @@ pub(super) async fn page(ctl: &Ctl<'_>, query: Option<&str>) -> Result<Response<
                 .to_owned(),
         },
     )
-    .await
-    .map_err(|mut failure| {
-        if failure.message.starts_with("page_token") {
-            failure.message = failure.message.replacen("page_token", "nextToken", 1);
-        }
-        failure
-    })?;
+    .await?;
     let sandboxes: Vec<ListedSandbox> = answer
         .sandboxes
         .iter()

@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Dict, List
 
+#: E2B's name for every address (``network={"deny_out": [ALL_TRAFFIC]}``);
+#: an Airlock sandbox denies it unless rules allow more.
+ALL_TRAFFIC = "0.0.0.0/0"
 
 @dataclass
 class NetworkPolicy:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import json
+import pprint
+import re
 from typing import Dict, List, Mapping, Optional
 
 from ..api.v1 import code_pb2
@@ -34,9 +36,10 @@ def run_request(
             "with create_code_context(envs=...), or every program with Sandbox.create(envs=...)",
             field="envs",
         )
+    chosen = language or (context.language if isinstance(context, Context) else "")
     request = code_pb2.RunCodeRequest(
         sandbox_id=sandbox_id,
-        code=code,
+        code=shell_magics(code) if chosen in ("", "python", "python3") else code,
         # A context runs its own language (E2B names one or the other).
         language=language or (context.language if isinstance(context, Context) else ""),
         context_id=context_id(context),
@@ -45,6 +48,38 @@ def run_request(
     if seconds:
         request.timeout_secs = float(seconds)
     return request
+
+
+#: A line of IPython's shell escapes: ``!cmd`` or ``%pip``/``%conda`` ...
+_MAGIC = re.compile(r"^([ \t]*)(?:!|%(?=(?:pip|conda|sh|system)\b))(.*)$")
+
+
+def shell_magics(code: str) -> str:
+    """A cell's IPython shell lines (``!pip install x``, ``%pip install x``,
+    which agent frameworks send) as Python that runs them with the shell and
+    prints their output; IPython's other magics stay a SyntaxError. A line
+    that starts with ``!`` is never Python, so nothing else changes (but a
+    ``!`` line inside a triple-quoted string would)."""
+    if "!" not in code and "%" not in code:
+        return code
+    lines = []
+    for line in code.split("\n"):
+        match = _MAGIC.match(line)
+        if match is None or line.lstrip().startswith("!="):
+            lines.append(line)
+            continue
+        indent, command = match.groups()
+        if line.lstrip().startswith("%") and command.startswith("system"):
+            command = command[len("system"):]
+        elif line.lstrip().startswith("%") and command.startswith("sh"):
+            command = command[len("sh"):]
+        # -1 and -2 are subprocess.PIPE and STDOUT: the output, both
+        # streams in order, printed as the cell's stdout.
+        lines.append(
+            f"{indent}print(__import__('subprocess').run({command.strip()!r}, shell=True, "
+            "stdout=-1, stderr=-2, text=True).stdout, end='')"
+        )
+    return "\n".join(lines)
 
 
 def timed_out(execution: Execution, timeout: Optional[float]) -> TimeoutException:
@@ -120,12 +155,31 @@ def code_result(result: code_pb2.CodeResult) -> Result:
                 extra[mime] = data.decode()
             except UnicodeDecodeError:
                 extra[mime] = base64.b64encode(data).decode()
+    if out.json is not None and out.text is not None and plain_json(out.json, out.text):
+        # The interpreter also sends a plain value (42, a dict) as JSON;
+        # IPython, and so E2B, gives JSON only for a value with _repr_json_.
+        out.json = None
     out.extra = extra or None
     return out
 
 
+def plain_json(value: object, text: str) -> bool:
+    """Whether ``value`` is what the value's own ``repr`` says (42 and
+    "42", a dict and its repr): JSON the interpreter added, not the value's
+    ``_repr_json_``."""
+    try:
+        if isinstance(value, list) and text.startswith("("):
+            value = tuple(value)  # JSON has no tuples
+        return text in (repr(value), pprint.pformat(value))
+    except Exception:  # noqa: BLE001 - a repr of parsed JSON does not fail
+        return False
+
+
 def execution_error(error: code_pb2.CodeError) -> ExecutionError:
-    return ExecutionError(name=error.name, value=error.value, traceback="\n".join(error.traceback))
+    # The interpreter's lines end in newlines of their own (Python's
+    # traceback module); E2B's traceback is its lines joined by one.
+    lines = [line.rstrip("\n") for line in error.traceback]
+    return ExecutionError(name=error.name, value=error.value, traceback="\n".join(lines))
 
 
 def context(ctx: code_pb2.CodeContext, cwd: Optional[str] = None) -> Context:

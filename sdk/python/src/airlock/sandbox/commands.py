@@ -30,9 +30,23 @@ Stdin = Union[bool, str, bytes, None]
 NOT_STARTED = "the server ended the program's stream before it started"
 
 
+#: Runs ``$1`` as E2B does, with ``bash -l -c`` (bash's ``[[ ]]``, a login
+#: shell's PATH), or with ``/bin/sh -c`` in an image without bash (busybox).
+BASH_OR_SH = 'command -v bash >/dev/null 2>&1 && exec bash -l -c "$1"; exec /bin/sh -c "$1"'
+
+
 def shell(cmd: str) -> List[str]:
-    """A command line as the API runs one."""
-    return ["/bin/sh", "-c", cmd]
+    """A command line as the API runs one: E2B's ``bash -l -c``, through a
+    ``/bin/sh`` that falls back to itself where bash is missing."""
+    return ["/bin/sh", "-c", BASH_OR_SH, "sh", cmd]
+
+
+def shown_argv(argv: List[str]) -> List[str]:
+    """A program's argv as E2B reports a command's (``/bin/bash -l -c
+    CMD``), the fallback wrapper of :func:`shell` left out."""
+    if len(argv) == 5 and argv[:4] == ["/bin/sh", "-c", BASH_OR_SH, "sh"]:
+        return ["/bin/bash", "-l", "-c", argv[4]]
+    return argv
 
 
 class RunPlan(NamedTuple):
@@ -112,10 +126,14 @@ def kill_request(sandbox_id: str, pid: int) -> processes_pb2.SendSignalRequest:
     return processes_pb2.SendSignalRequest(sandbox_id=sandbox_id, process=selector(pid), signal=9)
 
 
-def kill_missed(error: NotFoundException) -> bool:
-    """Whether a kill's ``NotFoundException`` means there is no such program
-    (the kill answers ``False``) rather than no such sandbox (it raises)."""
-    return error.reason != "SANDBOX_NOT_FOUND"
+def kill_missed(error: SandboxException) -> bool:
+    """Whether a kill's error means there is no such program, or it has
+    exited already (the kill answers ``False``, as E2B's does), rather than
+    no such sandbox or another failure (it raises)."""
+    if isinstance(error, NotFoundException):
+        return error.reason != "SANDBOX_NOT_FOUND"
+    # The guest refuses a signal to a program that has exited.
+    return error.reason == "GUEST_REFUSED" and "exited" in error.message
 
 
 def list_request(sandbox_id: str) -> processes_pb2.ListProcessesRequest:
@@ -218,7 +236,7 @@ def check(result: CommandResult, timeout: Optional[float]) -> CommandResult:
 
 
 def process_info(info: processes_pb2.ProcessInfo) -> ProcessInfo:
-    argv = list(info.argv)
+    argv = shown_argv(list(info.argv))
     return ProcessInfo(
         pid=info.pid,
         tag=info.tag or None,

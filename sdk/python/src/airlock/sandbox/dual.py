@@ -30,5 +30,8 @@ class either(Generic[P, R, C]):
 
     def __get__(self, obj: Optional[object], owner: Optional[type] = None) -> Any:
         if obj is None:
+            if isinstance(self._on_class, (classmethod, staticmethod)):
+                # A classmethod's function wants the class it was reached through.
+                return self._on_class.__get__(obj, owner)
             return self._on_class
         return functools.partial(self._on_instance, obj)

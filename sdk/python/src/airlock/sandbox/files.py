@@ -5,6 +5,7 @@ and a read's bytes in the format asked for."""
 from __future__ import annotations
 
 import os.path
+import re
 import stat
 from typing import Dict, Iterator, List, Mapping, Optional, Union
 
@@ -80,6 +81,46 @@ def watch_event(event: files_pb2.WatchEvent, root: str) -> FilesystemEvent:
     return FilesystemEvent(
         name=name, type=kind, path=event.path, is_dir=event.is_dir, cookie=event.cookie
     )
+
+
+def guest_path(path: str, user: Optional[str] = None) -> str:
+    """A guest path as E2B resolves one: a relative path is taken from the
+    user's home (``/root`` for root, the default user; ``/home/USER`` for
+    another)."""
+    if not path or path.startswith("/"):
+        return path
+    home = "/root" if user in (None, "", "root", "0") else f"/home/{user}"
+    return os.path.normpath(os.path.join(home, path))
+
+
+#: The guest's temporary file of an atomic write: ``.NAME.airlock-N-M.tmp``
+#: beside ``NAME``, renamed over it once whole.
+_TEMPORARY = re.compile(r"^\.(.+)\.airlock-\d+-\d+\.tmp$")
+
+
+class WatchNames:
+    """A watch's events as E2B reports a write: the guest writes each file
+    to a temporary beside it and renames that over it, so the temporary's
+    events are dropped and its rename onto the file becomes a ``CREATE``
+    and a ``WRITE`` of the file written (the name a program waits for)."""
+
+    def __init__(self, root: str) -> None:
+        self._root = root
+        self._cookies: List[int] = []
+
+    def events(self, raw: files_pb2.WatchEvent) -> List[FilesystemEvent]:
+        event = watch_event(raw, self._root)
+        if _TEMPORARY.match(os.path.basename(event.path)):
+            if raw.type == files_pb2.WATCH_EVENT_TYPE_RENAME_FROM and raw.cookie:
+                self._cookies = (self._cookies + [event.cookie])[-64:]
+            return []
+        if raw.type == files_pb2.WATCH_EVENT_TYPE_RENAME_TO and raw.cookie in self._cookies:
+            self._cookies.remove(event.cookie)
+            return [
+                FilesystemEvent(event.name, FilesystemEventType.CREATE, event.path, event.is_dir),
+                FilesystemEvent(event.name, FilesystemEventType.WRITE, event.path, event.is_dir),
+            ]
+        return [event]
 
 
 _CHANGE_KINDS: Dict[int, ChangeKind] = {

@@ -5,13 +5,15 @@ decisions around a pause and a connect."""
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from typing_extensions import TypedDict
 
 from ..api.v1 import sandboxes_pb2
 from ..connection import ConnectionConfig
 from ..exceptions import InvalidArgumentException
+from ..models.network import ALL_TRAFFIC
 from ..models.sandbox import SandboxInfo, SandboxMetrics, SandboxQuery, SandboxState, Secret
 from .clock import from_ms
 from .ingress import guest_port
@@ -30,7 +32,58 @@ class ConnectionOpts(TypedDict, total=False):
     request_timeout: Optional[float]
 
 
-def config(opts: ConnectionOpts) -> ConnectionConfig:
+#: E2B's default lifetime of a sandbox, seconds (the server's own is an hour).
+DEFAULT_TIMEOUT = 300
+
+#: What a listing shows unless told: E2B lists running and paused sandboxes,
+#: never ended ones.
+LISTED_STATES = (SandboxState.RUNNING, SandboxState.PAUSED, SandboxState.ON_DISK)
+
+_E2B_ONLY = {
+    "domain": "point host= (or AIRLOCK_HOST) at the Airlock server instead",
+    "api_url": "point host= (or AIRLOCK_HOST) at the Airlock server instead",
+    "sandbox_url": "point host= (or AIRLOCK_HOST) at the Airlock server instead",
+    "access_token": "pass api_key= (or AIRLOCK_API_KEY)",
+}
+
+
+def check_opts(call: str, opts: Mapping[str, Any]) -> None:
+    """Refuses a keyword argument that is neither the call's own nor a
+    connection option, rather than dropping it."""
+    known = ConnectionOpts.__annotations__
+    for name in opts:
+        if name in known:
+            continue
+        hint = _E2B_ONLY.get(name)
+        detail = (
+            f"; {hint}"
+            if hint
+            else f"; the connection options are {', '.join(sorted(known))}"
+        )
+        raise TypeError(f"{call} got an unexpected keyword argument {name!r}{detail}")
+
+
+#: The keyword arguments of ``create`` besides the connection options.
+CREATE_ARGS = (
+    "template", "timeout", "metadata", "envs", "image", "no_image", "memory_mb", "vcpus",
+    "allow_net", "secrets", "cold", "workspace", "ca_certs", "allow_internet_access",
+    "public_ports", "network",
+)
+
+
+def split_create(call: str, kwargs: Mapping[str, Any]) -> "tuple[Dict[str, Any], ConnectionOpts]":
+    """``Sandbox(...)``'s keyword arguments as ``create``'s and the
+    connection options; anything else is refused."""
+    create: Dict[str, Any] = {}
+    opts: Dict[str, Any] = {}
+    for name, value in kwargs.items():
+        (create if name in CREATE_ARGS else opts)[name] = value
+    check_opts(call, opts)
+    return create, ConnectionOpts(**opts)  # type: ignore[typeddict-item]
+
+
+def config(opts: ConnectionOpts, call: str = "Sandbox") -> ConnectionConfig:
+    check_opts(call, opts)
     return ConnectionConfig.resolve(
         host=opts.get("host"),
         api_key=opts.get("api_key"),
@@ -90,7 +143,9 @@ def should_resume(state: SandboxState) -> bool:
 def sandbox_info(info: sandboxes_pb2.SandboxInfo) -> SandboxInfo:
     return SandboxInfo(
         sandbox_id=info.sandbox_id,
-        template_id=info.template,
+        # E2B always names the template a sandbox came from; one made from
+        # an image alone names its image.
+        template_id=info.template or info.image,
         name=info.image or None,
         metadata=dict(info.metadata),
         started_at=from_ms(info.created_at_ms),
@@ -155,7 +210,10 @@ def create_request(
     ca_certs: Optional[Sequence[str]] = None,
     allow_internet_access: Optional[bool] = None,
     public_ports: Optional[Sequence[int]] = None,
+    network: Optional[Mapping[str, Any]] = None,
 ) -> sandboxes_pb2.CreateSandboxRequest:
+    if network is not None:
+        allow_net = list(allow_net or []) + network_rules(network)
     if allow_internet_access:
         raise InvalidArgumentException(
             "allow_internet_access=True: an Airlock sandbox has no network unless rules "
@@ -163,7 +221,7 @@ def create_request(
             field="allow_net",
         )
     request = sandboxes_pb2.CreateSandboxRequest(
-        image=image or "",
+        image=image or default_image(template, no_image),
         no_image=no_image,
         template=template or "",
         memory_mib=memory_mb or 0,
@@ -176,13 +234,52 @@ def create_request(
         ca_certs=list(ca_certs or []),
         public_ports=[guest_port(p, "public_ports") for p in public_ports or []],
     )
-    if timeout is not None:
-        request.timeout_secs = int(timeout)
+    request.timeout_secs = DEFAULT_TIMEOUT if timeout is None else int(timeout)
     for secret in secrets or []:
         request.secrets.append(
             sandboxes_pb2.Secret(name=secret.name, value=secret.value, hosts=list(secret.hosts))
         )
     return request
+
+
+#: The image ``create`` uses when the code names none (no ``image``,
+#: ``template`` or ``no_image``): E2B code that expects E2B's tools (pip,
+#: numpy, a ``user`` account) runs unchanged on an image that has them.
+IMAGE_ENV = "AIRLOCK_IMAGE"
+
+
+def default_image(template: Optional[str], no_image: bool) -> str:
+    if template or no_image:
+        return ""
+    return os.environ.get(IMAGE_ENV, "").strip()
+
+
+def network_rules(network: Mapping[str, Any]) -> List[str]:
+    """E2B's ``network={"allow_out": [...], "deny_out": [ALL_TRAFFIC]}`` as
+    Airlock's allow rules: an Airlock sandbox denies everything its rules do
+    not allow, so ``deny_out`` can only say what is denied already."""
+    for key in network:
+        if key not in ("allow_out", "deny_out"):
+            raise InvalidArgumentException(
+                f"network={{{key!r}: ...}} is not supported by Airlock: give allow_out "
+                "(hosts, *.suffix or CIDRs), or allow_net=[...]",
+                field="network",
+            )
+    deny = [str(rule) for rule in network.get("deny_out") or []]
+    if any(rule != ALL_TRAFFIC for rule in deny):
+        raise InvalidArgumentException(
+            "network deny_out: an Airlock sandbox denies everything its rules do not allow; "
+            "list what it may reach in allow_out (or allow_net=[...]) instead of what it may not",
+            field="network",
+        )
+    allow = [str(rule) for rule in network.get("allow_out") or []]
+    if ALL_TRAFFIC in allow:
+        raise InvalidArgumentException(
+            "network allow_out ALL_TRAFFIC: Airlock allows egress rule by rule; "
+            "list the hosts the sandbox may reach ('example.com', '*.example.org:443')",
+            field="network",
+        )
+    return allow
 
 
 def list_request(
@@ -200,6 +297,8 @@ def list_request(
         states = [state]
     elif state is not None:
         states = list(state)
+    if not states:
+        states = list(LISTED_STATES)
     return sandboxes_pb2.ListSandboxesRequest(
         metadata=dict(metadata or {}),
         states=[state_value(s) for s in states],
@@ -218,6 +317,22 @@ class Pages:
         self._request = request
         self.has_next = True
         self.next_token: Optional[str] = request.page_token or None
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __len__(self) -> int:
+        raise TypeError(self._not_a_list())
+
+    def __getitem__(self, index: object) -> SandboxInfo:
+        raise TypeError(self._not_a_list())
+
+    def _not_a_list(self) -> str:
+        return (
+            f"{type(self).__name__} is not a list (nor is E2B's): page with has_next and "
+            "next_items(), or iterate it for every sandbox (list(...) of it on the blocking "
+            "client, `async for` on the asyncio one)"
+        )
 
     def _next_request(self) -> Optional[sandboxes_pb2.ListSandboxesRequest]:
         if not self.has_next:

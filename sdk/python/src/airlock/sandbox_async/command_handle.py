@@ -196,7 +196,7 @@ async def kill(
 ) -> bool:
     try:
         await client.call(client.processes.SendSignal, core.kill_request(sandbox_id, pid), request_timeout)
-    except NotFoundException as error:
+    except SandboxException as error:
         if not core.kill_missed(error):
             raise
         return False

@@ -96,8 +96,10 @@ class AsyncWatchHandle:
     async def _pump(self) -> None:
         failure: Optional[Exception] = None
         try:
+            names = core.WatchNames(self._root)
             async for raw in self._call:
-                await call_back(self._on_event, core.watch_event(raw, self._root))
+                for event in names.events(raw):
+                    await call_back(self._on_event, event)
         except grpc.RpcError as error:
             if not self._stopped:
                 failure = from_rpc_error(error, self._client.endpoint)
@@ -183,9 +185,9 @@ class AsyncFilesystem:
         request_timeout: Optional[float] = None,
     ) -> Union[str, bytearray, AsyncIterator[bytes]]:
         if format == "stream":
-            return self._stream(path)
+            return self._stream(core.guest_path(path, user))
         data = bytearray()
-        async for chunk in self._stream(path):
+        async for chunk in self._stream(core.guest_path(path, user)):
             data += chunk
         return core.content(data, format)
 
@@ -214,7 +216,7 @@ class AsyncFilesystem:
     ) -> Union[WriteInfo, List[WriteInfo]]:
         if not isinstance(path, str):
             return await self.write_files(path, user=user, request_timeout=request_timeout)
-        requests = write_requests(self._sandbox_id, path, core.write_data(data), user, mode, append)
+        requests = write_requests(self._sandbox_id, core.guest_path(path, user), core.write_data(data), user, mode, append)
         return core.written(await self._client.call(self._client.files.Write, requests, request_timeout))
 
     async def write_files(
@@ -232,32 +234,32 @@ class AsyncFilesystem:
         self, path: str, depth: Optional[int] = 1, user: Optional[str] = None,
         request_timeout: Optional[float] = None,
     ) -> List[EntryInfo]:
-        request = files_pb2.ListFilesRequest(sandbox_id=self._sandbox_id, path=path, depth=depth or 1)
+        request = files_pb2.ListFilesRequest(sandbox_id=self._sandbox_id, path=core.guest_path(path, user), depth=depth or 1)
         return core.entries(await self._client.call(self._client.files.List, request, request_timeout))
 
     async def exists(self, path: str, user: Optional[str] = None, request_timeout: Optional[float] = None) -> bool:
-        request = files_pb2.ExistsRequest(sandbox_id=self._sandbox_id, path=path)
+        request = files_pb2.ExistsRequest(sandbox_id=self._sandbox_id, path=core.guest_path(path, user))
         return (await self._client.call(self._client.files.Exists, request, request_timeout)).exists
 
     async def get_info(
         self, path: str, user: Optional[str] = None, request_timeout: Optional[float] = None
     ) -> EntryInfo:
-        request = files_pb2.StatRequest(sandbox_id=self._sandbox_id, path=path)
+        request = files_pb2.StatRequest(sandbox_id=self._sandbox_id, path=core.guest_path(path, user))
         return core.entry_info(await self._client.call(self._client.files.Stat, request, request_timeout))
 
     async def make_dir(self, path: str, user: Optional[str] = None, request_timeout: Optional[float] = None) -> bool:
-        request = files_pb2.MakeDirRequest(sandbox_id=self._sandbox_id, path=path)
+        request = files_pb2.MakeDirRequest(sandbox_id=self._sandbox_id, path=core.guest_path(path, user))
         return (await self._client.call(self._client.files.MakeDir, request, request_timeout)).created
 
     async def rename(
         self, old_path: str, new_path: str, user: Optional[str] = None,
         request_timeout: Optional[float] = None,
     ) -> EntryInfo:
-        request = files_pb2.RenameRequest(sandbox_id=self._sandbox_id, to=new_path, **{"from": old_path})
+        request = files_pb2.RenameRequest(sandbox_id=self._sandbox_id, to=core.guest_path(new_path, user), **{"from": core.guest_path(old_path, user)})
         return core.entry_info(await self._client.call(self._client.files.Rename, request, request_timeout))
 
     async def remove(self, path: str, user: Optional[str] = None, request_timeout: Optional[float] = None) -> None:
-        request = files_pb2.RemoveRequest(sandbox_id=self._sandbox_id, path=path)
+        request = files_pb2.RemoveRequest(sandbox_id=self._sandbox_id, path=core.guest_path(path, user))
         await self._client.call(self._client.files.Remove, request, request_timeout)
 
     async def watch_dir(
@@ -273,11 +275,11 @@ class AsyncFilesystem:
         the guest watches."""
         call = self._client.open(
             self._client.files.Watch,
-            files_pb2.WatchRequest(sandbox_id=self._sandbox_id, path=path, recursive=recursive),
+            files_pb2.WatchRequest(sandbox_id=self._sandbox_id, path=core.guest_path(path, user), recursive=recursive),
         )
         async with arpc(self._client.endpoint):
             await call.initial_metadata()
-        return AsyncWatchHandle(self._client, call, path, on_event, on_exit)
+        return AsyncWatchHandle(self._client, call, core.guest_path(path, user), on_event, on_exit)
 
     async def upload_dir(self, local_path: str, remote_path: str, request_timeout: Optional[float] = None) -> int:
         packer = Packer(os.fspath(local_path), WRITE_CHUNK_BYTES)

@@ -14,7 +14,7 @@ lifecycle calls also work on the class with a sandbox id first
 
 from __future__ import annotations
 
-from typing import AsyncIterator, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Union
 
 from typing_extensions import Self, Unpack
 
@@ -32,7 +32,7 @@ from ..models.sandbox import (
 )
 from ..sandbox import lifecycle as core
 from ..sandbox.dual import either
-from ..sandbox.lifecycle import ConnectionOpts, Pages
+from ..sandbox.lifecycle import ConnectionOpts, Pages, split_create
 from . import ingress
 from .code import AsyncCodeRunner
 from .commands import AsyncCommands
@@ -180,6 +180,7 @@ class AsyncSandbox:
         ca_certs: Optional[Sequence[str]] = None,
         allow_internet_access: Optional[bool] = None,
         public_ports: Optional[Sequence[int]] = None,
+        network: Optional[Mapping[str, Any]] = None,
         **opts: Unpack[ConnectionOpts],
     ) -> Self:
         """Starts a sandbox and returns once it runs.
@@ -188,7 +189,7 @@ class AsyncSandbox:
         first use); ``image``: a root image from the server's store (default
         ``default``, Debian with Python), or ``no_image=True`` for busybox
         alone (fast, tiny); ``timeout``: seconds until it is killed (default
-        the server's, one hour); ``metadata``: labels to list by; ``envs``:
+        300, as E2B's); ``metadata``: labels to list by; ``envs``:
         every program's and code context's environment; ``memory_mb``,
         ``vcpus``; ``allow_net``: egress rules (without them or ``secrets``
         it has no network at all); ``secrets``: credentials bound to hosts,
@@ -214,12 +215,25 @@ class AsyncSandbox:
             ca_certs=ca_certs,
             allow_internet_access=allow_internet_access,
             public_ports=public_ports,
+            network=network,
         )
         client = await _client(opts)
         return cls(_connected=(client, await _create(client, request)))
 
+    async def _connect(self, timeout: Optional[int] = None, request_timeout: Optional[float] = None) -> Self:
+        """Reaches this sandbox again (E2B's instance ``connect``): resumes it
+        if it was paused or saved to disk; ``timeout`` also sets its timeout
+        from now."""
+        info = await _get(self._client, self._sandbox_id, request_timeout)
+        if core.should_resume(info.state):
+            info = await _resume(self._client, self._sandbox_id, request_timeout)
+        if timeout is not None:
+            await _set_timeout(self._client, self._sandbox_id, timeout, request_timeout)
+        self._info = info
+        return self
+
     @classmethod
-    async def connect(cls, sandbox_id: str, timeout: Optional[int] = None, **opts: Unpack[ConnectionOpts]) -> Self:
+    async def _cls_connect(cls, sandbox_id: str, timeout: Optional[int] = None, **opts: Unpack[ConnectionOpts]) -> Self:
         """The sandbox ``sandbox_id``, resumed if it was paused or saved to
         disk; ``timeout`` also sets its timeout from now."""
         client = await _client(opts)
@@ -229,6 +243,8 @@ class AsyncSandbox:
         if timeout is not None:
             await _set_timeout(client, sandbox_id, timeout)
         return cls(_connected=(client, info))
+
+    connect = either(_connect, _cls_connect)
 
     @classmethod
     def list(
@@ -242,7 +258,10 @@ class AsyncSandbox:
         **opts: Unpack[ConnectionOpts],
     ) -> AsyncSandboxPaginator:
         """Your sandboxes carrying every label of ``metadata``, in any of
-        ``state`` (default all), in pages of ``limit`` (default 100)."""
+        ``state`` (default: running, paused and on disk, as E2B lists; pass
+        ``SandboxState.ENDED`` for ended ones), in pages of ``limit``
+        (default 100)."""
+        core.check_opts("AsyncSandbox.list()", opts)
         request = core.list_request(metadata, state, query, limit, next_token)
         return AsyncSandboxPaginator(opts, request)
 
@@ -300,6 +319,8 @@ class AsyncSandbox:
         return await _pause(await _client(opts), sandbox_id, to_disk)
 
     pause = either(_pause, _cls_pause)
+    #: E2B's older name of :meth:`pause`.
+    beta_pause = either(_pause, _cls_pause)
 
     async def _resume(self, request_timeout: Optional[float] = None) -> None:
         """Starts a paused or saved sandbox again (any call does too)."""

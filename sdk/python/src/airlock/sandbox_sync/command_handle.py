@@ -229,7 +229,7 @@ class CommandHandle(HandleState):
 def kill(client: Client, sandbox_id: str, pid: int, request_timeout: Optional[float] = None) -> bool:
     try:
         client.call(client.processes.SendSignal, core.kill_request(sandbox_id, pid), request_timeout)
-    except NotFoundException as error:
+    except SandboxException as error:
         if not core.kill_missed(error):
             raise
         return False

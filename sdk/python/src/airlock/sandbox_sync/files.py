@@ -86,12 +86,13 @@ class WatchHandle:
     def _pump(self) -> None:
         failure: Optional[Exception] = None
         try:
+            names = core.WatchNames(self._root)
             for raw in self._call:  # type: ignore[attr-defined]
-                event = core.watch_event(raw, self._root)
-                with self._lock:
-                    self._events.append(event)
-                if self._on_event is not None:
-                    self._on_event(event)
+                for event in names.events(raw):
+                    with self._lock:
+                        self._events.append(event)
+                    if self._on_event is not None:
+                        self._on_event(event)
         except grpc.RpcError as error:
             if not self._stopped:
                 failure = from_rpc_error(error, self._client.endpoint)
@@ -188,9 +189,9 @@ class Filesystem:
         """A file's content: ``"text"`` (UTF-8), ``"bytes"``, or ``"stream"``
         (an iterator of chunks: nothing is held whole)."""
         if format == "stream":
-            return self._stream(path)
+            return self._stream(core.guest_path(path, user))
         data = bytearray()
-        for chunk in self._stream(path):
+        for chunk in self._stream(core.guest_path(path, user)):
             data += chunk
         return core.content(data, format)
 
@@ -224,7 +225,7 @@ class Filesystem:
         entries (E2B's older form) writes each."""
         if not isinstance(path, str):
             return self.write_files(path, user=user, request_timeout=request_timeout)
-        requests = write_requests(self._sandbox_id, path, core.write_data(data), user, mode, append)
+        requests = write_requests(self._sandbox_id, core.guest_path(path, user), core.write_data(data), user, mode, append)
         return core.written(self._client.call(self._client.files.Write, requests, request_timeout))
 
     def write_files(
@@ -245,23 +246,23 @@ class Filesystem:
     ) -> List[EntryInfo]:
         """The entries below a directory, ``depth`` levels down (1: its
         children)."""
-        request = files_pb2.ListFilesRequest(sandbox_id=self._sandbox_id, path=path, depth=depth or 1)
+        request = files_pb2.ListFilesRequest(sandbox_id=self._sandbox_id, path=core.guest_path(path, user), depth=depth or 1)
         return core.entries(self._client.call(self._client.files.List, request, request_timeout))
 
     def exists(self, path: str, user: Optional[str] = None, request_timeout: Optional[float] = None) -> bool:
-        request = files_pb2.ExistsRequest(sandbox_id=self._sandbox_id, path=path)
+        request = files_pb2.ExistsRequest(sandbox_id=self._sandbox_id, path=core.guest_path(path, user))
         return self._client.call(self._client.files.Exists, request, request_timeout).exists
 
     def get_info(
         self, path: str, user: Optional[str] = None, request_timeout: Optional[float] = None
     ) -> EntryInfo:
         """One entry's metadata (a symlink is not followed)."""
-        request = files_pb2.StatRequest(sandbox_id=self._sandbox_id, path=path)
+        request = files_pb2.StatRequest(sandbox_id=self._sandbox_id, path=core.guest_path(path, user))
         return core.entry_info(self._client.call(self._client.files.Stat, request, request_timeout))
 
     def make_dir(self, path: str, user: Optional[str] = None, request_timeout: Optional[float] = None) -> bool:
         """Makes a directory and its parents; ``False`` when it existed."""
-        request = files_pb2.MakeDirRequest(sandbox_id=self._sandbox_id, path=path)
+        request = files_pb2.MakeDirRequest(sandbox_id=self._sandbox_id, path=core.guest_path(path, user))
         return self._client.call(self._client.files.MakeDir, request, request_timeout).created
 
     def rename(
@@ -269,12 +270,12 @@ class Filesystem:
         request_timeout: Optional[float] = None,
     ) -> EntryInfo:
         """Moves an entry; returns its new metadata."""
-        request = files_pb2.RenameRequest(sandbox_id=self._sandbox_id, to=new_path, **{"from": old_path})
+        request = files_pb2.RenameRequest(sandbox_id=self._sandbox_id, to=core.guest_path(new_path, user), **{"from": core.guest_path(old_path, user)})
         return core.entry_info(self._client.call(self._client.files.Rename, request, request_timeout))
 
     def remove(self, path: str, user: Optional[str] = None, request_timeout: Optional[float] = None) -> None:
         """Removes a file, or a directory with everything in it."""
-        request = files_pb2.RemoveRequest(sandbox_id=self._sandbox_id, path=path)
+        request = files_pb2.RemoveRequest(sandbox_id=self._sandbox_id, path=core.guest_path(path, user))
         self._client.call(self._client.files.Remove, request, request_timeout)
 
     def watch_dir(
@@ -291,11 +292,11 @@ class Filesystem:
         is seen."""
         call = self._client.open(
             self._client.files.Watch,
-            files_pb2.WatchRequest(sandbox_id=self._sandbox_id, path=path, recursive=recursive),
+            files_pb2.WatchRequest(sandbox_id=self._sandbox_id, path=core.guest_path(path, user), recursive=recursive),
         )
         with rpc(self._client.endpoint):
             call.initial_metadata()
-        return WatchHandle(self._client, call, path, on_event, on_exit)
+        return WatchHandle(self._client, call, core.guest_path(path, user), on_event, on_exit)
 
     def upload_dir(self, local_path: str, remote_path: str, request_timeout: Optional[float] = None) -> int:
         """Airlock: a host directory into the guest (made if missing), as a

@@ -14,7 +14,7 @@ lifecycle calls also work on the class with a sandbox id first
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from typing_extensions import Self, Unpack
 
@@ -32,7 +32,7 @@ from ..models.sandbox import (
 )
 from ..sandbox import lifecycle as core
 from ..sandbox.dual import either
-from ..sandbox.lifecycle import ConnectionOpts, Pages
+from ..sandbox.lifecycle import ConnectionOpts, Pages, split_create
 from . import ingress
 from .code import CodeRunner
 from .commands import Commands
@@ -116,13 +116,17 @@ class Sandbox:
         envs: Optional[Mapping[str, str]] = None,
         *,
         _connected: Optional["tuple[Client, SandboxInfo]"] = None,
-        **opts: Unpack[ConnectionOpts],
+        **kwargs: Any,
     ) -> None:
         """Prefer :meth:`create`; ``Sandbox(...)`` creates one too, as E2B's
-        older constructor did."""
+        older constructor did, with every argument of :meth:`create` (an
+        unknown keyword argument raises ``TypeError``)."""
         if _connected is None:
+            create, opts = split_create("Sandbox()", kwargs)
             client = _client(opts)
-            request = core.create_request(template=template, timeout=timeout, metadata=metadata, envs=envs)
+            request = core.create_request(
+                template=template, timeout=timeout, metadata=metadata, envs=envs, **create
+            )
             info = _create(client, request)
         else:
             client, info = _connected
@@ -191,6 +195,7 @@ class Sandbox:
         ca_certs: Optional[Sequence[str]] = None,
         allow_internet_access: Optional[bool] = None,
         public_ports: Optional[Sequence[int]] = None,
+        network: Optional[Mapping[str, Any]] = None,
         **opts: Unpack[ConnectionOpts],
     ) -> Self:
         """Starts a sandbox and returns once it runs.
@@ -199,7 +204,7 @@ class Sandbox:
         first use); ``image``: a root image from the server's store (default
         ``default``, Debian with Python), or ``no_image=True`` for busybox
         alone (fast, tiny); ``timeout``: seconds until it is killed (default
-        the server's, one hour); ``metadata``: labels to list by; ``envs``:
+        300, as E2B's); ``metadata``: labels to list by; ``envs``:
         every program's and code context's environment; ``memory_mb``,
         ``vcpus``; ``allow_net``: egress rules (without them or ``secrets``
         it has no network at all); ``secrets``: credentials bound to hosts,
@@ -225,12 +230,25 @@ class Sandbox:
             ca_certs=ca_certs,
             allow_internet_access=allow_internet_access,
             public_ports=public_ports,
+            network=network,
         )
         client = _client(opts)
         return cls(_connected=(client, _create(client, request)))
 
+    def _connect(self, timeout: Optional[int] = None, request_timeout: Optional[float] = None) -> Self:
+        """Reaches this sandbox again (E2B's instance ``connect``): resumes it
+        if it was paused or saved to disk; ``timeout`` also sets its timeout
+        from now."""
+        info = _get(self._client, self._sandbox_id, request_timeout)
+        if core.should_resume(info.state):
+            info = _resume(self._client, self._sandbox_id, request_timeout)
+        if timeout is not None:
+            _set_timeout(self._client, self._sandbox_id, timeout, request_timeout)
+        self._info = info
+        return self
+
     @classmethod
-    def connect(cls, sandbox_id: str, timeout: Optional[int] = None, **opts: Unpack[ConnectionOpts]) -> Self:
+    def _cls_connect(cls, sandbox_id: str, timeout: Optional[int] = None, **opts: Unpack[ConnectionOpts]) -> Self:
         """The sandbox ``sandbox_id``, resumed if it was paused or saved to
         disk; ``timeout`` also sets its timeout from now."""
         client = _client(opts)
@@ -240,6 +258,8 @@ class Sandbox:
         if timeout is not None:
             _set_timeout(client, sandbox_id, timeout)
         return cls(_connected=(client, info))
+
+    connect = either(_connect, _cls_connect)
 
     @classmethod
     def list(
@@ -253,7 +273,9 @@ class Sandbox:
         **opts: Unpack[ConnectionOpts],
     ) -> SandboxPaginator:
         """Your sandboxes carrying every label of ``metadata``, in any of
-        ``state`` (default all), in pages of ``limit`` (default 100)."""
+        ``state`` (default: running, paused and on disk, as E2B lists; pass
+        ``SandboxState.ENDED`` for ended ones), in pages of ``limit``
+        (default 100)."""
         request = core.list_request(metadata, state, query, limit, next_token)
         return SandboxPaginator(_client(opts), request)
 
@@ -311,6 +333,8 @@ class Sandbox:
         return _pause(_client(opts), sandbox_id, to_disk)
 
     pause = either(_pause, _cls_pause)
+    #: E2B's older name of :meth:`pause`.
+    beta_pause = either(_pause, _cls_pause)
 
     def _resume(self, request_timeout: Optional[float] = None) -> None:
         """Starts a paused or saved sandbox again (any call does too)."""

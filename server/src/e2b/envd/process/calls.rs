@@ -6,8 +6,19 @@ use airlock_e2b_wire::process::{
     self as e2b, process_input, process_selector, stream_input_request,
 };
 
-use crate::e2b::connect::{ConnectError, Messages, RequestBody};
+use crate::e2b::connect::{Code, ConnectError, Messages, RequestBody};
 use crate::e2b::target::SandboxCall;
+
+/// The error of a call naming a process: envd has ended processes
+/// forgotten, so one that has exited is `not_found` (the SDKs' `kill`
+/// then answers `False`); anything else as every call maps it.
+pub fn about_process(status: tonic::Status) -> ConnectError {
+    let error = ConnectError::from(status);
+    if error.code == Code::FailedPrecondition && error.message.contains("has exited") {
+        return ConnectError::not_found(error.message);
+    }
+    error
+}
 
 /// Our selector for E2B's (`field` names it in a refusal).
 pub fn selector(
@@ -78,7 +89,8 @@ pub async fn update(
                 cols: size.cols,
             }),
         }))
-        .await?;
+        .await
+        .map_err(about_process)?;
     Ok(e2b::UpdateResponse {})
 }
 
@@ -99,7 +111,8 @@ async fn write(
             data: data.into(),
             close: false,
         }))
-        .await?;
+        .await
+        .map_err(about_process)?;
     Ok(())
 }
 
@@ -124,7 +137,8 @@ pub async fn close_stdin(
             data: Default::default(),
             close: true,
         }))
-        .await?;
+        .await
+        .map_err(about_process)?;
     Ok(e2b::CloseStdinResponse {})
 }
 
@@ -149,7 +163,8 @@ pub async fn send_signal(
             process: Some(process),
             signal,
         }))
-        .await?;
+        .await
+        .map_err(about_process)?;
     Ok(e2b::SendSignalResponse {})
 }
 

@@ -12,6 +12,7 @@ mod calls;
 mod events;
 mod inputs;
 mod start;
+mod terminals;
 mod user;
 
 use http::{Request, Response};

@@ -10,7 +10,7 @@ use airlock_e2b_wire::process as e2b;
 
 use super::calls::selector;
 use super::events::{event, keepalive_interval, with_keepalives};
-use super::{inputs, user};
+use super::{inputs, terminals, user};
 use crate::e2b::connect::{ConnectError, Replies};
 use crate::e2b::target::SandboxCall;
 
@@ -18,14 +18,32 @@ use crate::e2b::target::SandboxCall;
 fn translated(
     events: impl futures::Stream<Item = Result<api::ProcessEvent, tonic::Status>> + Send + 'static,
     pty: bool,
+    sandbox: &str,
     headers: &HeaderMap,
 ) -> impl futures::Stream<Item = Result<e2b::ProcessEvent, ConnectError>> + Send + Unpin + 'static {
     let interval = keepalive_interval(headers);
-    let events = events.filter_map(move |item| async move {
-        match item {
+    let sandbox = sandbox.to_owned();
+    let mut pid = None;
+    let events = events.filter_map(move |item| {
+        if pty {
+            // Remember a terminal from its start to its end (Connect).
+            match item.as_ref().ok().and_then(|ours| ours.event.as_ref()) {
+                Some(api::process_event::Event::Started(started)) => {
+                    pid = Some(started.pid);
+                    terminals::started(&sandbox, started.pid);
+                }
+                Some(api::process_event::Event::Exited(_)) => {
+                    if let Some(pid) = pid {
+                        terminals::ended(&sandbox, pid);
+                    }
+                }
+                _ => {}
+            }
+        }
+        std::future::ready(match item {
             Ok(ours) => event(ours, pty).map(Ok),
             Err(status) => Some(Err(ConnectError::from(status))),
-        }
+        })
     });
     Box::pin(with_keepalives(Box::pin(events), interval))
 }
@@ -72,7 +90,7 @@ pub async fn start(
         }
         opened => opened?,
     };
-    let stream = translated(events, pty.is_some(), headers)
+    let stream = translated(events, pty.is_some(), &call.id, headers)
         .map(|item| item.map(|event| e2b::StartResponse { event: Some(event) }));
     Ok(stream.boxed())
 }
@@ -106,7 +124,7 @@ pub async fn connect(
         }))
         .await?
         .into_inner();
-    let offset = listed
+    let found = listed
         .processes
         .iter()
         .find(|info| match &process.selector {
@@ -114,8 +132,10 @@ pub async fn connect(
             Some(api::process_selector::Selector::Tag(tag)) => &info.tag == tag,
             None => false,
         })
-        .map(|info| info.output_bytes)
+        .map(|info| (info.pid, info.output_bytes))
         .ok_or_else(|| ConnectError::not_found("process: no such process in this sandbox"))?;
+    let (pid, offset) = found;
+    let pty = terminals::has(&call.id, pid);
     let events = call
         .services()
         .connect(call.request(api::ConnectProcessRequest {
@@ -125,7 +145,7 @@ pub async fn connect(
         }))
         .await?
         .into_inner();
-    let stream = translated(events, false, headers)
+    let stream = translated(events, pty, &call.id, headers)
         .map(|item| item.map(|event| e2b::ConnectResponse { event: Some(event) }));
     Ok(stream.boxed())
 }

@@ -178,6 +178,25 @@ def test_watch_dir_reports_the_file_written(sbx):
         sbx.files.watch_dir("/tmp/no/such/dir")
 
 
+def test_watch_dir_with_entries_and_recursive(sbx):
+    sbx.files.make_dir("/tmp/we/sub")
+    handle = sbx.files.watch_dir("/tmp/we", include_entry=True, recursive=True)
+    try:
+        sbx.files.write("/tmp/we/sub/deep.txt", "deep")
+        events = []
+        for _ in range(100):
+            events += handle.get_new_events()
+            if any(e.type == FilesystemEventType.WRITE for e in events):
+                break
+            time.sleep(0.2)
+        write = next(e for e in events if e.type == FilesystemEventType.WRITE)
+        assert write.name == "sub/deep.txt"
+        assert write.entry is not None
+        assert (write.entry.path, write.entry.size) == ("/tmp/we/sub/deep.txt", 4)
+    finally:
+        handle.stop()
+
+
 def test_bad_input_in_e2b_shape(sbx):
     # Failed authentications count against the client's address (the
     # front's throttle, shared by every suite on the server,

@@ -42,7 +42,9 @@ pub struct Watch {
     changes: Changes,
     translate: Translate,
     include_entry: bool,
-    ready: VecDeque<fs::FilesystemEvent>,
+    /// Translated events not yet answered, with the path each is about
+    /// (its entry looked up, with `include_entry`, before it leaves).
+    ready: VecDeque<(fs::FilesystemEvent, String)>,
 }
 
 impl std::fmt::Debug for Watch {
@@ -84,21 +86,25 @@ impl Watch {
     }
 
     /// The next change; `None` when the watch ended (the sandbox did).
+    /// Cancel-safe (WatchDir races it against its keepalive): an event
+    /// leaves `ready` only once it is whole.
     pub async fn next(&mut self) -> Option<Result<fs::FilesystemEvent, ConnectError>> {
         loop {
-            if let Some(event) = self.ready.pop_front() {
-                return Some(Ok(event));
+            if let Some((_, path)) = self.ready.front() {
+                let entry = match self.include_entry {
+                    true => entry_now(&self.call, path).await,
+                    false => None,
+                };
+                if let Some((mut event, _)) = self.ready.pop_front() {
+                    event.entry = entry;
+                    return Some(Ok(event));
+                }
             }
             let change = match self.changes.next().await? {
                 Ok(change) => change,
                 Err(status) => return Some(Err(connect_error(status))),
             };
-            for (mut event, path) in self.translate.events(&change) {
-                if self.include_entry {
-                    event.entry = entry_now(&self.call, &path).await;
-                }
-                self.ready.push_back(event);
-            }
+            self.ready.extend(self.translate.events(&change));
         }
     }
 }

@@ -197,6 +197,20 @@ def test_watch_dir_with_entries_and_recursive(sbx):
         handle.stop()
 
 
+def test_signed_urls(sbx):
+    """download_url / upload_url: the signature stands for the access
+    token. The URL names no sandbox with E2B_SANDBOX_URL (only a
+    PORT-ID.DOMAIN host would), so the route headers are added here."""
+    route = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983"}
+    upload = sbx.upload_url("/tmp/signed/up.txt", use_signature_expiration=60)
+    r = httpx.post(upload, files={"file": ("up.txt", b"signed upload")}, headers=route)
+    assert r.status_code == 200, r.text
+    assert r.json()[0]["path"] == "/tmp/signed/up.txt"
+    download = sbx.download_url("/tmp/signed/up.txt")
+    r = httpx.get(download, headers=route)
+    assert (r.status_code, r.content) == (200, b"signed upload")
+
+
 def test_bad_input_in_e2b_shape(sbx):
     # Failed authentications count against the client's address (the
     # front's throttle, shared by every suite on the server,

@@ -6,6 +6,7 @@ mod download;
 mod error;
 mod gunzip;
 mod query;
+pub(crate) mod signature;
 mod upload;
 pub(crate) mod user;
 mod write;

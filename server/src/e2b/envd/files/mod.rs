@@ -9,7 +9,7 @@ mod query;
 pub(crate) mod signature;
 mod upload;
 pub(crate) mod user;
-mod write;
+pub(crate) mod write;
 
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;

@@ -11,7 +11,7 @@ use airlock_e2b_wire::filesystem as fs;
 use super::entry::entry;
 use super::names::Names;
 use crate::e2b::connect::{Code, ConnectError};
-use crate::e2b::envd::files::user;
+use crate::e2b::envd::files::{user, write};
 use crate::e2b::target::SandboxCall;
 
 /// The one mapping of our Files service's statuses to envd's Connect
@@ -76,19 +76,25 @@ pub async fn make_dir(
     username: Option<&str>,
     request: fs::MakeDirRequest,
 ) -> Result<fs::MakeDirResponse, ConnectError> {
-    let path = path(call, username, "path", &request.path)
-        .await
-        .map_err(connect_error)?;
-    let made = call
-        .services()
-        .make_dir(call.request(api::MakeDirRequest {
-            sandbox_id: call.id.clone(),
-            path: path.clone(),
-        }))
-        .await
-        .map_err(connect_error)?
-        .into_inner();
-    if !made.created {
+    let user = user::resolve(call, username).await.map_err(connect_error)?;
+    let path = user::absolute("path", &request.path, &user).map_err(connect_error)?;
+    let created = match user.write_owner().is_empty() {
+        true => {
+            call.services()
+                .make_dir(call.request(api::MakeDirRequest {
+                    sandbox_id: call.id.clone(),
+                    path: path.clone(),
+                }))
+                .await
+                .map_err(connect_error)?
+                .into_inner()
+                .created
+        }
+        false => make_dir_as(call, &user, &path)
+            .await
+            .map_err(connect_error)?,
+    };
+    if !created {
         // What the SDKs read as "it existed" (make_dir answers false).
         return Err(ConnectError::new(
             Code::AlreadyExists,
@@ -101,6 +107,36 @@ pub async fn make_dir(
     };
     let entry = run.await.map_err(connect_error)?;
     Ok(fs::MakeDirResponse { entry: Some(entry) })
+}
+
+/// Makes `path` (and its parents) owned by `user`, as envd does: our
+/// MakeDir has no user, so an empty placeholder is written in it as the
+/// user (a write makes its missing parents, the user's), then removed
+/// (watches never report it: its name is one of our temporaries').
+/// `Ok(false)` when the directory existed.
+async fn make_dir_as(call: &SandboxCall, user: &user::User, path: &str) -> Result<bool, Status> {
+    match stat_info(call, path.to_owned()).await {
+        Ok(info) if info.r#type == i32::from(api::FileType::Directory) => return Ok(false),
+        Ok(_) => {
+            return Err(reason::status(
+                ErrorReason::GuestRefused,
+                format!("{path} exists and is not a directory"),
+            ))
+        }
+        Err(status) if status.code() == tonic::Code::NotFound => {}
+        Err(status) => return Err(status),
+    }
+    let nonce = airlock::random::hex::<8>().map_err(|error| Status::internal(error.to_string()))?;
+    let placeholder = format!("{}/.airlock-mkdir-{nonce}.tmp", path.trim_end_matches('/'));
+    let nothing = futures::stream::empty::<Result<bytes::Bytes, std::convert::Infallible>>();
+    write::write(call, placeholder.clone(), user.write_owner(), nothing).await?;
+    call.services()
+        .remove(call.request(api::RemoveRequest {
+            sandbox_id: call.id.clone(),
+            path: placeholder,
+        }))
+        .await?;
+    Ok(true)
 }
 
 pub async fn r#move(

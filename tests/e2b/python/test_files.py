@@ -136,6 +136,8 @@ def test_rename_remove_make_dir(sbx):
     assert sbx.files.make_dir("/tmp/mk/a/b") is False
     assert sbx.files.get_info("/tmp/mk/a/b").type == FileType.DIR
     sbx.files.write("/tmp/mk/x.txt", "x")
+    # The directory is the default user's, as the file written in it is.
+    assert sbx.files.get_info("/tmp/mk/a/b").owner == sbx.files.get_info("/tmp/mk/x.txt").owner
     moved = sbx.files.rename("/tmp/mk/x.txt", "/tmp/mk/a/y.txt")
     assert (moved.path, moved.name) == ("/tmp/mk/a/y.txt", "y.txt")
     assert not sbx.files.exists("/tmp/mk/x.txt")

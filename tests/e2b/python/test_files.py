@@ -248,6 +248,10 @@ def test_bad_input_in_e2b_shape(sbx):
     # `..` is the guest's to resolve: it stays a path in the sandbox.
     sbx.files.write("/tmp/t/../dots.txt", "dots")
     assert sbx.files.read("/tmp/dots.txt") == "dots"
+    # File metadata is refused by name, not dropped.
+    with pytest.raises(SandboxException, match="metadata"):
+        sbx.files.write("/tmp/meta.txt", "x", metadata={"owner": "me"})
+    assert not sbx.files.exists("/tmp/meta.txt")
     # The guest's root is not removed, however it is spelled.
     with pytest.raises(InvalidArgumentException):
         sbx.files.remove("/tmp/..")

@@ -51,6 +51,7 @@ pub async fn upload(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Status> {
     let form = form(request.headers())?;
+    refuse_metadata(request.headers())?;
     let user = user::resolve(call, query.username.as_deref()).await?;
     let body = request
         .into_body()
@@ -123,6 +124,24 @@ fn form(headers: &HeaderMap) -> Result<Form, Status> {
         )),
     }
 }
+
+/// File metadata (`X-Metadata-*`, the SDKs' `metadata`) is not kept here
+/// (our files carry no extended attributes): refused by name rather than
+/// dropped.
+fn refuse_metadata(headers: &HeaderMap) -> Result<(), Status> {
+    match headers
+        .keys()
+        .find(|name| name.as_str().starts_with(METADATA_PREFIX))
+    {
+        Some(name) => Err(Status::unimplemented(format!(
+            "{name}: file metadata is not supported by this server; write without `metadata`"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The header prefix of a file's metadata.
+const METADATA_PREFIX: &str = "x-metadata-";
 
 /// Writes the file `raw` names from `data`.
 async fn one<S, E>(call: &SandboxCall, user: &User, raw: &str, data: S) -> Result<Written, Status>
@@ -220,6 +239,13 @@ mod tests {
         let mut multi = headers("multipart/form-data; boundary=x");
         multi.insert(header::CONTENT_ENCODING, "gzip".parse().unwrap());
         assert!(form(&multi).is_err());
+        let mut metadata = headers("application/octet-stream");
+        assert!(refuse_metadata(&metadata).is_ok());
+        metadata.insert("x-metadata-owner", "me".parse().unwrap());
+        assert_eq!(
+            refuse_metadata(&metadata).unwrap_err().code(),
+            tonic::Code::Unimplemented
+        );
     }
 
     #[test]

@@ -83,3 +83,20 @@ async fn unknown_or_malformed_users_are_refused_by_name() {
     let err = agent.run(as_user(&["true"], "a:b:c")).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
 }
+
+/// A program of another user may reopen its own output pipes (the
+/// interpreter driver reads its stdout back through `/proc/self/fd/1`):
+/// the pipes are that user's.
+#[tokio::test]
+async fn another_users_program_may_reopen_its_output() {
+    if !nix::unistd::geteuid().is_root() {
+        return; // Only root starts programs as another user.
+    }
+    let agent = Agent::start().await;
+    let script = "exec 3</proc/self/fd/1 4</proc/self/fd/2 && echo reopened";
+    let out = agent
+        .run(as_user(&["sh", "-c", script], "65534:65534"))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout_text(), "reopened\n", "{:?}", out.stderr_text());
+}

@@ -22,6 +22,10 @@ use crate::registry::Entry;
 pub const API_KEY_HEADER: &str = "x-api-key";
 /// E2B's envd access-token header.
 pub const ACCESS_TOKEN_HEADER: &str = "x-access-token";
+/// E2B's traffic access-token header: the code-interpreter SDKs send only
+/// this one on their `/contexts` calls (the control plane returns the
+/// sandbox's token as `trafficAccessToken` too).
+pub const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
 
 /// The principal of a control-plane request, or E2B's 401 (429 for an
 /// address refused too often).
@@ -65,6 +69,7 @@ pub fn access(
     blocked(front, peer)?;
     let presented = headers
         .get(ACCESS_TOKEN_HEADER)
+        .or_else(|| headers.get(TRAFFIC_TOKEN_HEADER))
         .and_then(|value| value.to_str().ok());
     match presented {
         Some(presented) if token::matches(&entry.record.ingress_token, presented) => Ok(()),

@@ -284,6 +284,18 @@ impl Spec {
             if let Err(e) = rustix::pipe::fcntl_setpipe_size(pipe, OUTPUT_PIPE_BYTES) {
                 tracing::debug!(error = %e, "output pipe keeps its default size");
             }
+            // The pipe is the child's: a program that reopens its own output
+            // (`/proc/self/fd/1`, as the interpreter driver does) may only
+            // when the pipe's inode is its user's, not the agent's root.
+            if let Some(c) = &self.credentials {
+                let owner = (
+                    Some(rustix::fs::Uid::from_raw(c.uid)),
+                    Some(rustix::fs::Gid::from_raw(c.gid)),
+                );
+                if let Err(e) = rustix::fs::fchown(pipe, owner.0, owner.1) {
+                    tracing::debug!(error = %e, uid = c.uid, "output pipe stays the agent's");
+                }
+            }
         }
         Ok((
             [child_stdin, child_stdout.into(), child_stderr.into()],

@@ -51,12 +51,14 @@ impl Ctl<'_> {
 
     /// `info` as a created, connected or forked sandbox.
     pub fn sandbox(&self, info: &api::SandboxInfo) -> Result<Sandbox, Failure> {
+        let token = self.access_token(&info.sandbox_id)?;
         Ok(Sandbox {
             sandbox_id: info.sandbox_id.clone(),
             template_id: template_id(info),
             client_id: CLIENT_ID,
             envd_version: ENVD_VERSION,
-            envd_access_token: self.access_token(&info.sandbox_id)?,
+            traffic_access_token: token.clone(),
+            envd_access_token: token,
             domain: self.front.domain.clone(),
         })
     }

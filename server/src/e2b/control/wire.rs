@@ -99,6 +99,9 @@ pub struct Sandbox {
     pub client_id: &'static str,
     pub envd_version: &'static str,
     pub envd_access_token: String,
+    /// The same token: E2B's code-interpreter SDKs send only this one
+    /// (`E2B-Traffic-Access-Token`) on their `/contexts` calls.
+    pub traffic_access_token: String,
     pub domain: String,
 }
 
@@ -220,6 +223,7 @@ mod tests {
             client_id: "airlock",
             envd_version: "0.6.4",
             envd_access_token: "t".into(),
+            traffic_access_token: "t".into(),
             domain: "e2b.localhost".into(),
         };
         let json = serde_json::to_value(&sandbox).expect("json");

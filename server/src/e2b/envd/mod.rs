@@ -2,7 +2,7 @@
 //! the `process.Process` and `filesystem.Filesystem` services over the
 //! Connect protocol, the `/files` upload and download, and `/health`.
 
-mod files;
+pub(crate) mod files;
 mod filesystem;
 mod process;
 

@@ -20,9 +20,6 @@
 //! code as every other front's; the guest keeps its one protocol. Errors go
 //! out in E2B's shapes (`reply`).
 
-// The handlers land one by one; until then parts of the skeleton are unused.
-#![allow(dead_code, unused_imports)]
-
 mod auth;
 mod connect;
 mod control;

@@ -130,8 +130,6 @@ async fn handle(
             let call = SandboxCall {
                 front: Arc::clone(&front),
                 id: entry.record.id.clone(),
-                port,
-                entry,
                 principal,
             };
             match port {

@@ -9,7 +9,6 @@
 use std::sync::Arc;
 
 use crate::principal::Principal;
-use crate::registry::Entry;
 use crate::service::Services;
 
 use super::Front;
@@ -20,10 +19,6 @@ pub(crate) struct SandboxCall {
     pub front: Arc<Front>,
     /// The sandbox's id, as its record has it.
     pub id: String,
-    /// The guest port the request names.
-    pub port: u16,
-    /// The sandbox as the registry lists it.
-    pub entry: Entry,
     /// Who the call acts as: the sandbox's owner.
     pub principal: Principal,
 }

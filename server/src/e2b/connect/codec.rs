@@ -36,14 +36,6 @@ impl Codec {
         }
     }
 
-    /// The codec's name (`json`, `proto`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Codec::Json => "json",
-            Codec::Proto => "proto",
-        }
-    }
-
     /// The content type of a unary call's body.
     pub fn unary_content_type(self) -> &'static str {
         match self {

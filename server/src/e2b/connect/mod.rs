@@ -33,15 +33,10 @@ mod error;
 mod read;
 mod serve;
 
-pub use call::{Call, Kind};
 pub use code::Code;
-pub use codec::{Codec, Wire};
 pub use error::ConnectError;
 pub use read::{Messages, RequestBody};
 pub use serve::{client_stream, server_stream, unary, Replies};
-
-#[cfg(test)]
-pub(crate) use serve::body_bytes;
 
 /// The largest message a call may send (one message: a stream's messages
 /// are bounded each).

@@ -7,8 +7,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
@@ -208,22 +207,22 @@ fn with_type(status: StatusCode, body: Body, content_type: &'static str) -> Resp
     response
 }
 
-/// Bytes of a whole response body, for tests.
-#[cfg(test)]
-pub(crate) async fn body_bytes(response: Response<Body>) -> Bytes {
-    response
-        .into_body()
-        .collect()
-        .await
-        .map(|collected| collected.to_bytes())
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use airlock_e2b_wire::process::{ListRequest, ListResponse, ProcessInfo, ProcessSelector};
+    use bytes::Bytes;
     use http_body_util::Full;
+
+    /// Bytes of a whole response body.
+    async fn body_bytes(response: Response<Body>) -> Bytes {
+        response
+            .into_body()
+            .collect()
+            .await
+            .map(|collected| collected.to_bytes())
+            .unwrap_or_default()
+    }
 
     fn request(content_type: &str, body: impl Into<Bytes>) -> Request<Full<Bytes>> {
         Request::post("/process.Process/List")

@@ -17,7 +17,7 @@ pub struct NewSandbox {
     pub auto_pause: Option<bool>,
     pub auto_pause_memory: Option<bool>,
     pub auto_resume: Option<AutoResume>,
-    pub secure: Option<bool>,
+    // `secure` is not read: every sandbox's envd needs its access token.
     #[serde(rename = "allow_internet_access")]
     pub allow_internet_access: Option<bool>,
     pub network: Option<NetworkConfig>,
@@ -68,8 +68,6 @@ pub struct RefreshRequest {
 #[serde(rename_all = "camelCase")]
 pub struct ConnectRequest {
     pub timeout: Option<u64>,
-    pub auto_pause: Option<bool>,
-    pub memory: Option<serde_json::Value>,
 }
 
 /// `POST /sandboxes/{id}/pause`.
@@ -77,7 +75,7 @@ pub struct ConnectRequest {
 #[serde(rename_all = "camelCase")]
 pub struct PauseRequest {
     pub memory: Option<serde_json::Value>,
-    pub require_healthy_guest: Option<bool>,
+    // `requireHealthyGuest` is not read: a pause here never needs the guest.
 }
 
 /// `POST /sandboxes/{id}/fork`.

@@ -13,15 +13,13 @@
 #![no_main]
 
 use std::path::{Component, Path};
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::Arc;
 
-use airlock::images::{ImageMeta, ImageStore};
 use airlock_api::limits;
 use airlock_api::reason;
 use airlock_api::v1::CreateSandboxRequest;
-use airlock::template::NamedStore;
-use airlock_server::fuzzing::{check, Context, Create};
+use airlock_fuzz::create_context::fixture;
+use airlock_server::fuzzing::{check, Create};
 use airlock_server::Principal;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
@@ -47,60 +45,11 @@ const FIELDS: &[&str] = &[
     "workspace_size_mib",
 ];
 
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);
 const KEY: &str = "fuzz";
-
-/// A data directory, an image store with one image and an empty store of
-/// named templates, made once.
-struct Fixture {
-    _dir: tempfile::TempDir,
-    data_dir: std::path::PathBuf,
-    images: ImageStore,
-    templates: NamedStore,
-}
-
-fn fixture() -> &'static Fixture {
-    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
-    FIXTURE.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let images = ImageStore::at(dir.path().join("images"));
-        let id = "0123456789abcdef";
-        let image_dir = images.root().join(id);
-        std::fs::create_dir_all(&image_dir).expect("the image's directory");
-        std::fs::write(image_dir.join(airlock::images::IMAGE_FILE), b"")
-            .expect("the image file");
-        let meta = ImageMeta {
-            id: id.to_owned(),
-            source: "fuzz".to_owned(),
-            content_bytes: 0,
-            image_bytes: 0,
-            created_unix: 0,
-            build_seconds: 0.0,
-        };
-        std::fs::write(
-            image_dir.join(airlock::images::META_FILE),
-            serde_json::to_vec(&meta).expect("json"),
-        )
-        .expect("the image's metadata");
-        images.tag("default", id).expect("the name default");
-        Fixture {
-            data_dir: dir.path().join("data"),
-            images,
-            templates: NamedStore::new(dir.path().join("templates")),
-            _dir: dir,
-        }
-    })
-}
 
 fn checked(request: CreateSandboxRequest, principal: &Principal) {
     let fixture = fixture();
-    let context = Context {
-        images: &fixture.images,
-        templates: &fixture.templates,
-        data_dir: &fixture.data_dir,
-        default_timeout: DEFAULT_TIMEOUT,
-    };
-    match check(request, principal, &context) {
+    match check(request, principal, &fixture.context()) {
         Ok(create) => accepted(&create, principal, &fixture.data_dir),
         Err(status) => {
             assert!(

@@ -315,6 +315,8 @@ fn octal(field: &[u8]) -> Option<u64> {
 /// `[memory file size in 4 KiB pages: u16][state: field][meta.json: rest]`,
 /// where `@KEY@` in the JSON becomes the template's key and `@SHA@` the
 /// state's sha256 (which no mutation could guess).
+pub mod create_context;
+
 pub mod template_input {
     pub const KEY: &str = "tmpl-fuzz";
 

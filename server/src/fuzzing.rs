@@ -2,5 +2,6 @@
 //! request meets before anything boots. Behind the `fuzzing` feature; not
 //! a stable API.
 
+pub use crate::e2b::fuzzing as e2b;
 pub use crate::machine::Machine;
 pub use crate::service::create::{check, workspace_dir, Context, Create};

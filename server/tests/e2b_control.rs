@@ -4,7 +4,8 @@
 //! 404, a wrong key 401; bad input (malformed JSON, a wrong type, an
 //! unknown template, an oversized body) gets E2B's error shape and the
 //! server keeps serving; and a sandbox's other port reached through the
-//! front, carried by the ingress with its token rules.
+//! front, carried by the ingress with its token rules, and the sandbox's
+//! logs (its ingress decisions, a refusal a warning), in both versions.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -176,18 +177,18 @@ async fn the_control_plane_answers_as_e2b_and_keeps_tenancy() {
     let (status, _, templates) = call(front, Method::GET, "/templates", &me, vec![]).await;
     assert_eq!(status, StatusCode::OK, "{templates}");
     assert!(templates.is_array());
-    let (status, _, unknown) = call(
+    let (status, _, logs) = call(
         front,
         Method::GET,
-        &format!("/sandboxes/{a}/logs"),
+        &format!("/sandboxes/{a}/logs?limit=0"),
         &me,
         vec![],
     )
     .await;
-    assert_eq!(status, StatusCode::NOT_IMPLEMENTED, "{unknown}");
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{logs}");
     assert!(
-        unknown["message"].as_str().unwrap().contains("logs"),
-        "{unknown}"
+        logs["message"].as_str().unwrap().starts_with("limit"),
+        "{logs}"
     );
 
     // Another key: not found, exactly as a sandbox that does not exist.
@@ -361,5 +362,38 @@ async fn another_port_goes_through_the_ingress_with_its_token() {
         assert_eq!(status, StatusCode::OK, "{header}: {body}");
         assert_eq!(body, Value::String("hello from the guest".into()));
     }
+
+    // The sandbox's logs: its ingress decisions, a refusal a warning.
+    let me = [("x-api-key", key.as_str())];
+    let (status, _, v1) = call(
+        server.e2b,
+        Method::GET,
+        &format!("/sandboxes/{id}/logs"),
+        &me,
+        vec![],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v1}");
+    let entries = v1["logEntries"].as_array().unwrap();
+    let mentions = |level: &str| {
+        entries.iter().any(|e| {
+            e["level"] == level
+                && e["fields"]["protocol"] == "ingress"
+                && e["fields"]["port"].as_u64() == port.parse::<u64>().ok()
+        })
+    };
+    assert!(mentions("warn"), "the refusals: {v1}");
+    assert!(mentions("info"), "the connections let through: {v1}");
+    assert_eq!(v1["logs"].as_array().unwrap().len(), entries.len());
+    let (status, _, v2) = call(
+        server.e2b,
+        Method::GET,
+        &format!("/v2/sandboxes/{id}/logs?limit=1"),
+        &me,
+        vec![],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v2}");
+    assert_eq!(v2["logs"].as_array().unwrap().len(), 1, "{v2}");
     server.stop().await;
 }

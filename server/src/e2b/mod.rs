@@ -24,6 +24,9 @@ mod auth;
 mod connect;
 mod control;
 mod envd;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod ingress;
 mod interpreter;
 mod reply;

@@ -117,6 +117,35 @@ def test_pause_and_connect_resumes(sandbox: Sandbox) -> None:
     assert resumed.get_info().state == "running"
 
 
+def test_pause_and_resume_keep_files_and_a_running_process(sandbox: Sandbox) -> None:
+    sandbox.files.write("kept.txt", "written before the pause")
+    counter = sandbox.commands.run(
+        "i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done",
+        background=True,
+    )
+    assert sandbox.pause() is True
+    resumed = Sandbox.connect(sandbox.sandbox_id)
+    assert resumed.files.read("kept.txt") == "written before the pause"
+    running = [process.pid for process in resumed.commands.list()]
+    assert counter.pid in running, running
+    before = int(resumed.files.read("/tmp/count"))
+    resumed.commands.run("sleep 1")
+    assert int(resumed.files.read("/tmp/count")) > before, "the program runs on"
+    assert resumed.commands.kill(counter.pid) is True
+
+
+def test_a_fork_has_the_parents_files(sandbox: Sandbox) -> None:
+    sandbox.files.write("/tmp/parent.txt", "the parent's")
+    (child,) = sandbox.fork(count=1)
+    assert isinstance(child, Sandbox), child
+    try:
+        assert child.files.read("/tmp/parent.txt") == "the parent's"
+        child.files.write("/tmp/parent.txt", "the child's")
+        assert sandbox.files.read("/tmp/parent.txt") == "the parent's"
+    finally:
+        child.kill()
+
+
 def test_another_keys_sandbox_is_not_found(sandbox: Sandbox, other_key: str) -> None:
     with pytest.raises(NotFoundException):
         Sandbox.get_info(sandbox.sandbox_id, api_key=other_key)

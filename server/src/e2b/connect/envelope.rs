@@ -46,7 +46,7 @@ pub struct Envelope {
 }
 
 /// Envelopes from a byte stream, as the bytes come: feed it with
-/// [`Decoder::push`], take whole envelopes with [`Decoder::next`].
+/// [`Decoder::push`], take whole envelopes with [`Decoder::next_envelope`].
 #[derive(Debug)]
 pub struct Decoder {
     buffer: BytesMut,
@@ -71,7 +71,7 @@ impl Decoder {
     /// for a message past the bound (`resource_exhausted`, before its
     /// bytes are buffered) or a compressed one (this server offers no
     /// compression).
-    pub fn next(&mut self) -> Result<Option<Envelope>, ConnectError> {
+    pub fn next_envelope(&mut self) -> Result<Option<Envelope>, ConnectError> {
         if self.buffer.len() < HEADER_BYTES {
             return Ok(None);
         }
@@ -124,7 +124,7 @@ mod tests {
         let mut got = Vec::new();
         for byte in &stream {
             decoder.push(std::slice::from_ref(byte));
-            while let Some(envelope) = decoder.next().expect("well framed") {
+            while let Some(envelope) = decoder.next_envelope().expect("well framed") {
                 got.push(envelope);
             }
         }
@@ -140,13 +140,13 @@ mod tests {
     fn an_oversized_or_compressed_message_is_refused() {
         let mut decoder = Decoder::new(4);
         decoder.push(&[0, 0, 0, 0, 5]);
-        let error = decoder.next().expect_err("past the bound");
+        let error = decoder.next_envelope().expect_err("past the bound");
         assert_eq!(error.code, Code::ResourceExhausted);
         assert!(error.message.contains("bound of 4 bytes"), "{error}");
         let mut decoder = Decoder::new(4);
         decoder.push(&encode(FLAG_COMPRESSED, b"x"));
         assert_eq!(
-            decoder.next().expect_err("compressed").code,
+            decoder.next_envelope().expect_err("compressed").code,
             Code::Unimplemented
         );
     }

@@ -28,7 +28,7 @@
 mod call;
 mod code;
 mod codec;
-mod envelope;
+pub(super) mod envelope;
 mod error;
 mod read;
 mod serve;

@@ -103,7 +103,7 @@ impl<M: Wire, B: RequestBody> Messages<M, B> {
             return None;
         }
         loop {
-            match self.decoder.next() {
+            match self.decoder.next_envelope() {
                 Err(error) => return self.fail(error),
                 Ok(Some(envelope)) if envelope.flags & FLAG_END_STREAM != 0 => {
                     self.done = true;

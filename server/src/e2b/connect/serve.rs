@@ -305,7 +305,7 @@ mod tests {
     fn envelopes(bytes: &[u8]) -> Vec<envelope::Envelope> {
         let mut decoder = envelope::Decoder::new(1 << 20);
         decoder.push(bytes);
-        std::iter::from_fn(|| decoder.next().expect("framed")).collect()
+        std::iter::from_fn(|| decoder.next_envelope().expect("framed")).collect()
     }
 
     #[tokio::test]

@@ -1,5 +1,5 @@
 //! One sandbox's calls: get, kill, timeout, refresh, pause, resume, connect
-//! (resuming a paused one), fork and logs, each as `Sandboxes` calls of the
+//! (resuming a paused one) and fork, each as `Sandboxes` calls of the
 //! caller. Another key's sandbox is not found, exactly as one that does not
 //! exist (the services' tenancy).
 
@@ -230,15 +230,6 @@ pub(super) async fn fork(
         });
     }
     Ok(reply::json(StatusCode::CREATED, &results))
-}
-
-pub(super) async fn logs(ctl: &Ctl<'_>, id: &str) -> Result<Response<Body>, Failure> {
-    ctl.info(id).await?;
-    Err(fail::unsupported(
-        "sandbox logs",
-        "Airlock keeps no log of the guest's daemon; a program's output is read from its \
-         process (commands)",
-    ))
 }
 
 /// `update_network`: the sandbox's allow rules replaced by those of the

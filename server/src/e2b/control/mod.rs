@@ -8,6 +8,7 @@
 //! - `create`: `POST /sandboxes` into a `CreateSandboxRequest`.
 //! - `lifecycle`: get, kill, timeout, refresh, pause, resume, connect, fork.
 //! - `list`: both lists, with their filters and pages.
+//! - `logs`: a sandbox's logs, its network and ingress decisions.
 //! - `metrics`: one sandbox's and several sandboxes' readings.
 //! - `fail`: a service's `Status` as E2B's error (the one mapping).
 //! - `time`: RFC 3339 times.
@@ -17,11 +18,17 @@ mod create;
 mod fail;
 mod lifecycle;
 mod list;
+mod logs;
 mod metrics;
 mod query;
 mod shape;
 mod time;
 mod wire;
+
+#[cfg(feature = "fuzzing")]
+pub use create::{translate, Version};
+#[cfg(feature = "fuzzing")]
+pub use wire::NewSandbox;
 
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -84,8 +91,11 @@ pub(crate) async fn handle(
         }
         (&Method::POST, ["sandboxes", id, "fork"]) => lifecycle::fork(&ctl, id, body).await,
         (&Method::GET, ["sandboxes", id, "metrics"]) => metrics::one(&ctl, id).await,
-        (&Method::GET, ["sandboxes", id, "logs"] | ["v2", "sandboxes", id, "logs"]) => {
-            lifecycle::logs(&ctl, id).await
+        (&Method::GET, ["sandboxes", id, "logs"]) => {
+            logs::logs(&ctl, id, query, logs::Shape::V1).await
+        }
+        (&Method::GET, ["v2", "sandboxes", id, "logs"]) => {
+            logs::logs(&ctl, id, query, logs::Shape::V2).await
         }
         (&Method::POST, ["sandboxes", id, "snapshots"]) => {
             lifecycle::exists(&ctl, id).await.and(Err(fail::unsupported(

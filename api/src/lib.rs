@@ -66,7 +66,8 @@ pub mod v1 {
 ///   `CreateSandboxRequest.workspace_size_mib`, `SandboxInfo.workspace`,
 ///   `KeyQuota.max_workspaces` and `max_workspace_mib`, `KeyInfo.workspaces`
 ///   and `workspace_bytes`).
-pub const REVISION: u32 = 4;
+/// - 5: disk figures (`SandboxMetrics.disk_total_bytes`, `disk_used_bytes`).
+pub const REVISION: u32 = 5;
 
 /// Names of optional parts a server may serve, as `Ping` lists them.
 pub mod features {

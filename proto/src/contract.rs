@@ -14,7 +14,7 @@ use std::fmt;
 
 /// The revision of `airlock.agent.v1` that this crate describes: the
 /// revision of the newest [`Feature`].
-pub const PROTOCOL_REVISION: u32 = 12;
+pub const PROTOCOL_REVISION: u32 = 13;
 
 /// The vsock port the agent listens on unless the kernel command line says
 /// otherwise ([`cmdline::PORT`]).
@@ -237,11 +237,14 @@ pub enum Feature {
     Transient,
     /// `Network.Dial`: connections from the host to a guest port (ingress).
     Dial,
+    /// `CheckResponse.disk_total_bytes` and `disk_used_bytes`: the guest's
+    /// writable root measured.
+    DiskFigures,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Feature; 15] = [
+    pub const ALL: [Feature; 16] = [
         Feature::ExtendedStart,
         Feature::Attach,
         Feature::List,
@@ -257,6 +260,7 @@ impl Feature {
         Feature::TrustRoots,
         Feature::Transient,
         Feature::Dial,
+        Feature::DiskFigures,
     ];
 
     /// The protocol revision that added this feature.
@@ -273,6 +277,7 @@ impl Feature {
             Feature::TrustRoots => 10,
             Feature::Transient => 11,
             Feature::Dial => 12,
+            Feature::DiskFigures => 13,
         }
     }
 
@@ -300,6 +305,7 @@ impl fmt::Display for Feature {
             Feature::TrustRoots => "CA certificates the guest trusts",
             Feature::Transient => "programs that leave nothing in the agent",
             Feature::Dial => "connections into the guest (ingress)",
+            Feature::DiskFigures => "the guest's disk figures",
         })
     }
 }

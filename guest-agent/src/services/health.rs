@@ -93,7 +93,10 @@ impl HealthService {
             .and_then(|(_, memory_current)| memory_current.read())
             .and_then(|t| t.trim().parse().ok())
             .unwrap_or(0);
+        let (disk_total_bytes, disk_used_bytes) = disk("/").unwrap_or_default();
         CheckResponse {
+            disk_total_bytes,
+            disk_used_bytes,
             memory_total_bytes,
             memory_available_bytes,
             programs_cpu_us,
@@ -125,6 +128,16 @@ impl health_server::Health for HealthService {
     }
 }
 
+/// The size of the filesystem holding `path` and what is used of it, in
+/// bytes (`statvfs`); `None` when it cannot be read.
+fn disk(path: &str) -> Option<(u64, u64)> {
+    let stats = nix::sys::statvfs::statvfs(path).ok()?;
+    let block = stats.fragment_size();
+    let total = stats.blocks().saturating_mul(block);
+    let free = stats.blocks_free().saturating_mul(block);
+    Some((total, total.saturating_sub(free)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +153,8 @@ mod tests {
         assert!(answer.uptime_us >= start);
         assert!(answer.agent_rss_bytes > 0);
         assert!(answer.memory_total_bytes >= answer.memory_available_bytes);
+        assert!(answer.disk_total_bytes > 0, "the root is measured");
+        assert!(answer.disk_total_bytes >= answer.disk_used_bytes);
         assert_eq!(answer.sandbox_id, "");
     }
 

@@ -183,6 +183,8 @@ def test_metrics_measure_the_guest(aio: Loop, sbx: AsyncSandbox) -> None:
         [metrics] = await sbx.get_metrics()
         assert metrics.mem_total > 100 * MIB and 0 < metrics.mem_used < metrics.mem_total
         assert metrics.cpu_count == 1 and metrics.running_ms > 0
+        assert metrics.disk_total is not None and metrics.disk_used is not None
+        assert 0 < metrics.disk_used <= metrics.disk_total
         [again] = await AsyncSandbox.get_metrics(sbx.sandbox_id)
         assert again.mem_total == metrics.mem_total and again.cpu_count == 1
 

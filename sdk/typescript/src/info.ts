@@ -61,9 +61,9 @@ export interface SandboxMetrics {
   cpuCount: number;
   /** Its guest CPU time over its running time since it started, per CPU, in percent. */
   cpuUsedPct: number;
-  /** Not measured by Airlock: always undefined (E2B's disk figures). */
+  /** The guest's writable root in use, in bytes (undefined while paused, or where its agent does not measure it). */
   diskUsed?: number;
-  /** Not measured by Airlock: always undefined. */
+  /** The guest's writable root's size, in bytes (undefined as `diskUsed`). */
   diskTotal?: number;
   /** Guest memory in use (total minus available), in bytes. */
   memUsed: number;
@@ -133,7 +133,9 @@ export function sandboxMetrics(metrics: ApiSandboxMetrics, cpuCount: number): Sa
   const available = Number(metrics.memoryAvailableBytes);
   const used = usage(metrics.usage);
   const pct = (100 * used.guestCpuMs) / Math.max(used.runningMs, 1) / Math.max(cpuCount, 1);
+  const diskTotal = Number(metrics.diskTotalBytes);
   return {
+    ...(diskTotal > 0 ? { diskTotal, diskUsed: Number(metrics.diskUsedBytes) } : {}),
     timestamp: new Date(Number(metrics.atMs)),
     cpuCount,
     cpuUsedPct: Math.round(pct * 100) / 100,

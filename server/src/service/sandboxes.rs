@@ -372,6 +372,8 @@ impl sandboxes_server::Sandboxes for Services {
             metrics.memory_available_bytes = health.memory_available_bytes;
             metrics.programs_cpu_ms = health.programs_cpu_us / 1000;
             metrics.programs_memory_bytes = health.programs_memory_bytes;
+            metrics.disk_total_bytes = health.disk_total_bytes;
+            metrics.disk_used_bytes = health.disk_used_bytes;
         }
         Ok(Response::new(metrics))
     }

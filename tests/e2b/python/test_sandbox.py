@@ -104,6 +104,7 @@ def test_metrics(sandbox: Sandbox) -> None:
     assert reading.mem_total > 0
     assert 0 <= reading.mem_used <= reading.mem_total
     assert 0.0 <= reading.cpu_used_pct <= 100.0
+    assert 0 < reading.disk_used <= reading.disk_total
 
 
 def test_pause_and_connect_resumes(sandbox: Sandbox) -> None:

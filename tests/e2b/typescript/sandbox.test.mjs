@@ -28,6 +28,7 @@ test('create, getInfo, setTimeout, metrics, kill', async () => {
     const metrics = await sbx.getMetrics()
     assert.equal(metrics.length, 1)
     assert.ok(metrics[0].memTotal > 0)
+    assert.ok(metrics[0].diskUsed > 0 && metrics[0].diskUsed <= metrics[0].diskTotal, `${metrics[0].diskUsed}`)
   } finally {
     assert.equal(await sbx.kill(), true)
   }

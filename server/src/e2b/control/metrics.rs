@@ -53,8 +53,8 @@ pub fn metric(info: &api::SandboxInfo, metrics: &api::SandboxMetrics) -> Sandbox
             .saturating_sub(metrics.memory_available_bytes),
         mem_total: metrics.memory_total_bytes,
         mem_cache: 0,
-        disk_used: 0,
-        disk_total: 0,
+        disk_used: metrics.disk_used_bytes,
+        disk_total: metrics.disk_total_bytes,
     }
 }
 

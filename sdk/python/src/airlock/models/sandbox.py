@@ -73,8 +73,9 @@ class SandboxQuery:
 @dataclass
 class SandboxMetrics:
     """A sandbox's figures now. E2B's ``cpu_used_pct`` is the guest's CPU
-    time over its running time since it started (all vCPUs); Airlock does
-    not measure disk, so ``disk_used``/``disk_total`` are ``None``."""
+    time over its running time since it started (all vCPUs);
+    ``disk_used``/``disk_total`` are the guest's writable root in bytes,
+    ``None`` while it is paused or where its agent does not measure them."""
 
     timestamp: datetime
     cpu_count: int

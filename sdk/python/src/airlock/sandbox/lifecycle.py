@@ -182,6 +182,8 @@ def metrics(figures: sandboxes_pb2.SandboxMetrics, vcpus: int) -> List[SandboxMe
             wall_ms=usage.wall_ms,
             running_ms=usage.running_ms,
             guest_cpu_ms=usage.guest_cpu_ms,
+            disk_used=figures.disk_used_bytes if figures.disk_total_bytes else None,
+            disk_total=figures.disk_total_bytes or None,
         )
     ]
 

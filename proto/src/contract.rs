@@ -147,6 +147,13 @@ pub mod code {
     pub const MAX_OUTPUT_BYTES: usize = 2 << 20;
     /// The most bytes of stdout or stderr in one event.
     pub const STREAM_CHUNK: usize = 64 * 1024;
+    /// The MIME type of a matplotlib figure's chart data, beside its
+    /// `image/png` in the same rich output: a JSON object in the vocabulary
+    /// of E2B's charts (`type` line, scatter, bar, pie, box_and_whisker,
+    /// superchart or unknown; `title`, axis labels, ticks and scales,
+    /// `elements`). The agent passes it to its interpreter driver, which
+    /// extracts the data; front ends read it under this name.
+    pub const CHART_MIME_TYPE: &str = "application/vnd.airlock.chart+json";
 }
 
 /// Tracking what a run changed (`Files.SnapshotTree`, `Files.TreeChanges`,

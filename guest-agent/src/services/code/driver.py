@@ -2,7 +2,7 @@
 
 The agent (guest-agent/src/services/code/driver.rs) starts it as
 
-    python3 -c <this file> LANGUAGE MAX_OUTPUT_BYTES
+    python3 -c <this file> LANGUAGE MAX_OUTPUT_BYTES CHART_MIME_TYPE CHARTS
 
 with one end of a Unix socket pair as its stdin, and pipes as its stdout
 and stderr. LANGUAGE is "python" (cells run here, in one namespace) or
@@ -33,6 +33,12 @@ other representations that do not fit are left out, with a note in
 text/plain). Every execute_request gets exactly one execute_reply, after the
 cell's other messages; "restarted": true in it says the interpreter was
 replaced during the cell (bash's `exit`).
+
+A matplotlib figure (a cell's value, display(fig), plt.show() or a figure
+left open) is shown as image/png and, under CHART_MIME_TYPE, its chart data:
+CHARTS is the source of charts.py, loaded as a module when the first figure
+is shown (an empty CHART_MIME_TYPE, or a figure it finds no axes in, gives
+none).
 
 Output: fds 1 and 2 are the agent's pipes, inherited by every program a
 cell starts. The driver opens read ends of the same pipes
@@ -72,6 +78,8 @@ import types
 
 LANGUAGE = sys.argv[1] if len(sys.argv) > 1 else "python"
 MAX_OUTPUT = int(sys.argv[2]) if len(sys.argv) > 2 else 2 << 20
+CHART_MIME = sys.argv[3] if len(sys.argv) > 3 else ""
+CHARTS_SOURCE = sys.argv[4] if len(sys.argv) > 4 else ""
 # Representations Jupyter carries as base64 text.
 BINARY_PREFIXES = ("image/",)
 BINARY_TYPES = ("application/pdf",)
@@ -298,8 +306,10 @@ def mime_bundle(obj):
         if is_binary(mime) and isinstance(value, (bytes, bytearray)):
             value = base64.b64encode(value).decode("ascii")
         data[mime] = value
-    if "image/png" not in data and is_figure(obj):
-        data["image/png"] = figure_png(obj)
+    if is_figure(obj):
+        if "image/png" not in data:
+            data["image/png"] = figure_png(obj)
+        add_chart(data, obj)
     for mime, value in list(data.items()):
         if isinstance(value, (bytes, bytearray)):
             data[mime] = bytes(value).decode("utf-8", "replace")
@@ -319,6 +329,29 @@ def figure_png(fig):
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
     return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+charts = None
+
+
+def add_chart(data, fig):
+    """Adds the figure's chart data (charts.py) to its bundle; after its
+    PNG, so the figure is drawn and its tick labels are the image's. A
+    figure the extraction fails on is shown without: the image is what
+    was asked for."""
+    global charts
+    if not CHART_MIME or not CHARTS_SOURCE:
+        return
+    try:
+        if charts is None:
+            module = types.ModuleType("airlock_charts")
+            exec(compile(CHARTS_SOURCE, "<airlock-charts>", "exec"), module.__dict__)
+            charts = module
+        chart = charts.chart(fig)
+    except Exception:
+        return
+    if chart is not None:
+        data[CHART_MIME] = chart
 
 
 class Python:
@@ -475,6 +508,7 @@ def show_figures(python):
     for manager in managers:
         figure = manager.canvas.figure
         data = {"image/png": figure_png(figure), "text/plain": repr(figure)}
+        add_chart(data, figure)
         python.channel.send({"type": "display_data", "data": limit_bundle(data)})
     if managers:
         plt.close("all")

@@ -1,5 +1,6 @@
-//! One interpreter process: `driver.py` under `python3`, started like any
-//! program (`process::command::Spec`: the user, environment, working
+//! One interpreter process: `driver.py` under `python3` (with `charts.py`,
+//! the chart data of matplotlib figures, on its command line), started
+//! like any program (`process::command::Spec`: the user, environment, working
 //! directory, capabilities and no_new_privs of an exec; its own cgroup
 //! where the agent has them), with one end of a Unix socket pair as its
 //! stdin for the wire format (`wire`) and pipes as its stdout and stderr,
@@ -14,7 +15,7 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use airlock_proto::contract::code::MAX_OUTPUT_BYTES;
+use airlock_proto::contract::code::{CHART_MIME_TYPE, MAX_OUTPUT_BYTES};
 use airlock_proto::v1::StartRequest;
 use nix::sys::signal::Signal;
 use tokio::net::unix::pipe::Receiver;
@@ -31,6 +32,10 @@ use crate::services::process::ProcessError;
 
 /// The driver's source, run with `python3 -c`.
 pub const SOURCE: &str = include_str!("driver.py");
+
+/// The source of the driver's chart extraction, passed as its last
+/// argument; the driver loads it when it first shows a figure.
+pub const CHARTS_SOURCE: &str = include_str!("charts.py");
 
 /// How long a driver may take to say it is ready (python3 under TCG on a
 /// busy host takes seconds).
@@ -65,6 +70,8 @@ impl Launch {
                 SOURCE.into(),
                 self.language.into(),
                 MAX_OUTPUT_BYTES.to_string(),
+                CHART_MIME_TYPE.into(),
+                CHARTS_SOURCE.into(),
             ],
             env: self.env.clone(),
             cwd: self.cwd.clone(),

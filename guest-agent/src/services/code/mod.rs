@@ -3,7 +3,8 @@
 //!
 //! A context is a driver process (`driver.py`, embedded here, run by the
 //! guest's `python3`) that keeps one Python namespace, or one bash process,
-//! between cells. The files, in the order a `RunCode` flows through them:
+//! between cells; `charts.py`, embedded beside it, turns a matplotlib
+//! figure into chart data. The files, in the order a `RunCode` flows through them:
 //!
 //! - [`contexts`]: the contexts by id; the default context of a language is
 //!   created on first use.

@@ -27,6 +27,10 @@ impl MimeBundle {
     pub const HTML: &'static str = "text/html";
     /// `text/markdown`.
     pub const MARKDOWN: &'static str = "text/markdown";
+    /// A matplotlib figure's chart data (JSON, beside its `image/png`):
+    /// `application/vnd.airlock.chart+json`, in the vocabulary of E2B's
+    /// charts (docs/protocol.md, "Code").
+    pub const CHART: &'static str = airlock_proto::contract::code::CHART_MIME_TYPE;
 
     pub(crate) fn from_proto(output: RichOutput) -> MimeBundle {
         MimeBundle {

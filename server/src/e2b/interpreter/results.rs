@@ -1,7 +1,10 @@
 //! A cell's rich output (`CodeResult`: a MIME bundle) as the `result` line
 //! E2B's code-interpreter SDKs read: one field per representation (`text`,
 //! `html`, `markdown`, `svg`, `png`, `jpeg`, `pdf`, `latex`, `json`,
-//! `javascript`), other MIME types under `extra`, and `is_main_result`.
+//! `javascript`), a matplotlib figure's chart data ([`MimeBundle::CHART`],
+//! which the agent's interpreter sends beside the PNG, already in E2B's
+//! chart vocabulary) as `chart`, other MIME types under `extra`, and
+//! `is_main_result`.
 //!
 //! Binary images and PDF travel as base64 text, as Jupyter carries them.
 //! Our interpreter adds `application/json` to any value that is JSON
@@ -12,6 +15,7 @@
 use base64::Engine;
 use serde_json::{Map, Value};
 
+use airlock::MimeBundle;
 use airlock_api::v1 as api;
 
 /// The field of E2B's `Result` for `mime`, if it has one.
@@ -27,6 +31,7 @@ fn field(mime: &str) -> Option<&'static str> {
         "text/latex" => "latex",
         "application/json" => "json",
         "application/javascript" => "javascript",
+        MimeBundle::CHART => "chart",
         _ => return None,
     })
 }
@@ -183,6 +188,28 @@ mod tests {
         assert_eq!(
             got,
             serde_json::json!({"text": "<Report object>", "json": {"rows": 3}, "is_main_result": false})
+        );
+    }
+
+    #[test]
+    fn a_figures_chart_data_is_the_chart_field() {
+        let chart = br#"{"type": "line", "title": "t", "elements": []}"#;
+        let got = result(
+            vec![
+                item("text/plain", b"<Figure size 640x480 with 1 Axes>"),
+                item("image/png", &[0x89, b'P', b'N', b'G']),
+                item(MimeBundle::CHART, chart),
+            ],
+            false,
+        );
+        assert_eq!(
+            got,
+            serde_json::json!({
+                "text": "<Figure size 640x480 with 1 Axes>",
+                "png": "iVBORw==",
+                "chart": {"type": "line", "title": "t", "elements": []},
+                "is_main_result": false,
+            })
         );
     }
 

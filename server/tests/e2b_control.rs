@@ -5,7 +5,10 @@
 //! unknown template, an oversized body) gets E2B's error shape and the
 //! server keeps serving; and a sandbox's other port reached through the
 //! front, carried by the ingress with its token rules, and the sandbox's
-//! logs (its ingress decisions, a refusal a warning), in both versions.
+//! logs (its ingress decisions, a refusal a warning), in both versions;
+//! the v1 list, several sandboxes' metrics, resume, what Airlock lacks
+//! (snapshots, template builds: 501 in E2B's shape), and a malformed
+//! protobuf message to envd refused as Connect's `invalid_argument`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -21,6 +24,7 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 
 /// One request to the front: (status, x-next-token, body as JSON or Null).
+/// The body is JSON unless `headers` name another `content-type`.
 async fn call(
     front: SocketAddr,
     method: Method,
@@ -36,8 +40,10 @@ async fn call(
     let mut request = Request::builder()
         .method(method)
         .uri(path)
-        .header("host", front.to_string())
-        .header("content-type", "application/json");
+        .header("host", front.to_string());
+    if !headers.iter().any(|(name, _)| *name == "content-type") {
+        request = request.header("content-type", "application/json");
+    }
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
@@ -274,6 +280,129 @@ async fn the_control_plane_answers_as_e2b_and_keeps_tenancy() {
     // Still serving.
     let (status, _, _) = call(front, Method::GET, "/v2/sandboxes", &me, vec![]).await;
     assert_eq!(status, StatusCode::OK);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_v1_list_metrics_resume_and_what_airlock_lacks() {
+    let server = TestServer::start(Options::default()).await;
+    let key = server.key("e2b", api::KeyQuota::default()).await;
+    let other = server.key("e2b-other", api::KeyQuota::default()).await;
+    let me = [("x-api-key", key.as_str())];
+    let front = server.e2b;
+    let a = sandbox_of(&server, &key, &[("tag", "v1")]).await;
+    let b = sandbox_of(&server, &key, &[]).await;
+    let theirs = sandbox_of(&server, &other, &[("tag", "v1")]).await;
+
+    // The v1 list: every running sandbox of the key, the metadata filter.
+    let ids = |listed: &Value| {
+        let mut ids: Vec<String> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["sandboxID"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let (status, _, all) = call(front, Method::GET, "/sandboxes", &me, vec![]).await;
+    assert_eq!(status, StatusCode::OK, "{all}");
+    let mut mine = vec![a.clone(), b.clone()];
+    mine.sort();
+    assert_eq!(ids(&all), mine);
+    let (_, _, tagged) = call(
+        front,
+        Method::GET,
+        "/sandboxes?metadata=tag%3Dv1",
+        &me,
+        vec![],
+    )
+    .await;
+    assert_eq!(ids(&tagged), [a.clone()]);
+
+    // Several metrics: another key's id is left out, not refused.
+    let path = format!("/sandboxes/metrics?sandbox_ids={a},{theirs},{b}");
+    let (status, _, metrics) = call(front, Method::GET, &path, &me, vec![]).await;
+    assert_eq!(status, StatusCode::OK, "{metrics}");
+    let mut read: Vec<&String> = metrics["sandboxes"].as_object().unwrap().keys().collect();
+    read.sort();
+    assert_eq!(read, mine.iter().collect::<Vec<_>>());
+    assert!(
+        metrics["sandboxes"][&a]["cpuCount"].as_u64().unwrap() >= 1,
+        "{metrics}"
+    );
+
+    // Resume: 409 while running; after a pause, 201 with the sandbox.
+    let resume = format!("/sandboxes/{a}/resume");
+    let (status, _, error) = call(front, Method::POST, &resume, &me, b"{}".to_vec()).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{error}");
+    assert_eq!(error["code"], 409);
+    let pause = format!("/sandboxes/{a}/pause");
+    let (status, _, _) = call(front, Method::POST, &pause, &me, b"{}".to_vec()).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (_, _, detail) = call(front, Method::GET, &format!("/sandboxes/{a}"), &me, vec![]).await;
+    assert_eq!(detail["state"], "paused", "{detail}");
+    let (status, _, resumed) = call(front, Method::POST, &resume, &me, b"{}".to_vec()).await;
+    assert_eq!(status, StatusCode::CREATED, "{resumed}");
+    assert_eq!(resumed["sandboxID"], a.as_str());
+    let (_, _, detail) = call(front, Method::GET, &format!("/sandboxes/{a}"), &me, vec![]).await;
+    assert_eq!(detail["state"], "running", "{detail}");
+
+    // What Airlock lacks: 501 in E2B's shape, naming it; for a sandbox of
+    // another key, still 404.
+    for (method, path) in [
+        (Method::POST, format!("/sandboxes/{a}/snapshots")),
+        (Method::GET, "/snapshots".to_owned()),
+        (Method::DELETE, "/templates/some-snapshot".to_owned()),
+        (Method::POST, "/v3/templates".to_owned()),
+        (Method::GET, "/v3/templates/some-template/builds".to_owned()),
+        (
+            Method::POST,
+            "/v2/templates/some-template/builds/b1".to_owned(),
+        ),
+    ] {
+        let (status, _, error) = call(front, method, &path, &me, b"{}".to_vec()).await;
+        assert_eq!(status, StatusCode::NOT_IMPLEMENTED, "{path}: {error}");
+        assert_eq!(error["code"], 501, "{path}: {error}");
+        assert!(!error["message"].as_str().unwrap().is_empty(), "{error}");
+    }
+    let (status, _, error) = call(
+        front,
+        Method::POST,
+        &format!("/sandboxes/{theirs}/snapshots"),
+        &me,
+        b"{}".to_vec(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{error}");
+
+    // envd: a malformed protobuf message is Connect's invalid_argument,
+    // naming the message; the sandbox's envd answers on.
+    let token = detail["envdAccessToken"].as_str().unwrap().to_owned();
+    let envd = [
+        ("e2b-sandbox-id", a.as_str()),
+        ("e2b-sandbox-port", "49983"),
+        ("x-access-token", token.as_str()),
+    ];
+    let proto = [
+        envd[0],
+        envd[1],
+        envd[2],
+        ("content-type", "application/proto"),
+    ];
+    let list = "/process.Process/List";
+    let (status, _, error) = call(front, Method::POST, list, &proto, vec![0x0a, 0x05, 0x01]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+    assert_eq!(error["code"], "invalid_argument");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("ListRequest: malformed protobuf"),
+        "{error}"
+    );
+    let (status, _, listed) = call(front, Method::POST, list, &envd, b"{}".to_vec()).await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
     server.stop().await;
 }
 

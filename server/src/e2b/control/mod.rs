@@ -108,12 +108,9 @@ pub(crate) async fn handle(
             lifecycle::update_network(&ctl, id, body).await
         }
         (&Method::GET, ["templates"] | ["v2", "templates"]) => list::templates(&ctl).await,
-        (_, ["sandboxes" | "templates", ..] | ["v2" | "v3", ..]) => Err(Failure::new(
-            StatusCode::NOT_IMPLEMENTED,
-            format!(
-                "{method} {path}: not supported by Airlock's E2B front (docs/e2b.md lists what is)"
-            ),
-        )),
+        (_, ["sandboxes" | "templates" | "snapshots", ..] | ["v2" | "v3", ..]) => {
+            Err(not_served(method, &path))
+        }
         _ => Err(Failure::new(
             StatusCode::NOT_FOUND,
             format!("{method} {path}: no such call"),
@@ -126,6 +123,17 @@ pub(crate) async fn handle(
             failure.response()
         }
     }
+}
+
+/// A call of E2B's API that Airlock does not serve (templates, snapshots,
+/// volumes ...): 501, naming it.
+fn not_served(method: &Method, path: &str) -> Failure {
+    Failure::new(
+        StatusCode::NOT_IMPLEMENTED,
+        format!(
+            "{method} {path}: not supported by Airlock's E2B front (docs/e2b.md lists what is)"
+        ),
+    )
 }
 
 /// An empty answer with `status` (E2B's 204s).

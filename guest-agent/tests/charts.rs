@@ -31,7 +31,10 @@ impl Shown {
         self.outputs
             .iter()
             .filter_map(|output| {
-                let item = output.data.iter().find(|d| d.mime_type == CHART_MIME_TYPE)?;
+                let item = output
+                    .data
+                    .iter()
+                    .find(|d| d.mime_type == CHART_MIME_TYPE)?;
                 Some(serde_json::from_slice(&item.data).expect("chart is not JSON"))
             })
             .collect()
@@ -134,7 +137,10 @@ async fn a_figure_left_open_or_given_as_a_value_carries_its_chart() {
     let shown = run(&agent, "plt.plot(['a', 'b'], [3, 4])\nNone").await;
     let chart = shown.chart();
     assert_eq!(chart["x_scale"], "categorical");
-    assert_eq!(chart["elements"][0]["points"], json!([["a", 3.0], ["b", 4.0]]));
+    assert_eq!(
+        chart["elements"][0]["points"],
+        json!([["a", 3.0], ["b", 4.0]])
+    );
 
     let code = "import datetime\nfig, ax = plt.subplots()\n\
                 ax.scatter([datetime.date(2024, 5, 1)], [2], label='day')\nplt.close(fig)\nfig";
@@ -183,7 +189,12 @@ async fn bars_pies_and_box_plots_are_told_apart() {
         ]})
     );
 
-    for style in ["", ", patch_artist=True", ", showmeans=True", ", vert=False"] {
+    for style in [
+        "",
+        ", patch_artist=True",
+        ", showmeans=True",
+        ", vert=False",
+    ] {
         let code = format!(
             "plt.boxplot([[1, 2, 3, 4, 5, 20], [2, 3, 4]], labels=['p', 'q']{style})\nplt.show()"
         );
@@ -224,15 +235,23 @@ plt.show()
         .collect();
     assert_eq!(
         kinds,
-        [(json!("line"), json!("Fall")), (json!("scatter"), Value::Null)]
+        [
+            (json!("line"), json!("Fall")),
+            (json!("scatter"), Value::Null)
+        ]
     );
 }
 
 #[tokio::test]
 async fn a_figure_that_is_no_chart_says_so_or_has_none() {
     let agent = agent_with_matplotlib().await;
-    let chart = run(&agent, "plt.imshow([[1, 2], [3, 4]])\nplt.show()").await.chart();
-    assert_eq!(chart, json!({"type": "unknown", "title": null, "elements": []}));
+    let chart = run(&agent, "plt.imshow([[1, 2], [3, 4]])\nplt.show()")
+        .await
+        .chart();
+    assert_eq!(
+        chart,
+        json!({"type": "unknown", "title": null, "elements": []})
+    );
     // No axes: the PNG alone.
     let shown = run(&agent, "fig = plt.figure()\nplt.show()").await;
     assert_eq!(shown.outputs.len(), 1, "{shown:?}");

@@ -3,9 +3,9 @@
 //! which `scripts/setup` installs) as its interpreter driver. A figure
 //! shown by `plt.show()`, left open, or given as a cell's value carries,
 //! beside its PNG, its chart under `CHART_MIME_TYPE`: a line chart's
-//! title, labels, units, ticks and points; bars, scatter, pie and box
-//! plots told apart; several axes as a superchart; a figure that is no
-//! chart.
+//! title, labels, units, ticks and points; bars (grouped too), scatter,
+//! pie and box plots told apart; several axes as a superchart; a figure
+//! that is no chart.
 
 // A test panics with its reason.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -167,6 +167,27 @@ async fn bars_pies_and_box_plots_are_told_apart() {
             {"label": "x", "group": "2024", "value": 3.0},
             {"label": "y", "group": "2024", "value": 4.0},
         ])
+    );
+
+    // Grouped bars beside ticks placed by hand: the nearest tick's label.
+    let code = "import numpy as np\nx = np.arange(2)\n\
+                plt.bar(x - 0.2, [1, 2], 0.4, label='m')\nplt.bar(x + 0.2, [3, 4], 0.4, label='f')\n\
+                plt.xticks(x, ['A', 'B'])\nplt.show()";
+    let chart = run(&agent, code).await.chart();
+    let bars: Vec<_> = chart["elements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|bar| format!("{} {} {}", bar["label"], bar["group"], bar["value"]))
+        .collect();
+    assert_eq!(
+        bars,
+        [
+            r#""A" "m" 1.0"#,
+            r#""B" "m" 2.0"#,
+            r#""A" "f" 3.0"#,
+            r#""B" "f" 4.0"#
+        ]
     );
 
     // Horizontal bars: x is still the categories' axis.

@@ -44,6 +44,7 @@ from matplotlib import rcParams
 from matplotlib.collections import PathCollection
 from matplotlib.container import BarContainer
 from matplotlib.patches import PathPatch, Wedge
+from matplotlib.ticker import FixedFormatter, FixedLocator
 
 # A label's unit: its last parenthesized or bracketed part.
 UNIT = re.compile(r"(?:\(([^()]*)\)|\[([^\[\]]*)\])\s*$")
@@ -149,8 +150,9 @@ class Axis:
         return positions, labels
 
     def label_at(self, position):
-        """The name of a category at `position`: the nearest tick's label
-        when it is the closest tick to a bar or box, else the value."""
+        """The name of the bar or box at `position`: its category; the
+        label of the tick at it; with ticks placed by hand (grouped bars
+        beside them), the nearest one's; else the value."""
         if self.kind == "categorical":
             name = self.categories.get(int(round(position)))
             if name is not None and close(position, round(position)):
@@ -161,11 +163,16 @@ class Axis:
             if label.get_text()
         ]
         if ticks:
+            loc, text = min(ticks, key=lambda tick: abs(tick[0] - position))
+            if close(loc, position):
+                return text
             locs = sorted(loc for loc, _ in ticks)
             gaps = [b - a for a, b in zip(locs, locs[1:]) if b > a]
             reach = min(gaps) / 2 if gaps else math.inf
-            loc, text = min(ticks, key=lambda tick: abs(tick[0] - position))
-            if abs(loc - position) < reach or close(loc, position):
+            placed = isinstance(self.axis.get_major_locator(), FixedLocator) or isinstance(
+                self.axis.get_major_formatter(), FixedFormatter
+            )
+            if placed and abs(loc - position) < reach:
                 return text
         value = self.position(position)
         return value if isinstance(value, str) else "%g" % value

@@ -1,11 +1,13 @@
 """The control plane through the official ``e2b`` SDK (sync and async):
-create, kill, list with metadata, connect, set_timeout, get_info, metrics,
-pause and resume, fork, and the refusals (another key's sandbox, a wrong
-key, an unknown template, bad input)."""
+create (its envs reaching a command), kill, list with metadata, connect,
+set_timeout, get_info, metrics, pause (and beta_pause) and resume, auto-pause
+pausing an idle sandbox and a call resuming it, fork, and the refusals
+(another key's sandbox, a wrong key, an unknown template, bad input)."""
 
 import asyncio
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -52,6 +54,7 @@ def test_create_get_info_and_kill() -> None:
         assert info.cpu_count >= 1 and info.memory_mb >= 64
         assert info.end_at > info.started_at
         assert Sandbox.get_info(sbx.sandbox_id).sandbox_id == sbx.sandbox_id
+        assert sbx.commands.run("echo $GREETING").stdout == "hi\n"
     finally:
         assert sbx.kill() is True
     # Gone: a second kill says so, and the info is not found.
@@ -116,6 +119,25 @@ def test_pause_and_connect_resumes(sandbox: Sandbox) -> None:
     assert sandbox.sandbox_id in [s.sandbox_id for s in listed]
     resumed = Sandbox.connect(sandbox.sandbox_id)
     assert resumed.get_info().state == "running"
+    # beta_pause, E2B's older name, pauses as pause does.
+    assert resumed.beta_pause() is True
+    assert resumed.get_info().state == "paused"
+    assert Sandbox.connect(sandbox.sandbox_id).get_info().state == "running"
+
+
+def test_auto_pause_pauses_an_idle_sandbox_and_a_call_resumes_it() -> None:
+    sbx = Sandbox.create(timeout=3, lifecycle={"on_timeout": "pause"})
+    try:
+        sbx.files.write("/tmp/before.txt", "kept")
+        # Paused 3 s after the last call (Airlock's idle policy).
+        deadline = time.monotonic() + 30
+        while sbx.get_info().state != "paused":
+            assert time.monotonic() < deadline, "not paused 30 s after a timeout of 3 s"
+            time.sleep(0.5)
+        # The next call resumes it, with what it held.
+        assert sbx.commands.run("cat /tmp/before.txt").stdout == "kept"
+    finally:
+        sbx.kill()
 
 
 def test_pause_and_resume_keep_files_and_a_running_process(sandbox: Sandbox) -> None:

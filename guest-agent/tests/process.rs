@@ -54,7 +54,7 @@ async fn env_is_defaults_plus_request_and_nothing_of_the_agent() {
 }
 
 #[tokio::test]
-async fn cwd_is_applied_and_defaults_to_root() {
+async fn cwd_is_applied_and_defaults_to_the_agents_home() {
     let agent = Agent::start().await;
     let dir = tempfile::tempdir().unwrap();
     let cwd = dir.path().canonicalize().unwrap();
@@ -63,8 +63,15 @@ async fn cwd_is_applied_and_defaults_to_root() {
     let out = agent.run(req).await.unwrap();
     assert_eq!(out.stdout_text(), format!("{}\n", cwd.display()));
 
+    // Without a cwd or a user: the agent's home (root's, /root) when this
+    // host lets the agent enter it, else /.
+    let home = if nix::unistd::access("/root", nix::unistd::AccessFlags::X_OK).is_ok() {
+        "/root"
+    } else {
+        "/"
+    };
     let out = agent.run_argv(&["pwd"]).await.unwrap();
-    assert_eq!(out.stdout_text(), "/\n");
+    assert_eq!(out.stdout_text(), format!("{home}\n"));
 }
 
 #[tokio::test]

@@ -27,7 +27,8 @@ pub struct ProgramOptions {
     #[arg(short = 'e', long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
 
-    /// Working directory in the guest (default /).
+    /// Working directory in the guest (default: a template's WORKDIR, else
+    /// the user's home, /root for root, when it exists, else /).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<String>,
 

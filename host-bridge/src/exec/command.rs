@@ -116,7 +116,9 @@ impl Command {
         self
     }
 
-    /// Sets the working directory in the guest (default `/`).
+    /// Sets the working directory in the guest (default: the sandbox's
+    /// default, else the user's home, `/root` for root, when it is a
+    /// directory, else `/`).
     pub fn cwd(mut self, dir: impl Into<String>) -> Self {
         self.cwd = Some(dir.into());
         self

@@ -207,7 +207,8 @@ impl SandboxBuilder {
     }
 
     /// The directory every command starts in unless it names one (an
-    /// absolute path; default: `/`). A named template's `WORKDIR` sets it.
+    /// absolute path; default: the user's home, `/root` for root, when it is
+    /// a directory, else `/`). A named template's `WORKDIR` sets it.
     pub fn default_cwd(mut self, dir: impl Into<String>) -> Self {
         self.default_cwd = Some(dir.into());
         self

@@ -39,6 +39,11 @@ use crate::spawn::{ChildSetup, Ids, Launch, Session};
 /// and for reads of a whole output chunk (`output::CHUNK`).
 const OUTPUT_PIPE_BYTES: usize = 256 * 1024;
 
+/// The home of the agent's own user (root): the `HOME` of [`DEFAULT_ENV`],
+/// and where a program that names neither a directory nor a user starts
+/// (when it is a directory), as E2B starts commands in the user's home.
+pub const AGENT_HOME: &str = "/root";
+
 /// The environment every program starts with; the request's `env` is laid
 /// over it. The agent's own environment is not inherited.
 pub const DEFAULT_ENV: &[(&str, &str)] = &[
@@ -46,7 +51,7 @@ pub const DEFAULT_ENV: &[(&str, &str)] = &[
         "PATH",
         "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     ),
-    ("HOME", "/root"),
+    ("HOME", AGENT_HOME),
 ];
 
 /// A validated request, ready to spawn.
@@ -385,12 +390,19 @@ fn merge_env(
 }
 
 /// Where a program starts when its request names no directory: a named
-/// user's home when it is a directory, else `/`.
+/// user's home, or without a user the agent's own ([`AGENT_HOME`]), when
+/// it is a directory the agent may enter; else `/`.
 fn default_cwd(credentials: Option<&Credentials>) -> PathBuf {
-    credentials
-        .and_then(|c| c.home.as_deref())
-        .map(Path::new)
-        .filter(|home| home.is_dir())
+    match credentials {
+        Some(c) => home_or_root(c.home.as_deref()),
+        None => home_or_root(Some(AGENT_HOME)),
+    }
+}
+
+/// `home` when it is a directory the agent may enter, else `/`.
+fn home_or_root(home: Option<&str>) -> PathBuf {
+    home.map(Path::new)
+        .filter(|home| home.is_dir() && access(*home, AccessFlags::X_OK).is_ok())
         .map_or_else(|| PathBuf::from("/"), Path::to_path_buf)
 }
 
@@ -556,11 +568,27 @@ mod tests {
     }
 
     #[test]
-    fn empty_cwd_means_root() {
+    fn empty_cwd_without_a_user_means_the_agents_home() {
         assert_eq!(
             Spec::from_request(req(&["sh"])).unwrap().cwd,
+            home_or_root(Some(AGENT_HOME))
+        );
+        assert_eq!(default_cwd(None), home_or_root(Some(AGENT_HOME)));
+    }
+
+    #[test]
+    fn a_home_is_used_only_when_it_is_a_directory() {
+        let home = tempfile::tempdir().unwrap();
+        let file = home.path().join("f");
+        std::fs::write(&file, b"").unwrap();
+        let home_text = home.path().display().to_string();
+        assert_eq!(home_or_root(Some(&home_text)), home.path());
+        assert_eq!(
+            home_or_root(Some(&file.display().to_string())),
             Path::new("/")
         );
+        assert_eq!(home_or_root(Some("/no/such/home")), Path::new("/"));
+        assert_eq!(home_or_root(None), Path::new("/"));
     }
 
     #[test]
@@ -579,7 +607,8 @@ mod tests {
             ..credentials
         };
         assert_eq!(default_cwd(Some(&gone)), Path::new("/"));
-        assert_eq!(default_cwd(None), Path::new("/"));
+        let homeless = Credentials { home: None, ..gone };
+        assert_eq!(default_cwd(Some(&homeless)), Path::new("/"));
     }
 
     #[test]

@@ -201,6 +201,21 @@ def test_a_server_without_ingress_says_how_to_serve_it(tls_server: Server) -> No
             sandbox.expose(8000)
         assert "--ingress" in str(rich.value)
 
+    # The asyncio client's get_host, a plain method, raises the same.
+    loop = Loop()
+
+    async def check() -> None:
+        async with await AsyncSandbox.create(no_image=True, socket=tls_server.socket) as sandbox:
+            with pytest.raises(SandboxException) as none:
+                sandbox.get_host(8000)
+            assert none.value.reason == "UNSUPPORTED"
+            assert "airlock serve --ingress" in str(none.value)
+
+    try:
+        loop.run(check())
+    finally:
+        loop.close()
+
 
 def test_asyncio_get_host_expose_fetch_and_rotate(web: Sandbox) -> None:
     loop = Loop()
@@ -210,7 +225,10 @@ def test_asyncio_get_host_expose_fetch_and_rotate(web: Sandbox) -> None:
         # A second server, started through the asyncio client.
         await sandbox.commands.run(f"python3 -m http.server 8002 --directory {ROOT}", background=True)
         exposed = await sandbox.expose(8002)
-        assert await sandbox.get_host(8002) == exposed.host
+        # A plain method, as E2B's: E2B's f"https://{sbx.get_host(8002)}"
+        # gets a host, not a coroutine's repr.
+        assert sandbox.get_host(8002) == exposed.host
+        assert f"{sandbox.get_host(8002)}" == exposed.host
         assert exposed.host.startswith("8002-") and not exposed.public
         running = asyncio.get_running_loop()
         await running.run_in_executor(None, wait_until_served, exposed)
@@ -219,7 +237,10 @@ def test_asyncio_get_host_expose_fetch_and_rotate(web: Sandbox) -> None:
         assert token != exposed.token and (await sandbox.expose(8002)).token == token
         assert (await running.run_in_executor(None, by_host, exposed, PAGE, exposed.headers))[0] == 401
         with pytest.raises(InvalidArgumentException):
-            await sandbox.get_host(0)
+            sandbox.get_host(0)
+        # Created, too (not only connected), it knows its hosts at once.
+        async with await AsyncSandbox.create(no_image=True) as created:
+            assert created.get_host(8000) == (await created.expose(8000)).host
 
     try:
         loop.run(check())

@@ -1,7 +1,8 @@
 """Guest ports reached from outside through the server's HTTP ingress
 (the ``Ingress`` service): the port checked before any call, the
-``GetHost`` request, and its answer as an
-:class:`~airlock.models.ingress.ExposedPort`."""
+``GetHost`` request, its answer as an
+:class:`~airlock.models.ingress.ExposedPort`, and any port's host from
+one port's (what lets the asyncio ``get_host`` answer without a call)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,15 @@ def exposed_port(port: int, found: ingress_pb2.GetHostResponse) -> ExposedPort:
         path_url=found.path_url,
         address=found.address,
     )
+
+
+#: The port whose host a sandbox learns when it is created or connected;
+#: :func:`host_of_port` makes any other port's from it.
+KNOWN_PORT = 1
+
+
+def host_of_port(known_host: str, port: int) -> str:
+    """The ingress host of guest `port`, from :data:`KNOWN_PORT`'s as the
+    server named it (``1-ID.airlock.localhost:7480``): the port is what
+    leads its first label."""
+    return f"{guest_port(port)}-{known_host.partition('-')[2]}"

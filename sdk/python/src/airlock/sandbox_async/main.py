@@ -1,5 +1,6 @@
 """:class:`AsyncSandbox`: a microVM running untrusted code, asyncio flavour,
-in E2B's vocabulary (every call is awaited; see :mod:`airlock.sandbox_sync.main`).
+in E2B's vocabulary (every call is awaited but ``get_host``, as E2B's; see
+:mod:`airlock.sandbox_sync.main`).
 
 ``Sandbox.create()`` starts one (``async with await AsyncSandbox.create() as sbx:`` kills it
 on the way out), ``Sandbox.connect(id)`` reaches one that runs (resuming a
@@ -21,7 +22,7 @@ from typing_extensions import Self, Unpack
 from .._client import AsyncClient
 from ..api.v1 import sandboxes_pb2
 from ..connection import ConnectionConfig
-from ..exceptions import NotFoundException
+from ..exceptions import NotFoundException, SandboxException
 from ..models.ingress import ExposedPort
 from ..models.sandbox import (
     SandboxInfo,
@@ -32,6 +33,7 @@ from ..models.sandbox import (
 )
 from ..sandbox import lifecycle as core
 from ..sandbox.dual import either
+from ..sandbox.ingress import KNOWN_PORT, guest_port, host_of_port
 from ..sandbox.lifecycle import ConnectionOpts, Pages, split_create
 from . import ingress
 from .code import AsyncCodeRunner
@@ -129,6 +131,18 @@ class AsyncSandbox:
         self.restart_code_context = self._code.restart_code_context
         self.remove_code_context = self._code.remove_code_context
         self.interrupt_code_context = self._code.interrupt_code_context
+        #: :data:`KNOWN_PORT`'s ingress host, or why the server gave none.
+        self._ingress_host: Optional[Union[str, SandboxException]] = None
+
+    async def _prepared(self, request_timeout: Optional[float] = None) -> Self:
+        """Learns where the server's ingress serves this sandbox, so that
+        :meth:`get_host` answers at once, as E2B's does; a server without
+        ingress leaves its error for :meth:`get_host` to raise."""
+        try:
+            self._ingress_host = (await self.expose(KNOWN_PORT, request_timeout)).host
+        except SandboxException as error:
+            self._ingress_host = error
+        return self
 
     @property
     def sandbox_id(self) -> str:
@@ -218,7 +232,7 @@ class AsyncSandbox:
             network=network,
         )
         client = await _client(opts)
-        return cls(_connected=(client, await _create(client, request)))
+        return await cls(_connected=(client, await _create(client, request)))._prepared()
 
     async def _connect(self, timeout: Optional[int] = None, request_timeout: Optional[float] = None) -> Self:
         """Reaches this sandbox again (E2B's instance ``connect``): resumes it
@@ -230,7 +244,7 @@ class AsyncSandbox:
         if timeout is not None:
             await _set_timeout(self._client, self._sandbox_id, timeout, request_timeout)
         self._info = info
-        return self
+        return self if self._ingress_host is not None else await self._prepared(request_timeout)
 
     @classmethod
     async def _cls_connect(cls, sandbox_id: str, timeout: Optional[int] = None, **opts: Unpack[ConnectionOpts]) -> Self:
@@ -242,7 +256,7 @@ class AsyncSandbox:
             info = await _resume(client, sandbox_id)
         if timeout is not None:
             await _set_timeout(client, sandbox_id, timeout)
-        return cls(_connected=(client, info))
+        return await cls(_connected=(client, info))._prepared()
 
     connect = either(_connect, _cls_connect)
 
@@ -329,7 +343,7 @@ class AsyncSandbox:
     @classmethod
     async def _cls_resume(cls, sandbox_id: str, **opts: Unpack[ConnectionOpts]) -> "AsyncSandbox":
         client = await _client(opts)
-        return cls(_connected=(client, await _resume(client, sandbox_id)))
+        return await cls(_connected=(client, await _resume(client, sandbox_id)))._prepared()
 
     resume = either(_resume, _cls_resume)
 
@@ -340,19 +354,27 @@ class AsyncSandbox:
         except NotFoundException:
             return False
 
-    async def get_host(self, port: int, request_timeout: Optional[float] = None) -> str:
+    def get_host(self, port: int) -> str:
         """The host through which guest ``port`` is reached from outside the
         sandbox: ``8000-ID.airlock.localhost:7480``, for a request's ``Host``
-        (a browser or curl resolves ``*.localhost`` to loopback). E2B's
-        ``get_host`` computes its host locally; Airlock's asks the server,
-        whose HTTP ingress (``airlock serve --ingress``) serves it, and
-        unless the port was made public at create a request also needs the
-        sandbox's traffic token: :meth:`expose` gives both, and the other
-        ways in. A server without ingress raises ``SandboxException``
-        (reason ``UNSUPPORTED``) saying how to serve it; a port outside 1 to
-        65535 raises ``InvalidArgumentException``. Nothing needs to listen
-        on the port yet."""
-        return (await self.expose(port, request_timeout)).host
+        (a browser or curl resolves ``*.localhost`` to loopback). A plain
+        method, as E2B's: it answers at once from what the server's HTTP
+        ingress (``airlock serve --ingress``) said when the sandbox was
+        created or connected. Unless the port was made public at create a
+        request also needs the sandbox's traffic token: :meth:`expose`
+        gives both, and the other ways in. A server without ingress raises
+        ``SandboxException`` (reason ``UNSUPPORTED``) saying how to serve
+        it; a port outside 1 to 65535 raises ``InvalidArgumentException``.
+        Nothing needs to listen on the port yet."""
+        guest_port(port)
+        known = self._ingress_host
+        if known is None:
+            raise SandboxException(
+                "get_host: this sandbox's ingress is not known yet; use `await sandbox.expose(port)`"
+            )
+        if isinstance(known, SandboxException):
+            raise known
+        return host_of_port(known, port)
 
     async def expose(self, port: int, request_timeout: Optional[float] = None) -> ExposedPort:
         """Airlock: everything needed to reach guest ``port`` through the
@@ -379,7 +401,9 @@ class AsyncSandbox:
         and files, each with its own id, hostname and entropy."""
         request = sandboxes_pb2.ForkSandboxRequest(sandbox_id=self._sandbox_id, count=count)
         forked = await self._client.call(self._client.sandboxes.Fork, request, request_timeout)
-        return [type(self)(_connected=(self._client, info)) for info in core.forked(forked)]
+        return [
+            await type(self)(_connected=(self._client, info))._prepared(request_timeout) for info in core.forked(forked)
+        ]
 
     async def __aenter__(self) -> Self:
         return self

@@ -89,8 +89,15 @@ def _credentials(config: ConnectionConfig) -> Optional[grpc.ChannelCredentials]:
     return grpc.ssl_channel_credentials(root_certificates=roots)
 
 
-def _key(config: ConnectionConfig) -> Tuple[str, Optional[str], int]:
-    return (config.target, config.ca_cert, os.getpid())
+#: A cached channel's key: the server, the CA, the process, the integration.
+_ChannelKey = Tuple[str, Optional[str], int, Optional[str]]
+
+
+def _key(config: ConnectionConfig) -> _ChannelKey:
+    """Which cached channel serves `config`: one per server, CA, process and
+    integration (a channel's user agent is fixed when it is made, so a name
+    :meth:`ConnectionConfig.set_integration` sets later gets a new one)."""
+    return (config.target, config.ca_cert, os.getpid(), ConnectionConfig.integration())
 
 
 def _prepare(config: ConnectionConfig) -> None:
@@ -102,7 +109,7 @@ class Client:
     """A blocking connection to a server."""
 
     _lock = threading.Lock()
-    _channels: Dict[Tuple[str, Optional[str], int], grpc.Channel] = {}
+    _channels: Dict[_ChannelKey, grpc.Channel] = {}
 
     def __init__(self, config: ConnectionConfig) -> None:
         self.config = config
@@ -149,8 +156,7 @@ class Client:
         return method(request, metadata=self.metadata)
 
 
-_AsyncKey = Tuple[str, Optional[str], int]
-_async_channels: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[_AsyncKey, aio.Channel]]" = (
+_async_channels: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[_ChannelKey, aio.Channel]]" = (
     weakref.WeakKeyDictionary()
 )
 

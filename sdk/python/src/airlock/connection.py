@@ -115,8 +115,10 @@ class ConnectionConfig:
     @classmethod
     def set_integration(cls, integration: Optional[str]) -> None:
         """Names a library wrapping the SDK (``"my-agent/1.0"``, E2B's call of
-        the same name): channels made from then on add it to their gRPC user
-        agent. Call it once at start-up; ``None`` clears it."""
+        the same name): sandboxes created or connected from then on call
+        through a channel that adds it to its gRPC user agent (a channel's
+        user agent is fixed when it is made). Call it once at start-up;
+        ``None`` clears it."""
         ConnectionConfig._integration = integration or None
 
     @classmethod

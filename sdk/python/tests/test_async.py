@@ -25,6 +25,7 @@ from airlock import (
     AsyncSandbox,
     AuthenticationException,
     CommandExitException,
+    ConnectionConfig,
     Context,
     FilesystemEvent,
     FilesystemEventType,
@@ -506,6 +507,62 @@ def test_code_contexts_and_timeouts(aio: Loop, py: AsyncSandbox) -> None:
         with pytest.raises(TimeoutException):
             await py.run_code("while True: pass", timeout=2)
         assert (await py.run_code("z")).text == "7"
+
+    aio.run(body())
+
+
+# -- E2B's defaults ----------------------------------------------------
+
+
+def test_commands_start_in_home_where_relative_paths_are(aio: Loop, py: AsyncSandbox) -> None:
+    async def body() -> None:
+        # E2B code writes a file by a relative path, then runs it by one.
+        await py.files.write("script.py", "print('ran from home')")
+        assert (await py.commands.run("python3 script.py")).stdout == "ran from home\n"
+        assert (await py.commands.run("pwd")).stdout == "/root\n"
+        assert await py.files.read("/root/script.py") == "print('ran from home')"
+
+    aio.run(body())
+
+
+def test_e2b_user_and_home_work_on_the_default_image(aio: Loop, py: AsyncSandbox) -> None:
+    async def body() -> None:
+        assert (await py.commands.run("whoami", user="user")).stdout == "user\n"
+        assert (await py.commands.run("pwd", cwd="/home/user")).stdout == "/home/user\n"
+        # As E2B's: a command as the user starts in the user's home.
+        assert (await py.commands.run("whoami; pwd", user="user")).stdout == "user\n/home/user\n"
+
+    aio.run(body())
+
+
+def test_output_timestamps_are_nanoseconds(aio: Loop, py: AsyncSandbox) -> None:
+    async def body() -> None:
+        stamps: List[int] = []
+
+        async def on_stdout(message: Any) -> None:
+            stamps.append(message.timestamp)
+
+        await py.run_code("print('stamped')", on_stdout=on_stdout)
+        assert len(stamps) == 1 and abs(stamps[0] / 1e9 - time.time()) < 60, stamps
+
+    aio.run(body())
+
+
+def test_set_integration_names_the_wrapping_library_on_every_call(aio: Loop, py: AsyncSandbox) -> None:
+    async def body() -> None:
+        before = py._client.channel
+        ConnectionConfig.set_integration("my-agent/1.0")
+        try:
+            assert ConnectionConfig.integration() == "my-agent/1.0"
+            again = await AsyncSandbox.connect(py.sandbox_id)
+            # A channel of its own, made with the name in its user agent.
+            assert again._client.channel is not before
+            assert (await again.get_info()).sandbox_id == py.sandbox_id
+            assert (await again.commands.run("echo named")).stdout == "named\n"
+        finally:
+            ConnectionConfig.set_integration(None)
+        assert ConnectionConfig.integration() is None
+        assert (await AsyncSandbox.connect(py.sandbox_id))._client.channel is before
 
     aio.run(body())
 

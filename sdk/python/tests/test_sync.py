@@ -22,6 +22,7 @@ import pytest
 from airlock import (
     AuthenticationException,
     CommandExitException,
+    ConnectionConfig,
     Context,
     FilesystemEventType,
     FileType,
@@ -422,6 +423,46 @@ def test_code_contexts_and_timeouts(py: Sandbox) -> None:
     with pytest.raises(TimeoutException):
         py.run_code("while True: pass", timeout=2)
     assert py.run_code("z").text == "7"
+
+
+# -- E2B's defaults ----------------------------------------------------
+
+
+def test_commands_start_in_home_where_relative_paths_are(py: Sandbox) -> None:
+    # E2B code writes a file by a relative path, then runs it by one.
+    py.files.write("script.py", "print('ran from home')")
+    assert py.commands.run("python3 script.py").stdout == "ran from home\n"
+    assert py.commands.run("pwd").stdout == "/root\n"
+    assert py.files.read("/root/script.py") == "print('ran from home')"
+
+
+def test_e2b_user_and_home_work_on_the_default_image(py: Sandbox) -> None:
+    assert py.commands.run("whoami", user="user").stdout == "user\n"
+    assert py.commands.run("pwd", cwd="/home/user").stdout == "/home/user\n"
+    # As E2B's: a command as the user starts in the user's home.
+    assert py.commands.run("whoami; pwd", user="user").stdout == "user\n/home/user\n"
+
+
+def test_output_timestamps_are_nanoseconds(py: Sandbox) -> None:
+    stamps: List[int] = []
+    py.run_code("print('stamped')", on_stdout=lambda m: stamps.append(m.timestamp))
+    assert len(stamps) == 1 and abs(stamps[0] / 1e9 - time.time()) < 60, stamps
+
+
+def test_set_integration_names_the_wrapping_library_on_every_call(py: Sandbox) -> None:
+    before = py._client.channel
+    ConnectionConfig.set_integration("my-agent/1.0")
+    try:
+        assert ConnectionConfig.integration() == "my-agent/1.0"
+        again = Sandbox.connect(py.sandbox_id)
+        # A channel of its own, made with the name in its user agent.
+        assert again._client.channel is not before
+        assert again.get_info().sandbox_id == py.sandbox_id
+        assert again.commands.run("echo named").stdout == "named\n"
+    finally:
+        ConnectionConfig.set_integration(None)
+    assert ConnectionConfig.integration() is None
+    assert Sandbox.connect(py.sandbox_id)._client.channel is before
 
 
 # -- network -----------------------------------------------------------

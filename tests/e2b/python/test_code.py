@@ -1,7 +1,8 @@
 """run_code through the official `e2b_code_interpreter` SDK, changed only by
 environment variables (tests/e2b/README.md): values, logs, errors, a
-matplotlib PNG, shell escapes, languages, and contexts (create with cwd,
-list, restart, remove).
+matplotlib PNG and its chart, SVG and JSON of an object, the execution
+count, shell escapes, languages, contexts (create with cwd, list, restart,
+remove) and the default one's cwd, and commands as E2B's user.
 
 One sandbox of E2B's code-interpreter template (`code-interpreter-v1`,
 templates/e2b/code-interpreter) serves every test of the file: a boot under
@@ -75,6 +76,61 @@ def test_a_matplotlib_plot_is_a_png(sandbox):
     assert len(pngs) == 1, execution.results
     assert base64.b64decode(pngs[0]).startswith(b"\x89PNG\r\n\x1a\n")
     assert not any(r.is_main_result for r in execution.results if r.png)
+
+
+def test_a_line_chart_is_the_results_chart(sandbox):
+    from e2b_code_interpreter.charts import ChartType, LineChart
+
+    execution = sandbox.run_code(
+        "import matplotlib.pyplot as plt\n"
+        "plt.plot([1, 2, 3], [1, 4, 9], label='squares')\n"
+        "plt.title('Squares')\n"
+        "plt.xlabel('n')\n"
+        "plt.show()"
+    )
+    assert execution.error is None, execution.error
+    [result] = [r for r in execution.results if r.png]
+    assert "chart" in result.formats()
+    chart = result.chart
+    assert isinstance(chart, LineChart), chart
+    assert chart.type == ChartType.LINE
+    assert chart.title == "Squares"
+    assert chart.x_label == "n"
+    [line] = chart.elements
+    assert line.label == "squares"
+    assert line.points == [(1.0, 1.0), (2.0, 4.0), (3.0, 9.0)]
+    assert len(chart.x_ticks) == len(chart.x_tick_labels) > 0
+
+
+def test_the_execution_count_rises_cell_by_cell(sandbox):
+    context = sandbox.create_code_context()
+    counts = [sandbox.run_code(f"{n} + 1", context=context).execution_count for n in range(3)]
+    assert counts == [1, 2, 3]
+    sandbox.remove_code_context(context)
+
+
+def test_an_objects_svg_and_json_are_results(sandbox):
+    execution = sandbox.run_code(
+        "class Shape:\n"
+        "    def _repr_svg_(self):\n"
+        "        return '<svg xmlns=\"http://www.w3.org/2000/svg\"><circle r=\"1\"/></svg>'\n"
+        "class Report:\n"
+        "    def _repr_json_(self):\n"
+        "        return {'rows': 3, 'names': ['a', 'b']}\n"
+        "display(Shape())\n"
+        "Report()"
+    )
+    assert execution.error is None, execution.error
+    shown, value = execution.results
+    assert not shown.is_main_result and "<circle" in (shown.svg or ""), shown
+    assert value.is_main_result and value.json == {"rows": 3, "names": ["a", "b"]}, value
+
+
+def test_the_default_context_and_commands_are_the_users(sandbox):
+    assert sandbox.run_code("import os\nos.getcwd()").text == "'/home/user'"
+    assert "/home/user" in [c.cwd for c in sandbox.list_code_contexts() if c.language == "python"]
+    result = sandbox.commands.run("id -un; pwd; echo $HOME")
+    assert result.stdout == "user\n/home/user\n/home/user\n"
 
 
 def test_a_dataframe_is_html_and_text(sandbox):

@@ -1,7 +1,8 @@
 // runCode through the official @e2b/code-interpreter SDK, changed only by
 // environment variables (tests/e2b/README.md): values, logs, errors, a
-// matplotlib PNG, languages, and contexts (create with cwd, list, restart,
-// remove). One sandbox of E2B's code-interpreter template serves the file.
+// matplotlib PNG and its chart, languages, and contexts (create with cwd,
+// list, restart, remove). One sandbox of E2B's code-interpreter template
+// serves the file.
 
 import { after, before, test } from 'node:test'
 import assert from 'node:assert/strict'
@@ -55,6 +56,20 @@ test('a matplotlib plot is a PNG', async () => {
   assert.equal(pngs.length, 1)
   const bytes = Buffer.from(pngs[0], 'base64')
   assert.deepEqual([...bytes.subarray(0, 4)], [0x89, 0x50, 0x4e, 0x47])
+})
+
+test("a line chart is the result's chart", async () => {
+  const execution = await sandbox.runCode(
+    "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9], label='squares')\n" +
+      "plt.title('Squares')\nplt.show()",
+  )
+  assert.equal(execution.error, undefined)
+  const [result] = execution.results.filter((r) => r.png)
+  assert.equal(result.chart?.type, 'line')
+  assert.equal(result.chart?.title, 'Squares')
+  assert.deepEqual(result.chart?.elements, [
+    { label: 'squares', points: [[1, 1], [2, 4], [3, 9]] },
+  ])
 })
 
 test('bash runs and other languages are refused by name', async () => {

@@ -1,13 +1,15 @@
 // Issue #52's items on a real Debian sandbox, as E2B's JS SDK has them (or
 // refused with what to do): getHost a string; Sandbox.list a paginator;
-// commands under `bash -l`; kill of an exited command false; a watched
-// write's name; relative paths from home; a plain value as text, Result's
-// toJSON, tracebacks joined once with tracebackRaw, output timestamps in
-// nanoseconds; IPython's shell lines; E2B's user and home refused with what
-// to do; FileNotFoundError and SandboxNotFoundError (a NotFoundError, also
-// once the sandbox ended); betaPause and the instance connect; templateId;
-// the 300 s lifetime; metrics' cpuCount and cpuUsedPct; allowInternetAccess
-// and network refused; a listing without ended sandboxes.
+// commands under `bash -l`, starting in home where relative paths are;
+// kill of an exited command false; a watched write's name; relative paths
+// from home; a plain value as text, Result's toJSON, tracebacks joined once
+// with tracebackRaw, output timestamps in nanoseconds; IPython's shell
+// lines and `%pip` installing system-wide; E2B's user and home working on
+// the default image and refused with what to do where an image lacks them;
+// FileNotFoundError and SandboxNotFoundError (a NotFoundError, also once
+// the sandbox ended); betaPause and the instance connect; templateId; the
+// 300 s lifetime; metrics' cpuCount and cpuUsedPct; allowInternetAccess and
+// network refused; a listing without ended sandboxes.
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
@@ -26,6 +28,22 @@ const {
   InvalidArgumentError,
   ALL_TRAFFIC,
 } = sdk;
+
+/** Where PIP_WHEEL writes a pure-Python wheel of `magic_pkg` (VALUE = 42). */
+const WHEEL_PATH = "/tmp/magic_pkg-1.0-py3-none-any.whl";
+const PIP_WHEEL = `
+import zipfile
+dist = "magic_pkg-1.0.dist-info"
+files = {
+    "magic_pkg/__init__.py": "VALUE = 42\\n",
+    dist + "/METADATA": "Metadata-Version: 2.1\\nName: magic-pkg\\nVersion: 1.0\\n",
+    dist + "/WHEEL": "Wheel-Version: 1.0\\nGenerator: hand\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n",
+}
+files[dist + "/RECORD"] = "".join(name + ",,\\n" for name in files) + dist + "/RECORD,,\\n"
+with zipfile.ZipFile("${WHEEL_PATH}", "w") as archive:
+    for name, text in files.items():
+        archive.writestr(name, text)
+`;
 
 const BASH_ONLY = '[[ "$0" == bash ]] && echo "bash $(shopt -q login_shell && echo login)"';
 
@@ -88,6 +106,21 @@ describe(`E2B's shapes (${entry})`, { timeout: LIMIT_MS }, () => {
     assert.deepEqual([listed?.cmd, listed?.args], ["/bin/bash", ["-l", "-c", "exit 0"]]);
   });
 
+  test("commands start in home, where relative paths are", async () => {
+    // E2B code writes a file by a relative path, then runs it by one.
+    await sbx.files.write("script.py", "print('ran from home')");
+    assert.equal((await sbx.commands.run("python3 script.py")).stdout, "ran from home\n");
+    assert.equal((await sbx.commands.run("pwd")).stdout, "/root\n");
+    assert.equal(await sbx.files.read("/root/script.py"), "print('ran from home')");
+  });
+
+  test("E2B's user and home work on the default image", async () => {
+    assert.equal((await sbx.commands.run("whoami", { user: "user" })).stdout, "user\n");
+    assert.equal((await sbx.commands.run("pwd", { cwd: "/home/user" })).stdout, "/home/user\n");
+    // As E2B's: a command as the user starts in the user's home.
+    assert.equal((await sbx.commands.run("whoami; pwd", { user: "user" })).stdout, "user\n/home/user\n");
+  });
+
   test("a watched write names the file written; relative paths are from home", async () => {
     const events: airlock.FilesystemEvent[] = [];
     const watch = await sbx.files.watchDir("/root", (event) => void events.push(event));
@@ -123,6 +156,19 @@ describe(`E2B's shapes (${entry})`, { timeout: LIMIT_MS }, () => {
 
     const shell = await sbx.runCode("!echo from the shell && echo twice\n'done'");
     assert.deepEqual([shell.logs.stdout.join(""), shell.text], ["from the shell\ntwice\n", "'done'"]);
+  });
+
+  test("%pip magics run pip, which installs system-wide", async () => {
+    const version = await sbx.runCode("%pip --version");
+    assert.equal(version.error, undefined);
+    assert.match(version.logs.stdout.join(""), /^pip \d+/);
+    // A wheel built in the sandbox (it has no network), installed as agents do.
+    const built = await sbx.runCode(PIP_WHEEL);
+    assert.equal(built.error, undefined, built.error?.traceback);
+    const installed = await sbx.runCode(`%pip install --no-index ${WHEEL_PATH}`);
+    assert.equal(installed.error, undefined);
+    assert.match(installed.logs.stdout.join(""), /Successfully installed magic[-_]pkg-1\.0/);
+    assert.equal((await sbx.commands.run("python3 -c 'import magic_pkg; print(magic_pkg.VALUE)'")).stdout, "42\n");
   });
 
   test("E2B's user, home and tools an image lacks are refused saying what to do; E2B's error names", async () => {

@@ -1,7 +1,7 @@
 """A background server in a sandbox, as E2B's docs start one: files written
 for it, `python3 -m http.server` in the background, the sandbox asked for
-its host, the page fetched from inside the sandbox, and the server killed.
-(127.0.0.1, not localhost: the default image has no /etc/hosts.)
+its host, the page fetched from inside the sandbox (by `localhost`, which
+the default image's /etc/hosts names), and the server killed.
 
 Written against E2B's SDK; the suite runs it with the import changed only.
 (From outside, E2B code fetches `https://{get_host(port)}`; Airlock's
@@ -18,7 +18,7 @@ try:
     server = sandbox.commands.run("cd ~/site && python3 -m http.server 8000", background=True)
     host = sandbox.get_host(8000)
     assert host.startswith("8000-"), host
-    fetch = "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8000/').read().decode())\""
+    fetch = "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://localhost:8000/').read().decode())\""
     for _ in range(100):
         try:
             page = sandbox.commands.run(fetch)

@@ -1,10 +1,10 @@
 // A background server in a sandbox, as E2B's docs start one: a page
 // written, `python3 -m http.server` in the background, the sandbox's host
 // for the port (a string, used in a URL), the page fetched from inside the
-// sandbox (127.0.0.1: the default image has no /etc/hosts), the server
-// killed, and a second kill answering false. Written against `e2b`; the
-// suite runs it with the import changed only (and fetches the server from
-// outside through the ingress the documented way, `expose(port)`).
+// sandbox (by localhost, which the default image's /etc/hosts names), the
+// server killed, and a second kill answering false. Written against `e2b`;
+// the suite runs it with the import changed only (and fetches the server
+// from outside through the ingress the documented way, `expose(port)`).
 
 import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -17,7 +17,7 @@ try {
   const server = await sandbox.commands.run("cd ~/site && python3 -m http.server 8000", { background: true });
   const url = `https://${sandbox.getHost(8000)}`;
   assert.match(url, /^https:\/\/8000-/);
-  const fetchInside = `python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8000/').read().decode())"`;
+  const fetchInside = `python3 -c "import urllib.request; print(urllib.request.urlopen('http://localhost:8000/').read().decode())"`;
   let page;
   for (let i = 0; i < 100 && page === undefined; i++) {
     page = await sandbox.commands.run(fetchInside).catch(() => undefined);

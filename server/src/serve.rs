@@ -100,6 +100,8 @@ fn cors(origins: &[String]) -> CorsLayer {
             header("x-grpc-web"),
             header("x-user-agent"),
             header("grpc-timeout"),
+            // The TypeScript SDK's `ConnectionConfig.setIntegration` name.
+            header("x-airlock-integration"),
         ])
         .expose_headers([
             header("grpc-status"),

@@ -143,11 +143,13 @@ def test_fork_copies_memory_and_files(sbx: Sandbox) -> None:
 
 
 def test_metrics_measure_the_guest(sbx: Sandbox) -> None:
+    # The writable root starts empty: 2 MiB written into it show.
+    sbx.commands.run("head -c 2097152 /dev/urandom > /root/metrics.fill")
     [metrics] = sbx.get_metrics()
     assert metrics.mem_total > 100 * MIB and 0 < metrics.mem_used < metrics.mem_total
     assert metrics.cpu_count == 1 and metrics.running_ms > 0
     assert metrics.disk_total is not None and metrics.disk_used is not None
-    assert 0 < metrics.disk_used <= metrics.disk_total
+    assert 2 * MIB <= metrics.disk_used <= metrics.disk_total
     [again] = Sandbox.get_metrics(sbx.sandbox_id)
     assert again.mem_total == metrics.mem_total and again.cpu_count == 1
 

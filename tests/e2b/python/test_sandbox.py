@@ -100,6 +100,8 @@ def test_connect_and_set_timeout(sandbox: Sandbox) -> None:
 
 
 def test_metrics(sandbox: Sandbox) -> None:
+    # The writable root starts empty: 2 MiB written into it show.
+    sandbox.commands.run("head -c 2097152 /dev/urandom > ~/metrics.fill")
     metrics = sandbox.get_metrics()
     assert len(metrics) == 1
     reading = metrics[0]
@@ -107,7 +109,7 @@ def test_metrics(sandbox: Sandbox) -> None:
     assert reading.mem_total > 0
     assert 0 <= reading.mem_used <= reading.mem_total
     assert 0.0 <= reading.cpu_used_pct <= 100.0
-    assert 0 < reading.disk_used <= reading.disk_total
+    assert 2 * 1024 * 1024 <= reading.disk_used <= reading.disk_total
 
 
 def test_pause_and_connect_resumes(sandbox: Sandbox) -> None:

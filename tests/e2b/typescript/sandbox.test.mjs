@@ -25,10 +25,12 @@ test('create, getInfo, setTimeout, metrics, kill', async () => {
     await sbx.setTimeout(600_000)
     const after = (await sbx.getInfo()).endAt.getTime()
     assert.ok(after - before > 300_000, `${before} -> ${after}`)
+    // The writable root starts empty: 2 MiB written into it show.
+    await sbx.commands.run('head -c 2097152 /dev/urandom > ~/metrics.fill')
     const metrics = await sbx.getMetrics()
     assert.equal(metrics.length, 1)
     assert.ok(metrics[0].memTotal > 0)
-    assert.ok(metrics[0].diskUsed > 0 && metrics[0].diskUsed <= metrics[0].diskTotal, `${metrics[0].diskUsed}`)
+    assert.ok(metrics[0].diskUsed >= 2 ** 21 && metrics[0].diskUsed <= metrics[0].diskTotal, `${metrics[0].diskUsed}`)
   } finally {
     assert.equal(await sbx.kill(), true)
   }

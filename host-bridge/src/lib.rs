@@ -80,6 +80,7 @@ mod lifecycle;
 mod manager;
 mod sandbox;
 pub mod saved;
+pub mod snapshot;
 pub mod state_dir;
 pub mod template;
 pub mod transport;
@@ -123,7 +124,7 @@ pub use manager::{
 };
 pub use sandbox::{
     BootTimings, ConfigError, GuestChannel, NamedTemplateError, Origin, Sandbox, SandboxBuilder,
-    DEFAULT_CONSOLE_LOG_BUDGET, DEFAULT_MAX_LIFETIME, DEFAULT_UNRESPONSIVE_AFTER,
+    TakenSnapshot, DEFAULT_CONSOLE_LOG_BUDGET, DEFAULT_MAX_LIFETIME, DEFAULT_UNRESPONSIVE_AFTER,
 };
 /// gRPC status codes, as returned by [`Error::agent_code`].
 pub use tonic::Code;

@@ -26,6 +26,7 @@ use crate::manager::WarmUpError;
 use crate::sandbox::ConfigError;
 use crate::sandbox::NamedTemplateError;
 use crate::saved::SavedError;
+use crate::snapshot::SnapshotStoreError;
 use crate::trust::TrustError;
 use crate::vmm::VmmError;
 use crate::workspace::WorkspaceError;
@@ -191,6 +192,10 @@ pub enum Error {
     #[error(transparent)]
     Saved(#[from] SavedError),
 
+    /// The snapshot store: a snapshot missing, unreadable, or its files.
+    #[error(transparent)]
+    SnapshotStore(#[from] SnapshotStoreError),
+
     /// The agent sent something the protocol does not allow.
     #[error("protocol violation: {0}")]
     Protocol(String),
@@ -253,6 +258,7 @@ impl Error {
             Error::Pool(error) => error.reason(),
             Error::Fs(error) => error.reason(),
             Error::Saved(error) => error.reason(),
+            Error::SnapshotStore(error) => error.reason(),
             Error::Adopt(error) => error.reason(),
             Error::Agent { status, .. } => agent_reason(status.code()),
             Error::NoSuchSandbox { .. } => R::SandboxNotFound,

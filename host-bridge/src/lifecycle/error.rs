@@ -43,9 +43,6 @@ pub(crate) enum SnapshotProblem {
     /// The restored agent did not answer its first call in time.
     #[error("the restored agent does not answer within {0:?}")]
     NoAnswer(Duration),
-    /// The sandbox is still on disk after its restore.
-    #[error("the sandbox is still on disk after its restore")]
-    StillOnDisk,
     /// The process backend runs no VM to snapshot.
     #[error("the process backend has no VM to snapshot")]
     NoVm,

@@ -100,6 +100,29 @@ impl SandboxBuilder {
             at: begin + self.boot_timeout,
             timeout: self.boot_timeout,
         };
+        if let Some(snapshot) = self.from_snapshot.clone() {
+            if let Some(reason) = self.template_refusal() {
+                return Err(Error::CannotSave {
+                    reason: format!("cannot start from snapshot {}: {reason}", snapshot.id()),
+                });
+            }
+            let launched = self.launch_snapshot(&snapshot, accel).await?;
+            let origin = Origin::Snapshot {
+                id: snapshot.id().to_owned(),
+            };
+            let machine = Some(Machine::New(snapshot.meta().vm.clone()));
+            return self
+                .assemble(Assembly {
+                    launched,
+                    origin,
+                    accel,
+                    workspace,
+                    slot,
+                    begin,
+                    machine,
+                })
+                .await;
+        }
         let (launched, origin) = match self.template_refusal() {
             Some(reason) if self.named_template.is_some() => {
                 return Err(Error::NamedTemplate {

@@ -58,6 +58,8 @@ pub struct SandboxBuilder {
     pub(super) template_dir: PathBuf,
     /// The named template this start clones (see [`SandboxBuilder::template`]).
     pub(super) named_template: Option<String>,
+    /// The snapshot this start clones (see [`SandboxBuilder::snapshot`]).
+    pub(super) from_snapshot: Option<crate::snapshot::Snapshot>,
     pub(super) saved_dir: PathBuf,
     pub(super) network: Option<NetworkOptions>,
     pub(super) adoptable: bool,
@@ -123,6 +125,7 @@ impl Default for SandboxBuilder {
             from_template: false,
             template_dir: crate::template::default_dir(),
             named_template: None,
+            from_snapshot: None,
             saved_dir: crate::saved::default_dir(),
             network: None,
             adoptable: false,

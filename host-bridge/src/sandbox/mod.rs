@@ -69,6 +69,7 @@ mod named;
 mod network;
 mod parts;
 mod restore;
+mod snapshot;
 mod started;
 mod trust;
 mod workspace;
@@ -79,6 +80,7 @@ pub use builder::{
 };
 pub(crate) use clone::WARM_UP as TEMPLATE_WARM_UP;
 pub use error::{ConfigError, NamedTemplateError};
+pub use snapshot::TakenSnapshot;
 pub use started::{BootTimings, Origin};
 
 /// A running microVM with the Airlock agent as PID 1.

@@ -20,6 +20,8 @@ pub enum Origin {
     Restored { generation: u64 },
     /// Forked from the running sandbox `parent`.
     Fork { parent: String },
+    /// A clone of the snapshot `id` ([`SandboxBuilder::snapshot`](crate::SandboxBuilder::snapshot)).
+    Snapshot { id: String },
     /// Taken over, still running, from an owner that died or detached it
     /// ([`SandboxBuilder::adopt`](crate::SandboxBuilder::adopt)).
     Adopted,

@@ -184,6 +184,16 @@ fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(filled)
 }
 
+/// Copies the snapshot file `source` to `target` atomically and durably
+/// (mode 0600): a reader finds the whole copy or none.
+pub(crate) fn copy_new(source: &Path, target: &Path) -> Result<(), SavedError> {
+    let mut from = File::open(source).map_err(SavedError::io(source))?;
+    let copy = AtomicFile::create(target, Mode::Private).map_err(SavedError::io(target))?;
+    let mut to = copy.file();
+    std::io::copy(&mut from, &mut to).map_err(SavedError::io(target))?;
+    copy.commit().map_err(SavedError::io(target))
+}
+
 /// Writes `bytes` to `path` atomically and durably, mode 0600.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), SavedError> {
     airlock_atomic_file::write(path, bytes, Mode::Private).map_err(SavedError::io(path))

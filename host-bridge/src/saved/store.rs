@@ -285,6 +285,21 @@ impl SavedStore {
         file::write_atomically(&self.sandbox_dir(&record.id).join(RECORD), &bytes)
     }
 
+    /// Copies the newest good generation of `record` (as
+    /// [`open_newest`](SavedStore::open_newest) finds it) to `target`, a
+    /// new file, header and all. Returns its header.
+    pub(crate) fn copy_newest(
+        &self,
+        record: &SavedRecord,
+        qemu_version: &str,
+        target: &Path,
+    ) -> Result<SnapshotHeader, SavedError> {
+        let good = self.open_newest(record, qemu_version)?;
+        let source = self.snapshot_path(&record.id, good.generation);
+        file::copy_new(&source, target)?;
+        Ok(good.header)
+    }
+
     /// The newest generation of `record` that passes its checks and was
     /// written by QEMU `qemu_version` (the one this host runs).
     pub(crate) fn open_newest(

@@ -90,14 +90,46 @@ pub async fn restore_whole(
     written_by: &str,
 ) -> Result<(), SnapshotError> {
     let mut qmp = connect(qmp_socket).await?;
-    let here = version(&mut qmp).await?;
+    same_qemu(&mut qmp, written_by).await?;
+    migrate_in(&mut qmp, file, Then::Run).await
+}
+
+/// Turns a whole VM written by [`save_whole`] into a template: loads it
+/// from `file` into a VM started with `-incoming defer` whose RAM is a
+/// shared file, and, without running it, writes its device state to
+/// `state` as [`save_template`] does. The RAM stays in the memory file,
+/// so clones restore it with [`restore`].
+pub async fn whole_to_template(
+    qmp_socket: &Path,
+    file: &File,
+    written_by: &str,
+    state: &File,
+) -> Result<(), SnapshotError> {
+    let mut qmp = connect(qmp_socket).await?;
+    same_qemu(&mut qmp, written_by).await?;
+    migrate_in(&mut qmp, file, Then::Stay).await?;
+    qmp.execute("stop", None).await?;
+    ignore_shared(&mut qmp).await?;
+    migrate_out(&mut qmp, state).await
+}
+
+/// Refuses a stream that QEMU `written_by` wrote where another runs.
+async fn same_qemu(qmp: &mut Qmp, written_by: &str) -> Result<(), SnapshotError> {
+    let here = version(qmp).await?;
     if here != written_by {
         return Err(SnapshotError::OtherQemu {
             written_by: written_by.to_owned(),
             here,
         });
     }
-    migrate_in(&mut qmp, file).await
+    Ok(())
+}
+
+/// What a loaded VM does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Then {
+    Run,
+    Stay,
 }
 
 async fn version(qmp: &mut Qmp) -> Result<String, SnapshotError> {
@@ -151,11 +183,12 @@ async fn migrate_out(qmp: &mut Qmp, file: &File) -> Result<(), SnapshotError> {
 pub async fn restore(qmp_socket: &Path, state: &File) -> Result<(), SnapshotError> {
     let mut qmp = connect(qmp_socket).await?;
     ignore_shared(&mut qmp).await?;
-    migrate_in(&mut qmp, state).await
+    migrate_in(&mut qmp, state, Then::Run).await
 }
 
-/// Loads the stream in `file` into a VM waiting for it, then runs it.
-async fn migrate_in(qmp: &mut Qmp, file: &File) -> Result<(), SnapshotError> {
+/// Loads the stream in `file` into a VM waiting for it, then runs it or
+/// leaves it stopped.
+async fn migrate_in(qmp: &mut Qmp, file: &File, then: Then) -> Result<(), SnapshotError> {
     qmp.send_fd(FD_NAME, file.as_fd()).await?;
     qmp.execute(
         "migrate-incoming",
@@ -167,6 +200,12 @@ async fn migrate_in(qmp: &mut Qmp, file: &File) -> Result<(), SnapshotError> {
         let status = qmp.execute("query-status", None).await?;
         match status.get("status").and_then(Value::as_str).unwrap_or("") {
             "paused" | "postmigrate" => break,
+            // Started by itself: a stream taken from a running VM. One to
+            // stay stopped is stopped at once (it ran for microseconds).
+            "running" if then == Then::Stay => {
+                qmp.execute("stop", None).await?;
+                return Ok(());
+            }
             "running" => return Ok(()),
             "inmigrate" => {}
             other => {
@@ -189,7 +228,9 @@ async fn migrate_in(qmp: &mut Qmp, file: &File) -> Result<(), SnapshotError> {
         }
         tokio::time::sleep(POLL).await;
     }
-    qmp.execute("cont", None).await?;
+    if then == Then::Run {
+        qmp.execute("cont", None).await?;
+    }
     Ok(())
 }
 

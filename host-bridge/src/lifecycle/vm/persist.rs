@@ -249,23 +249,32 @@ impl VmShared {
         }
     }
 
-    /// Writes a snapshot of the VM to `target` (a fork's source); the VM
-    /// then runs on as it did.
-    pub async fn save_copy(&self, target: &Path) -> Result<SnapshotHeader> {
+    /// Writes a snapshot of the VM to `target` (a fork's or a named
+    /// snapshot's source); the VM then goes on as it was: running, paused,
+    /// or on disk (whose newest good generation is copied, without starting
+    /// it). Returns the snapshot's header and how long a running guest was
+    /// stopped for it (zero for one paused or on disk).
+    pub async fn save_copy(&self, target: &Path) -> Result<(SnapshotHeader, Duration)> {
         let _transition = self.transition.lock().await;
-        if self.state() == SandboxState::OnDisk {
-            self.restore_locked().await?;
-        }
         let frozen = match self.state() {
             SandboxState::Running => false,
             SandboxState::Paused => true,
-            SandboxState::OnDisk => return Err(still_on_disk()),
+            SandboxState::OnDisk => {
+                let persistence = self.persistence()?;
+                let record = lock(&persistence.record).clone();
+                let header =
+                    persistence
+                        .store
+                        .copy_newest(&record, &vmm::qemu_version()?, target)?;
+                return Ok((header, Duration::ZERO));
+            }
             SandboxState::Ended(reason) => return Err(Error::SandboxEnded { reason }),
         };
         let persistence = self.persistence()?;
         let writing = Writing::create(target)?;
         let id = lock(&persistence.record).id.clone();
         let opening_only = self.quiesce(frozen, CutFor::Fork).await?;
+        let stopped = Instant::now();
         let header = self
             .write_snapshot(persistence, &writing, &id, frozen)
             .await?;
@@ -277,11 +286,16 @@ impl VmShared {
         // opens a connection.
         drop(opening_only);
         resumed.map_err(|error| Error::snapshot("running the VM again after saving it", error))?;
+        let stopped = if frozen {
+            Duration::ZERO
+        } else {
+            stopped.elapsed()
+        };
         // The guest's clock stood still while it was stopped.
         if !frozen && self.push_clock {
             self.push_clock().await;
         }
-        Ok(writing.commit(header)?)
+        Ok((writing.commit(header)?, stopped))
     }
 
     /// Starts the VM again from its newest good snapshot (the sandbox is on
@@ -432,11 +446,6 @@ impl VmShared {
         clock.on_disk_total = Duration::from_millis(usage.on_disk_ms) + on_disk;
         clock.last_guest_cpu = clock.guest_cpu_base;
     }
-}
-
-/// `OnDisk` right after a successful restore cannot be.
-fn still_on_disk() -> Error {
-    Error::snapshot("restoring the VM", SnapshotProblem::StillOnDisk)
 }
 
 /// Starts QEMU for `vm` in `paths`, waiting for its state, and loads

@@ -67,7 +67,13 @@ pub mod v1 {
 ///   `KeyQuota.max_workspaces` and `max_workspace_mib`, `KeyInfo.workspaces`
 ///   and `workspace_bytes`).
 /// - 5: disk figures (`SandboxMetrics.disk_total_bytes`, `disk_used_bytes`).
-pub const REVISION: u32 = 5;
+/// - 6: snapshots (`Sandboxes.Snapshot`, `ListSnapshots`, `GetSnapshot`,
+///   `DeleteSnapshot`, `CreateSandboxRequest.snapshot`,
+///   `SandboxInfo.snapshot`), templates built through the API (the
+///   `Templates` service, `TemplateInfo.owner`, `memory_mib`, `vcpus`), and
+///   storage quotas (`KeyQuota.max_snapshots`, `max_storage_mib`,
+///   `KeyInfo.snapshots`, `templates`, `storage_bytes`).
+pub const REVISION: u32 = 6;
 
 /// Names of optional parts a server may serve, as `Ping` lists them.
 pub mod features {

@@ -44,6 +44,10 @@ pub const DEFAULT_WORKSPACE_MIB: u64 = 4096;
 /// quota says: eight of the default size.
 pub const DEFAULT_MAX_WORKSPACES: u32 = 8;
 pub const DEFAULT_MAX_WORKSPACE_MIB: u64 = 32 * 1024;
+/// A key's snapshots, and what its snapshots and the templates it built may
+/// take on the server's disk in MiB, unless its quota says.
+pub const DEFAULT_MAX_SNAPSHOTS: u32 = 16;
+pub const DEFAULT_MAX_STORAGE_MIB: u64 = 32 * 1024;
 /// A sandbox's timeout, and an idle timeout, in seconds (30 days, 7 days).
 pub const MAX_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
 pub const MAX_IDLE_SECS: u64 = 7 * 24 * 3600;

@@ -64,6 +64,7 @@ pub fn origin(origin: &airlock::Origin, pooled: bool) -> &'static str {
         Origin::Clone { .. } => "clone",
         Origin::Restored { .. } => "restored",
         Origin::Fork { .. } => "fork",
+        Origin::Snapshot { .. } => "snapshot",
         Origin::Adopted => "adopted",
         _ => "other",
     }
@@ -108,6 +109,7 @@ pub fn sandbox_info(entry: &Entry) -> api::SandboxInfo {
         env_names: record.envs.keys().cloned().collect(),
         public_ports: record.public_ports.iter().map(|&p| u32::from(p)).collect(),
         workspace: record.workspace.clone(),
+        snapshot: record.snapshot.clone(),
     }
 }
 

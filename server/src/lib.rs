@@ -33,6 +33,8 @@
 //!   `Wait`).
 //! - `workspaces`: the keys' named workspaces, their quota, claims and
 //!   removal.
+//! - `snapshots`: the keys' named snapshots over the library's
+//!   content-addressed store, their quota and removal.
 //! - `service`: one module per service of the API.
 //! - `validate`, `convert`, `status`: requests checked, answers and errors
 //!   mapped, each in one place.
@@ -61,6 +63,7 @@ mod registry;
 mod relays;
 mod serve;
 mod service;
+mod snapshots;
 mod state;
 mod status;
 mod trackers;

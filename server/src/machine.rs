@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use airlock::snapshot::Snapshot;
 use airlock::template::NamedTemplate;
 use airlock::{CaCert, IdlePolicy, NetRule, NetworkOptions, SandboxBuilder};
 use airlock_api::limits;
@@ -40,6 +41,9 @@ pub struct Machine {
     pub ca_certs: Vec<CaCert>,
     /// The named template it starts from (its image, size and snapshot).
     pub template: Option<NamedTemplate>,
+    /// The snapshot it starts from, with its name (its image, size,
+    /// programs and files).
+    pub snapshot: Option<(String, Snapshot)>,
 }
 
 impl Machine {
@@ -59,6 +63,12 @@ impl Machine {
             && self.workspace.is_none()
             && self.ca_certs.is_empty()
             && self.template.is_none()
+            && self.snapshot.is_none() == pool.snapshot.is_none()
+            && self
+                .snapshot
+                .as_ref()
+                .zip(pool.snapshot.as_ref())
+                .is_none_or(|((_, a), (_, b))| a.id() == b.id())
     }
 
     /// The library's builder for this machine, from `base`.
@@ -91,6 +101,9 @@ impl Machine {
         if let Some(template) = &self.template {
             builder = builder.template(template);
         }
+        if let Some((_, snapshot)) = &self.snapshot {
+            builder = builder.snapshot(snapshot);
+        }
         builder
     }
 }
@@ -114,6 +127,7 @@ mod tests {
             workspace_size_mib: None,
             ca_certs: Vec::new(),
             template: None,
+            snapshot: None,
         }
     }
 

@@ -67,6 +67,9 @@ pub struct Record {
     /// The named workspace it holds ("" for none, or a host path's).
     #[serde(default)]
     pub workspace: String,
+    /// The snapshot it started from, by name ("" for none).
+    #[serde(default)]
+    pub snapshot: String,
 }
 
 impl Record {
@@ -90,6 +93,7 @@ impl Record {
             public_ports: Vec::new(),
             ingress_token: String::new(),
             workspace: String::new(),
+            snapshot: String::new(),
         }
     }
 }

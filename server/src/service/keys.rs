@@ -17,6 +17,8 @@ fn quota(quota: Quota) -> api::KeyQuota {
         max_concurrent_calls: quota.max_concurrent_calls,
         max_workspaces: quota.max_workspaces,
         max_workspace_mib: quota.max_workspace_mib,
+        max_snapshots: quota.max_snapshots,
+        max_storage_mib: quota.max_storage_mib,
     }
 }
 
@@ -29,6 +31,11 @@ impl Services {
                 tracing::warn!(name = %key.name, error = status.message(), "cannot count a key's workspaces");
                 (0, 0)
             });
+        let (snapshots, snapshot_bytes) =
+            self.state.snapshots.totals(&whose).unwrap_or_else(|status| {
+                tracing::warn!(name = %key.name, error = status.message(), "cannot count a key's snapshots");
+                (0, 0)
+            });
         api::KeyInfo {
             name: key.name.to_string(),
             quota: Some(quota(key.quota)),
@@ -36,6 +43,9 @@ impl Services {
             sandboxes: held.sandboxes,
             workspaces,
             workspace_bytes,
+            snapshots,
+            templates: 0,
+            storage_bytes: snapshot_bytes + self.state.stored_template_bytes(&whose),
         }
     }
 }
@@ -71,6 +81,8 @@ impl keys_server::Keys for Services {
                     max_concurrent_calls: asked.max_concurrent_calls,
                     max_workspaces: asked.max_workspaces,
                     max_workspace_mib: asked.max_workspace_mib,
+                    max_snapshots: asked.max_snapshots,
+                    max_storage_mib: asked.max_storage_mib,
                 },
             )
             .map_err(|error| key_status(&error))?;

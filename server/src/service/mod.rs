@@ -25,6 +25,7 @@ pub mod keys;
 pub mod network;
 pub mod processes;
 pub mod sandboxes;
+pub mod snapshots;
 pub mod workspaces;
 
 use std::sync::Arc;

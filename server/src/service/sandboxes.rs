@@ -45,6 +45,12 @@ impl Services {
         record.pooled = pooled;
         record.public_ports = create.public_ports.clone();
         record.workspace = create.named_workspace.clone().unwrap_or_default();
+        record.snapshot = create
+            .machine
+            .snapshot
+            .as_ref()
+            .map(|(name, _)| name.clone())
+            .unwrap_or_default();
         record
     }
 }
@@ -420,8 +426,39 @@ impl sandboxes_server::Sandboxes for Services {
                 size_bytes: template.disk_bytes(),
                 created_at_ms: template.meta().built_unix_secs * 1000,
                 image: template.meta().base.clone(),
+                owner: String::new(),
+                memory_mib: template.meta().memory_mib,
+                vcpus: template.meta().vcpus,
             })
             .collect();
         Ok(Response::new(api::ListTemplatesResponse { templates }))
+    }
+
+    async fn snapshot(
+        &self,
+        request: Request<api::SnapshotSandboxRequest>,
+    ) -> Result<Response<api::SnapshotInfo>, Status> {
+        self.take_snapshot(request).await
+    }
+
+    async fn list_snapshots(
+        &self,
+        request: Request<api::ListSnapshotsRequest>,
+    ) -> Result<Response<api::ListSnapshotsResponse>, Status> {
+        self.list_snapshots_of(request).await
+    }
+
+    async fn get_snapshot(
+        &self,
+        request: Request<api::GetSnapshotRequest>,
+    ) -> Result<Response<api::SnapshotInfo>, Status> {
+        self.get_snapshot_of(request).await
+    }
+
+    async fn delete_snapshot(
+        &self,
+        request: Request<api::DeleteSnapshotRequest>,
+    ) -> Result<Response<api::DeleteSnapshotResponse>, Status> {
+        self.delete_snapshot_of(request).await
     }
 }

@@ -15,6 +15,9 @@
 //! - `lifetime`: `timeout_secs` and `idle`.
 //! - `image`: `image` and `no_image`, resolved in the server's image store.
 //! - `template`: `template`, resolved in the server's named templates.
+//! - `snapshot`: `snapshot`, one of the caller's snapshots (which brings
+//!   its own image and size: the image and template sections then leave
+//!   the image to it).
 //! - `workspace`: `workspace` and `workspace_size_mib`.
 //! - `network`: `allow_net` and `secrets` (and the host access of a
 //!   principal, [`apply_host_access`]).
@@ -28,6 +31,7 @@ mod labels;
 mod lifetime;
 mod network;
 mod resources;
+mod snapshot;
 mod template;
 mod trust;
 mod workspace;
@@ -45,6 +49,7 @@ use airlock_api::v1 as api;
 
 use crate::machine::Machine;
 use crate::principal::Principal;
+use crate::snapshots::SnapshotNames;
 use crate::state::State;
 use crate::validate;
 
@@ -75,6 +80,8 @@ pub struct Context<'a> {
     pub images: &'a ImageStore,
     /// Resolves template names.
     pub templates: &'a NamedStore,
+    /// Resolves snapshot names (the caller's).
+    pub snapshots: &'a SnapshotNames,
     /// The server's data directory (named workspaces are under it).
     pub data_dir: &'a Path,
     /// The lifetime of a request that names none.
@@ -87,6 +94,7 @@ impl<'a> Context<'a> {
         Context {
             images: &state.images,
             templates: &state.templates,
+            snapshots: &state.snapshots,
             data_dir: &state.config.data_dir,
             default_timeout: state.config.default_timeout,
         }
@@ -107,7 +115,15 @@ pub fn check(
         principal,
         context.default_timeout,
     )?;
-    let image = image::image(&request.image, request.no_image, context.images)?;
+    let snapshot = snapshot::snapshot(&request, principal, context.snapshots)?;
+    let image = match &snapshot {
+        // The snapshot's own root: its image's name, its pinned file.
+        Some((named, _)) => image::Image {
+            name: named.image.clone(),
+            path: None,
+        },
+        None => image::image(&request.image, request.no_image, context.images)?,
+    };
     let template = template::template(&request, context.templates)?;
     let workspace = workspace::workspace(&request, principal, context.data_dir)?;
     let network = network::network(&request.allow_net, &request.secrets)?;
@@ -128,6 +144,7 @@ pub fn check(
         workspace_size_mib: workspace.size_mib,
         ca_certs,
         template,
+        snapshot: snapshot.map(|(named, snapshot)| (named.name, snapshot)),
     };
     Ok(Create {
         machine,
@@ -151,6 +168,7 @@ mod tests {
         pub dir: tempfile::TempDir,
         pub images: ImageStore,
         pub templates: NamedStore,
+        pub snapshots: SnapshotNames,
     }
 
     impl Fixture {
@@ -159,6 +177,7 @@ mod tests {
             Fixture {
                 images: ImageStore::at(dir.path().join("images")),
                 templates: NamedStore::new(dir.path().join("templates")),
+                snapshots: SnapshotNames::new(dir.path()),
                 dir,
             }
         }
@@ -167,6 +186,7 @@ mod tests {
             Context {
                 images: &self.images,
                 templates: &self.templates,
+                snapshots: &self.snapshots,
                 data_dir: self.dir.path(),
                 default_timeout: Duration::from_secs(3600),
             }

@@ -148,6 +148,8 @@ def test_pause_and_resume_keep_files_and_a_running_process(sandbox: Sandbox) -> 
         "i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done",
         background=True,
     )
+    # Started is not yet counting: wait for its first number.
+    sandbox.commands.run("while [ ! -s /tmp/count ]; do sleep 0.05; done", timeout=30)
     assert sandbox.pause() is True
     resumed = Sandbox.connect(sandbox.sandbox_id)
     assert resumed.files.read("kept.txt") == "written before the pause"

@@ -11,6 +11,7 @@
 //!   generated service clients, each sending the key.
 //! - `local`: starting the local server when nobody answers on its socket.
 //! - `process`: [`ProcessStream`], a program's events and its inputs.
+//! - `snapshots`: the caller's named snapshots (take, list, get, delete).
 //! - `error`: [`ClientError`], with the server's reason and field.
 //!
 //! ```text
@@ -24,6 +25,7 @@ mod endpoint;
 mod error;
 mod local;
 mod process;
+mod snapshots;
 
 pub use airlock_api::v1 as api;
 pub use airlock_api::{limits, reason};

@@ -11,7 +11,8 @@
 //!   remote (`remote` says where the server is and maps its messages);
 //!   `run_code` is `sandbox run-code`, a cell of code in a sandbox's
 //!   persistent context; `copy` is `sandbox cp`; `workspace` is `workspace
-//!   create|ls|rm`, the server's named workspaces.
+//!   create|ls|rm`, the server's named workspaces; `snapshot` is `snapshot
+//!   ls|rm`, the named snapshots `sandbox snapshot` takes.
 //! - `mcp`: the MCP server (crate `airlock-mcp`) over stdio or streamable
 //!   HTTP, a client of the same server.
 //! - `program_options`: [`ProgramOptions`], how to run the program (env,
@@ -46,6 +47,7 @@ mod sandbox;
 mod serve;
 mod session;
 mod shell;
+mod snapshot;
 mod stdout;
 mod template;
 mod template_build;
@@ -96,8 +98,11 @@ pub enum Commands {
     Gc(gc::GcArgs),
     /// Sandboxes that outlive one command, kept by a server (the local one,
     /// started on demand, or --host/AIRLOCK_HOST): create, ls, exec,
-    /// run-code, cp, net, pause, resume, fork, kill.
+    /// run-code, cp, net, pause, resume, fork, snapshot, kill.
     Sandbox(sandbox::SandboxArgs),
+    /// The named snapshots a server keeps for you (what `sandbox snapshot`
+    /// takes and `sandbox create --snapshot NAME` starts from): ls, rm.
+    Snapshot(snapshot::SnapshotArgs),
     /// Run the Airlock server in the foreground: the local Unix socket,
     /// and with --listen TCP with TLS and API keys.
     Serve(serve::ServeArgs),
@@ -231,6 +236,7 @@ pub async fn main(args: Args) -> u8 {
         Commands::Serve(serve_args) => serve::run(serve_args).await,
         Commands::Key(key_args) => key::run(key_args).await,
         Commands::Workspace(args) => workspace::run(args).await,
+        Commands::Snapshot(args) => snapshot::run(args).await,
         Commands::Mcp(mcp_args) => mcp::run(*mcp_args).await,
     }
 }

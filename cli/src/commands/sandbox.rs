@@ -1,4 +1,4 @@
-//! `airlock sandbox create|ls|exec|run-code|cp|net|expose|port-forward|pause|resume|fork|kill`:
+//! `airlock sandbox create|ls|exec|run-code|cp|net|expose|port-forward|pause|resume|fork|snapshot|kill`:
 //! sandboxes that outlive one invocation, kept by a server: the local one
 //! (`airlock serve` on a private Unix socket, started on demand; its log is
 //! `daemon.log` beside the socket), or a remote one (`--host` or
@@ -13,6 +13,9 @@
 //! it the program: its start asks for `kill_on_disconnect`), and the exit
 //! code is the program's (128+N for signal N, 124 for `--timeout`, 125 when
 //! Airlock failed).
+//!
+//! `snapshot` saves a sandbox under a name of yours that `create
+//! --snapshot` starts clones from (`airlock snapshot ls|rm` keeps them).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -98,6 +101,17 @@ pub enum SandboxCommand {
               value_parser = clap::value_parser!(u32).range(1..))]
         count: u32,
     },
+    /// Save a sandbox's memory, programs and files as a snapshot of yours
+    /// (`create --snapshot NAME` starts clones of it) and print its name.
+    /// A running sandbox stops only while its memory is copied (the time
+    /// is printed on stderr); a paused or saved one stays so.
+    Snapshot {
+        id: String,
+        /// Its name ([A-Za-z0-9._-], up to 128; default: the server's,
+        /// snapshot- and 16 hex digits).
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+    },
 }
 
 /// `airlock sandbox create` options.
@@ -159,6 +173,16 @@ pub struct CreateArgs {
     #[arg(long, value_name = "SIZE", requires = "workspace",
           value_parser = super::parse_size)]
     pub workspace_size: Option<u64>,
+
+    /// Start from a snapshot of yours (`sandbox snapshot`, `airlock
+    /// snapshot ls`): a clone with its memory, programs and files, on its
+    /// image and at its size, with its own id, hostname and clock.
+    #[arg(
+        long,
+        value_name = "NAME",
+        conflicts_with_all = ["image", "no_image", "workspace", "memory", "vcpus", "cold", "template"]
+    )]
+    pub snapshot: Option<String>,
 }
 
 /// `KEY=VALUE`.
@@ -265,6 +289,15 @@ async fn call(client: &Client, command: SandboxCommand) -> Result<(), String> {
             }
             Ok(())
         }
+        SandboxCommand::Snapshot { id, name } => {
+            let taken = client
+                .snapshot(&id, name.as_deref())
+                .await
+                .map_err(message)?;
+            println!("{}", taken.name);
+            eprintln!("airlock: {}", super::snapshot::taken(&taken));
+            Ok(())
+        }
         SandboxCommand::Exec(_) | SandboxCommand::RunCode(_) => Ok(()),
     }
 }
@@ -305,8 +338,8 @@ fn create_request(args: CreateArgs) -> Result<api::CreateSandboxRequest, String>
         Some(name) => name.to_string_lossy().into_owned(),
     };
     let net = &args.vm.net;
-    // A template brings its own image and size.
-    let templated = args.vm.template.is_some();
+    // A template or a snapshot brings its own image and size.
+    let templated = args.vm.template.is_some() || args.snapshot.is_some();
     let template = args.vm.template.clone().unwrap_or_default();
     let request = api::CreateSandboxRequest {
         image: if args.vm.no_image || templated {
@@ -318,6 +351,7 @@ fn create_request(args: CreateArgs) -> Result<api::CreateSandboxRequest, String>
         workspace,
         memory_mib: if templated { 0 } else { args.vm.memory },
         vcpus: if templated { 0 } else { args.vm.vcpus },
+        snapshot: args.snapshot.clone().unwrap_or_default(),
         cold: args.vm.cold,
         timeout_secs: args.max_lifetime,
         idle: args.idle_timeout.map(|timeout_secs| api::Idle {
@@ -513,6 +547,43 @@ fn start_request(args: ExecArgs, stdin: bool) -> api::StartProcess {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    use crate::commands::{Args, Commands};
+
+    fn create_args(args: &[&str]) -> Result<CreateArgs, clap::Error> {
+        let argv = [&["airlock", "sandbox", "create"], args].concat();
+        Args::try_parse_from(argv).map(|args| match args.command {
+            Commands::Sandbox(SandboxArgs {
+                command: SandboxCommand::Create(create),
+                ..
+            }) => create,
+            other => panic!("{other:?}"),
+        })
+    }
+
+    #[test]
+    fn a_create_from_a_snapshot_leaves_the_image_and_size_to_it() {
+        let request = create_request(create_args(&["--snapshot", "web"]).unwrap()).unwrap();
+        assert_eq!(request.snapshot, "web");
+        assert_eq!(request.image, "");
+        assert_eq!((request.memory_mib, request.vcpus), (0, 0));
+        for other in [
+            &["--image", "python"][..],
+            &["--memory", "1024"],
+            &["--no-image"],
+            &["--template", "t"],
+            &["--workspace", "w"],
+        ] {
+            let argv = [&["--snapshot", "web"][..], other].concat();
+            assert!(create_args(&argv).is_err(), "{argv:?} was taken");
+        }
+        let plain = create_request(create_args(&[]).unwrap()).unwrap();
+        assert_eq!(
+            (plain.snapshot.as_str(), plain.image.as_str()),
+            ("", "default")
+        );
+    }
 
     #[test]
     fn the_table_has_a_line_per_sandbox() {

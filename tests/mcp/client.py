@@ -40,10 +40,14 @@ TOOLS = {
     "changed_files",
     "network_log",
     "expose_port",
+    "snapshot_sandbox",
+    "list_snapshots",
+    "delete_snapshot",
 }
 # Parameters each tool must take, and which of them are required.
 PARAMETERS = {
-    "create_sandbox": ({"image", "template", "memory_mib", "lifetime_secs", "allow_net", "env"}, set()),
+    "create_sandbox": ({"image", "template", "snapshot", "memory_mib", "lifetime_secs", "allow_net", "env"},
+                       set()),
     "run_command": ({"command", "sandbox_id", "cwd", "env", "timeout_secs", "background"}, {"command"}),
     "run_code": ({"code", "sandbox_id", "language", "context", "timeout_secs"}, {"code"}),
     "read_file": ({"path", "sandbox_id", "offset", "length"}, {"path"}),
@@ -55,6 +59,9 @@ PARAMETERS = {
     "kill_sandbox": ({"sandbox_id"}, set()),
     "pause_sandbox": ({"sandbox_id", "to_disk"}, set()),
     "resume_sandbox": ({"sandbox_id"}, set()),
+    "snapshot_sandbox": ({"sandbox_id", "name"}, set()),
+    "list_snapshots": ({"sandbox_id"}, set()),
+    "delete_snapshot": ({"name"}, {"name"}),
 }
 BIG = 10 * 1024 * 1024
 # What the exposed server serves.
@@ -210,6 +217,41 @@ class Checks:
         # The connections are in the sandbox's network log.
         log = await self.call("network_log", {})
         expect(not log.is_error and "ingress" in texts(log), texts(log))
+
+    async def snapshot(self):
+        """A snapshot of the session's sandbox starts a copy with its file and its Python
+        variable; it is listed, deleted, and then no longer started from."""
+        written = await self.call("write_file", {"path": "/root/snap.txt", "content": "from the snapshot"})
+        expect(not written.is_error, texts(written))
+        cell = await self.call("run_code", {"code": "kept = 6 * 7"})
+        expect(not cell.is_error, texts(cell))
+        name = f"mcp-{os.getpid()}"
+        taken = await self.call("snapshot_sandbox", {"name": name})
+        expect(not taken.is_error and taken.structured_content["snapshot"] == name, texts(taken))
+        expect(taken.structured_content["size_bytes"] > 0, taken.structured_content)
+        listed = await self.call("list_snapshots", {})
+        expect(name in listed.structured_content["snapshots"], texts(listed))
+        expect(name in texts(listed), texts(listed))
+        created = await self.call("create_sandbox", {"snapshot": name})
+        expect(not created.is_error, texts(created))
+        copy = created.structured_content["sandbox_id"]
+        expect(created.structured_content["snapshot"] == name, created.structured_content)
+        expect(copy != taken.structured_content["source_sandbox_id"], "the copy is the source")
+        read = await self.call("read_file", {"path": "/root/snap.txt", "sandbox_id": copy})
+        expect("from the snapshot" in texts(read), texts(read))
+        value = await self.call("run_code", {"code": "kept", "sandbox_id": copy})
+        expect(texts(value).strip() == "42", repr(texts(value)))
+        deleted = await self.call("delete_snapshot", {"name": name})
+        expect(not deleted.is_error, texts(deleted))
+        listed = await self.call("list_snapshots", {})
+        expect(name not in listed.structured_content["snapshots"], texts(listed))
+        again = await self.call("create_sandbox", {"snapshot": name})
+        expect(again.is_error and "list_snapshots" in texts(again), texts(again))
+        gone = await self.call("delete_snapshot", {"name": name})
+        expect(gone.is_error and f"no snapshot named {name}" in texts(gone), texts(gone))
+        # The copy runs on without its snapshot.
+        still = await self.call("run_command", {"command": "cat /root/snap.txt", "sandbox_id": copy})
+        expect("from the snapshot" in texts(still), texts(still))
 
     async def expose_refused(self):
         """A server that serves no ingress is an error result saying how to serve it."""

@@ -8,7 +8,9 @@
 //! exit code 3; 10 MiB of output is cut with a note naming the log file
 //! that holds all of it; a server started in the background answers the
 //! URL `expose_port` gives (over stdio: the local server serves ingress),
-//! and a server without ingress is an error result naming `--ingress`;
+//! and a server without ingress is an error result naming `--ingress`; a
+//! snapshot of the session's sandbox starts a copy with its file and its
+//! Python variable, is listed and deleted (over stdio);
 //! over HTTP a missing or wrong key is refused; and
 //! after the client has gone, the sandboxes its session used are gone too.
 
@@ -175,12 +177,13 @@ fn a_stdio_session_runs_code_and_its_sandboxes_end_with_it() {
     let home = DaemonHome::new();
     let bin = airlock_bin();
     // The local server serves ingress on a loopback port of its own.
-    let checks = [&CHECKS[..], &["expose"]].concat();
+    let checks = [&CHECKS[..], &["expose", "snapshot"]].concat();
     let args: Vec<&str> = [&["stdio", bin.to_str().expect("utf-8")], &checks[..]].concat();
     let out = run_client(&home, &args);
     let sandboxes = passed(&home, &out, &checks);
-    // The session's own sandbox and the matplotlib one it created.
-    assert_eq!(sandboxes.len(), 2, "{sandboxes:?}");
+    // The session's own sandbox, the matplotlib one it created and the
+    // copy of its snapshot.
+    assert_eq!(sandboxes.len(), 3, "{sandboxes:?}");
     gone(&home, &sandboxes);
 }
 

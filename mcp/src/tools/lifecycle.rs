@@ -1,5 +1,5 @@
-//! `create_sandbox`, `list_sandboxes`, `kill_sandbox`, `pause_sandbox`,
-//! `resume_sandbox`.
+//! `create_sandbox` (also from a snapshot of the caller's), `list_sandboxes`,
+//! `kill_sandbox`, `pause_sandbox`, `resume_sandbox`.
 
 use std::collections::BTreeMap;
 
@@ -33,6 +33,11 @@ pub struct CreateSandbox {
     /// its tools installed and its server already running. Leave `image`
     /// unset with it.
     pub template: Option<String>,
+    /// Start as a copy of this snapshot of yours (snapshot_sandbox,
+    /// list_snapshots): its files, installed packages, running programs and
+    /// Python variables, on its image and at its size. Leave `image`,
+    /// `template`, `memory_mib` and `vcpus` unset with it.
+    pub snapshot: Option<String>,
     /// Guest memory in MiB (64 to 65536; default 512). Plotting and data
     /// work like 1024 or more.
     pub memory_mib: Option<u32>,
@@ -101,8 +106,9 @@ impl AirlockTools {
         description = "Start a new sandbox (a disposable microVM) and return its sandbox_id. \
         You rarely need this: every tool works without a sandbox_id in this session's own \
         sandbox (Debian, Python 3, no network, 512 MiB). Create one for another image (e.g. \
-        one with more packages), more memory, network access (allow_net), or to keep work \
-        apart. Sandboxes created here end with the session unless keep is set.",
+        one with more packages), more memory, network access (allow_net), to keep work apart, \
+        or as a copy of a snapshot (snapshot). Sandboxes created here end with the session \
+        unless keep is set.",
         annotations(
             title = "Create a sandbox",
             read_only_hint = false,
@@ -213,6 +219,7 @@ impl AirlockTools {
         let request = CreateSandboxRequest {
             image: params.image.clone().unwrap_or_default(),
             template: params.template.unwrap_or_default(),
+            snapshot: params.snapshot.clone().unwrap_or_default(),
             memory_mib: params.memory_mib.unwrap_or(0),
             vcpus: params.vcpus.unwrap_or(0),
             timeout_secs: params.lifetime_secs,
@@ -243,13 +250,23 @@ impl AirlockTools {
                     format!("{message}. The images there are: {}", names.join(", "))
                 }));
             }
+            Err(error) if params.snapshot.is_some() => {
+                return Err(super::snapshots::unknown_name(
+                    "cannot create the sandbox",
+                    error,
+                ))
+            }
             Err(error) => return Err(Stop::call("cannot create the sandbox", error)),
         };
         if params.use_by_default {
             self.session.adopt(&info.sandbox_id).await;
         }
+        let from = match info.snapshot.as_str() {
+            "" => String::new(),
+            snapshot => format!(" from snapshot {snapshot} (its files, programs and variables)"),
+        };
         let mut text = format!(
-            "Created sandbox {}. Pass sandbox_id \"{}\" to the other tools to use it{}.\n{}",
+            "Created sandbox {}{from}. Pass sandbox_id \"{}\" to the other tools to use it{}.\n{}",
             info.sandbox_id,
             info.sandbox_id,
             if params.use_by_default {
@@ -268,6 +285,7 @@ impl AirlockTools {
         result.structured_content = Some(json!({
             "sandbox_id": info.sandbox_id,
             "image": info.image,
+            "snapshot": info.snapshot,
             "memory_mib": info.memory_mib,
             "network": info.network,
             "ends_at_ms": info.ends_at_ms,
@@ -325,7 +343,7 @@ impl AirlockTools {
 
     /// The sandbox a lifecycle call names, or the session's own if it has
     /// one (none is made just to be killed or paused).
-    async fn named_or_own(&self, named: Option<String>) -> Result<String, Stop> {
+    pub(super) async fn named_or_own(&self, named: Option<String>) -> Result<String, Stop> {
         match named.filter(|id| !id.trim().is_empty()) {
             Some(id) => Ok(id.trim().to_owned()),
             None => self.session.own_sandbox().await.ok_or_else(|| {

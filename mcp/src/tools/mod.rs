@@ -7,7 +7,9 @@
 //! - `code`: `run_code` (printed output, the value, images, the error);
 //! - `files`: `read_file`, `write_file`, `list_files`, `changed_files`;
 //! - `network`: `network_log`;
-//! - `ports`: `expose_port`.
+//! - `ports`: `expose_port`;
+//! - `snapshots`: `snapshot_sandbox`, `list_snapshots`, `delete_snapshot`
+//!   (`create_sandbox` starts from one).
 //!
 //! Every tool that acts on a sandbox takes an optional `sandbox_id`; without
 //! it the session's own sandbox is used, made on first need.
@@ -19,6 +21,7 @@ mod lifecycle;
 mod network;
 mod ports;
 mod schema;
+mod snapshots;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -46,7 +49,8 @@ run_command runs a shell command line. Long output is cut, and the whole of it i
 file in the sandbox that read_file can page through. The sandbox has no network unless it was \
 created with allow_net. create_sandbox makes more sandboxes (another image, more memory, \
 network access). expose_port gives the URL of a server a program listens on in a sandbox (start \
-it with run_command and background true), for the user to open.";
+it with run_command and background true), for the user to open. snapshot_sandbox saves a \
+sandbox's whole state under a name; create_sandbox with that snapshot starts copies of it.";
 
 /// Which protocol revisions a session speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +81,8 @@ impl AirlockTools {
                 + Self::code_router()
                 + Self::files_router()
                 + Self::network_router()
-                + Self::ports_router(),
+                + Self::ports_router()
+                + Self::snapshots_router(),
         }
     }
 

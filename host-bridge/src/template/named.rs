@@ -159,6 +159,13 @@ impl NamedStore {
         self.dir.join(STEPS_DIR)
     }
 
+    /// Bytes the whole store takes on disk: its templates, the step cache,
+    /// the root images and builds in progress (sparse files count what
+    /// they hold).
+    pub fn disk_bytes(&self) -> u64 {
+        disk_usage(&self.dir)
+    }
+
     /// The template `name`.
     pub fn get(&self, name: &str) -> Result<NamedTemplate, NamedError> {
         check_name(name)?;
@@ -298,10 +305,13 @@ impl Drop for Staged {
     }
 }
 
+/// The longest name of a template, in bytes (the API's names' bound).
+pub const MAX_NAME_BYTES: usize = 128;
+
 /// Whether `name` can name a template.
 pub fn check_name(name: &str) -> Result<(), NamedError> {
     let valid = !name.is_empty()
-        && name.len() <= 64
+        && name.len() <= MAX_NAME_BYTES
         && !name.starts_with('.')
         && name
             .chars()
@@ -407,9 +417,11 @@ mod tests {
 
     #[test]
     fn names_are_checked() {
-        for bad in ["", ".steps", "a/b", "..", "x y"] {
+        let long = "a".repeat(MAX_NAME_BYTES + 1);
+        for bad in ["", ".steps", "a/b", "..", "x y", &long] {
             assert!(check_name(bad).is_err(), "{bad}");
         }
         check_name("web-1.2_x").unwrap();
+        check_name(&long[1..]).unwrap();
     }
 }

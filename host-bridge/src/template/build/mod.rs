@@ -46,6 +46,13 @@ pub type BaseResolver =
 /// embedder's own error, kept as the build error's source.
 pub type BaseResolveError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Asked, with the complete build's directory, just before the build
+/// becomes the template (and replaces an older one of its name): an
+/// embedder's last word, such as a quota on what its templates take. Its
+/// refusal ends the build with [`BuildError::Refused`], leaving any older
+/// template of the name as it was.
+pub type BeforeCommit = Arc<dyn Fn(&Path) -> Result<(), String> + Send + Sync>;
+
 /// How to build.
 #[derive(Clone)]
 pub struct BuildOptions {
@@ -71,6 +78,7 @@ pub struct BuildOptions {
     pub store: NamedStore,
     pub images: airlock_images::ImageStore,
     pub resolve_base: Option<BaseResolver>,
+    pub before_commit: Option<BeforeCommit>,
 }
 
 impl std::fmt::Debug for BuildOptions {
@@ -97,6 +105,7 @@ impl BuildOptions {
             store: NamedStore::open_default(),
             images: airlock_images::ImageStore::open_default(),
             resolve_base: None,
+            before_commit: None,
         }
     }
 }
@@ -195,6 +204,9 @@ pub enum BuildError {
     MissingTool { program: String },
     #[error("{0}")]
     Host(String),
+    /// [`BuildOptions::before_commit`] refused the result.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl From<Error> for BuildError {
@@ -375,6 +387,9 @@ pub async fn build(
     meta.start_ticks = started.and_then(|s| s.ticks);
     meta.built_unix_secs = airlock_images::now_unix();
     meta.build_secs = began.elapsed().as_secs_f64();
+    if let Some(check) = &options.before_commit {
+        check(staged.dir()).map_err(BuildError::Refused)?;
+    }
     Ok(staged.commit(meta)?)
 }
 

@@ -48,6 +48,16 @@ pub const DEFAULT_MAX_WORKSPACE_MIB: u64 = 32 * 1024;
 /// take on the server's disk in MiB, unless its quota says.
 pub const DEFAULT_MAX_SNAPSHOTS: u32 = 16;
 pub const DEFAULT_MAX_STORAGE_MIB: u64 = 32 * 1024;
+/// A template build through the API (`Templates.Build`): the template
+/// file's bytes, its build arguments, and how long it may take in seconds
+/// (the default, and the most a header may ask).
+pub const MAX_TEMPLATE_FILE_BYTES: usize = 1 << 20;
+pub const MAX_BUILD_ARGS: usize = 64;
+pub const DEFAULT_BUILD_TIMEOUT_SECS: u32 = 1800;
+pub const MAX_BUILD_TIMEOUT_SECS: u32 = 7200;
+/// A build's context (its tar stream), unless the server is configured
+/// otherwise: 1 GiB.
+pub const DEFAULT_MAX_CONTEXT_BYTES: u64 = 1 << 30;
 /// A sandbox's timeout, and an idle timeout, in seconds (30 days, 7 days).
 pub const MAX_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
 pub const MAX_IDLE_SECS: u64 = 7 * 24 * 3600;

@@ -11,8 +11,8 @@ use airlock_api::limits::MAX_MESSAGE_BYTES;
 use airlock_api::v1::{
     code_client::CodeClient, files_client::FilesClient, ingress_client::IngressClient,
     keys_client::KeysClient, network_client::NetworkClient, processes_client::ProcessesClient,
-    sandboxes_client::SandboxesClient, workspaces_client::WorkspacesClient, PingRequest,
-    PingResponse,
+    sandboxes_client::SandboxesClient, templates_client::TemplatesClient,
+    workspaces_client::WorkspacesClient, PingRequest, PingResponse,
 };
 
 use crate::error::ClientError;
@@ -130,6 +130,12 @@ impl Client {
         /// Named workspaces: make, list, remove.
         workspaces,
         WorkspacesClient
+    );
+    service!(
+        /// Templates built through the API, and their deletion
+        /// ([`Client::build_template`] sends a build).
+        templates,
+        TemplatesClient
     );
 
     /// The server's version, API revision and features, and who this

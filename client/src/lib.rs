@@ -11,6 +11,8 @@
 //!   generated service clients, each sending the key.
 //! - `local`: starting the local server when nobody answers on its socket.
 //! - `process`: [`ProcessStream`], a program's events and its inputs.
+//! - `template`: a template build's requests ([`build_requests`]: header,
+//!   context chunks, end) and [`Client::build_template`].
 //! - `snapshots`: the caller's named snapshots (take, list, get, delete).
 //! - `error`: [`ClientError`], with the server's reason and field.
 //!
@@ -26,6 +28,7 @@ mod error;
 mod local;
 mod process;
 mod snapshots;
+mod template;
 
 pub use airlock_api::v1 as api;
 pub use airlock_api::{limits, reason};
@@ -34,3 +37,4 @@ pub use endpoint::{Endpoint, API_KEY_ENV, CA_CERT_ENV, HOST_ENV};
 pub use error::ClientError;
 pub use local::{LOG_NAME, SOCKET_NAME, START_TIMEOUT};
 pub use process::{ProcessInputs, ProcessStream};
+pub use template::build_requests;

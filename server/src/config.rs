@@ -1,10 +1,11 @@
 //! [`ServerConfig`]: what a server is made of besides its listeners.
 //!
 //! Every place a server reads or writes on disk is here: its data
-//! directory (keys, sandbox records, named workspaces), and the image and
-//! named-template stores its creates name. The server resolves nothing
-//! against a process-wide default of its own: two servers with different
-//! configurations share nothing on disk. [`ServerConfig::default`] reads
+//! directory (keys, sandbox records, named workspaces, snapshots, the
+//! templates keys build), and the image and named-template stores its
+//! creates name. The server resolves nothing against a process-wide
+//! default of its own: two servers with different configurations share
+//! nothing on disk. [`ServerConfig::default`] reads
 //! the defaults once (the environment and the Airlock home).
 
 use std::fmt;
@@ -72,10 +73,11 @@ pub struct ServerConfig {
     /// `airlock-rootfs image build` fills; by default the Airlock home's,
     /// `images/`).
     pub images_dir: PathBuf,
-    /// Where a create's template names are looked up, and what
-    /// `ListTemplates` lists (the named templates `airlock template build`
-    /// makes; by default `$AIRLOCK_NAMED_TEMPLATE_DIR`, else
-    /// `named-templates/` in the Airlock home).
+    /// The server's own named templates: what every principal's create may
+    /// name and `ListTemplates` lists, and where the owner's builds through
+    /// the API go (the named templates `airlock template build` makes; by
+    /// default `$AIRLOCK_NAMED_TEMPLATE_DIR`, else `named-templates/` in
+    /// the Airlock home). A key's own are under the data directory.
     pub templates_dir: PathBuf,
     /// The builder every sandbox starts from.
     pub builder: BuilderFactory,
@@ -95,6 +97,11 @@ pub struct ServerConfig {
     /// link-local, the host's own addresses) where their rules say. A
     /// key's never may, whatever this says.
     pub owner_host_access: HostAccess,
+    /// The most bytes of one template build's context (its tar stream).
+    pub max_context_bytes: u64,
+    /// Template builds through the API at once (each runs one VM at a
+    /// time, besides the sandboxes `max_sandboxes` bounds).
+    pub max_template_builds: usize,
 }
 
 impl fmt::Debug for ServerConfig {
@@ -111,6 +118,8 @@ impl fmt::Debug for ServerConfig {
             .field("default_timeout", &self.default_timeout)
             .field("cors_origins", &self.cors_origins)
             .field("owner_host_access", &self.owner_host_access)
+            .field("max_context_bytes", &self.max_context_bytes)
+            .field("max_template_builds", &self.max_template_builds)
             .finish_non_exhaustive()
     }
 }
@@ -132,6 +141,8 @@ impl Default for ServerConfig {
             default_timeout: airlock::DEFAULT_MAX_LIFETIME,
             cors_origins: Vec::new(),
             owner_host_access: HostAccess::Denied,
+            max_context_bytes: airlock_api::limits::DEFAULT_MAX_CONTEXT_BYTES,
+            max_template_builds: 2,
         }
     }
 }

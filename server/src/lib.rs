@@ -17,7 +17,8 @@
 //! Modules:
 //! - `serve`: [`serve`] and [`Listeners`]: start, recover, serve, stop.
 //! - `config`: [`ServerConfig`] (limits, the data directory and the image
-//!   and template stores, the builder factory, the pool, [`OnExit`]).
+//!   and template stores, the builder factory, the pool, template builds'
+//!   bounds, [`OnExit`]).
 //! - `listen`: [`UnixSocket`] and [`TcpEndpoint`].
 //! - `auth`, `throttle`, `principal`: who calls, and refusing strangers.
 //! - `e2b`: the E2B-compatible front ([`E2bListener`]): E2B's SDKs,
@@ -35,6 +36,10 @@
 //!   removal.
 //! - `snapshots`: the keys' named snapshots over the library's
 //!   content-addressed store, their quota and removal.
+//! - `templates`: the named templates, the server's own and each key's
+//!   (a store per key), resolved, listed, counted and deleted per
+//!   principal, and the builds in progress; `templates_context`: a
+//!   build's context as a client sends it, bounded and unpacked safely.
 //! - `service`: one module per service of the API.
 //! - `validate`, `convert`, `status`: requests checked, answers and errors
 //!   mapped, each in one place.
@@ -66,6 +71,8 @@ mod service;
 mod snapshots;
 mod state;
 mod status;
+mod templates;
+mod templates_context;
 mod trackers;
 mod validate;
 mod workspaces;

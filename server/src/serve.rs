@@ -26,7 +26,8 @@ use airlock_api::v1 as api;
 use airlock_api::v1::{
     code_server::CodeServer, files_server::FilesServer, ingress_server::IngressServer,
     keys_server::KeysServer, network_server::NetworkServer, processes_server::ProcessesServer,
-    sandboxes_server::SandboxesServer, workspaces_server::WorkspacesServer,
+    sandboxes_server::SandboxesServer, templates_server::TemplatesServer,
+    workspaces_server::WorkspacesServer,
 };
 
 use crate::auth::{KeyAuth, OwnerOnly};
@@ -81,6 +82,7 @@ macro_rules! routes {
             .add_service(service!(IngressServer))
             .add_service(service!(KeysServer))
             .add_service(service!(WorkspacesServer))
+            .add_service(service!(TemplatesServer))
     }};
 }
 
@@ -126,7 +128,11 @@ pub async fn serve(
         0 => None,
         size => {
             let images = airlock::images::ImageStore::at(config.images_dir.clone());
-            let templates = airlock::template::NamedStore::new(config.templates_dir.clone());
+            let templates = crate::templates::Templates::new(
+                config.templates_dir.clone(),
+                &config.data_dir,
+                config.max_template_builds,
+            );
             let snapshots = crate::snapshots::SnapshotNames::new(&config.data_dir);
             let context = create::Context {
                 images: &images,
@@ -180,6 +186,13 @@ pub async fn serve(
         .collect();
     state.snapshots.collect(&keys);
     recover(&state).await;
+    let owners: std::collections::HashSet<String> = state
+        .registry
+        .all()
+        .iter()
+        .filter_map(|entry| entry.record.owner.clone())
+        .collect();
+    state.templates.collect(&keys, &owners);
     let tls = listeners.tcp.as_ref().is_some_and(TcpEndpoint::is_tls);
     let grpc_web = listeners.tcp.is_some();
     let services = Services {

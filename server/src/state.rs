@@ -11,7 +11,6 @@ use tokio::task::JoinSet;
 use tonic::Status;
 
 use airlock::images::ImageStore;
-use airlock::template::NamedStore;
 use airlock::{HostAccess, Sandbox, SandboxBuilder, SandboxState, Sandboxes};
 use airlock_api::limits::MAX_OWNER_CALLS;
 use airlock_api::reason;
@@ -25,6 +24,7 @@ use crate::registry::{Entry, Registry};
 use crate::relays::Relays;
 use crate::snapshots::SnapshotNames;
 use crate::status::error_status;
+use crate::templates::Templates;
 use crate::trackers::Trackers;
 use crate::validate;
 use crate::workspaces::WorkspaceStore;
@@ -38,8 +38,8 @@ pub struct State {
     pub keys: Arc<KeyStore>,
     /// Where image names are looked up (the configuration's).
     pub images: ImageStore,
-    /// Where template names are looked up (the configuration's).
-    pub templates: NamedStore,
+    /// The server's named templates and its keys' (see `templates`).
+    pub templates: Templates,
     /// The machine the warm pool keeps, if there is a pool.
     pub pool: Option<Machine>,
     pub trackers: Trackers,
@@ -72,7 +72,11 @@ impl State {
             workspaces: WorkspaceStore::new(&config.data_dir),
             snapshots: SnapshotNames::new(&config.data_dir),
             images: ImageStore::at(config.images_dir.clone()),
-            templates: NamedStore::new(config.templates_dir.clone()),
+            templates: Templates::new(
+                config.templates_dir.clone(),
+                &config.data_dir,
+                config.max_template_builds,
+            ),
             config,
             sandboxes,
             registry,
@@ -101,11 +105,11 @@ impl State {
         }
     }
 
-    /// What the templates `principal` built take on disk (counted in its
-    /// storage quota with its snapshots).
+    /// What the templates `principal` built take on disk, with their step
+    /// cache and root images (counted in its storage quota with its
+    /// snapshots); the owner's are the server's own and counted nowhere.
     pub fn stored_template_bytes(&self, principal: &Principal) -> u64 {
-        let _ = principal;
-        0
+        self.templates.owned(principal).1
     }
 
     /// The quota of a key (the owner has none).

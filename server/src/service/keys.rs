@@ -36,6 +36,7 @@ impl Services {
                 tracing::warn!(name = %key.name, error = status.message(), "cannot count a key's snapshots");
                 (0, 0)
             });
+        let (templates, template_bytes) = self.state.templates.owned(&whose);
         api::KeyInfo {
             name: key.name.to_string(),
             quota: Some(quota(key.quota)),
@@ -44,8 +45,8 @@ impl Services {
             workspaces,
             workspace_bytes,
             snapshots,
-            templates: 0,
-            storage_bytes: snapshot_bytes + self.state.stored_template_bytes(&whose),
+            templates,
+            storage_bytes: snapshot_bytes + template_bytes,
         }
     }
 }

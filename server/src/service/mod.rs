@@ -15,6 +15,8 @@
 //!   connections.
 //! - `keys`: API keys (the owner's).
 //! - `workspaces`: named workspaces (make, list, remove).
+//! - `templates`: templates built through the API and listed
+//!   (`templates_build`: a build's header, events and errors).
 
 pub mod call;
 pub mod code;
@@ -26,6 +28,8 @@ pub mod network;
 pub mod processes;
 pub mod sandboxes;
 pub mod snapshots;
+pub mod templates;
+pub mod templates_build;
 pub mod workspaces;
 
 use std::sync::Arc;

@@ -409,29 +409,9 @@ impl sandboxes_server::Sandboxes for Services {
 
     async fn list_templates(
         &self,
-        _: Request<api::ListTemplatesRequest>,
+        request: Request<api::ListTemplatesRequest>,
     ) -> Result<Response<api::ListTemplatesResponse>, Status> {
-        // The server's named templates (`airlock template build`): what a
-        // create names. The per-configuration snapshots are the library's
-        // own.
-        let templates = self
-            .state
-            .templates
-            .list()
-            .map_err(|error| reason::status(ErrorReason::Internal, airlock::error_chain(&error)))?
-            .into_iter()
-            .flatten()
-            .map(|template| api::TemplateInfo {
-                name: template.meta().name.clone(),
-                size_bytes: template.disk_bytes(),
-                created_at_ms: template.meta().built_unix_secs * 1000,
-                image: template.meta().base.clone(),
-                owner: String::new(),
-                memory_mib: template.meta().memory_mib,
-                vcpus: template.meta().vcpus,
-            })
-            .collect();
-        Ok(Response::new(api::ListTemplatesResponse { templates }))
+        self.list_templates_of(request).await
     }
 
     async fn snapshot(

@@ -14,7 +14,8 @@
 //! - `resources`: `memory_mib` and `vcpus`.
 //! - `lifetime`: `timeout_secs` and `idle`.
 //! - `image`: `image` and `no_image`, resolved in the server's image store.
-//! - `template`: `template`, resolved in the server's named templates.
+//! - `template`: `template`, the caller's own named template, else the
+//!   server's.
 //! - `snapshot`: `snapshot`, one of the caller's snapshots (which brings
 //!   its own image and size: the image and template sections then leave
 //!   the image to it).
@@ -43,7 +44,6 @@ use std::time::Duration;
 use tonic::Status;
 
 use airlock::images::ImageStore;
-use airlock::template::NamedStore;
 use airlock::NetworkOptions;
 use airlock_api::v1 as api;
 
@@ -51,9 +51,11 @@ use crate::machine::Machine;
 use crate::principal::Principal;
 use crate::snapshots::SnapshotNames;
 use crate::state::State;
+use crate::templates::Templates;
 use crate::validate;
 
-pub use network::{apply_host_access, host_rules};
+pub use network::{apply_host_access, host_rules, network};
+pub use resources::{resources, Resources};
 #[cfg(feature = "fuzzing")]
 pub use workspace::workspace_dir;
 
@@ -78,8 +80,8 @@ pub struct Create {
 pub struct Context<'a> {
     /// Resolves image names.
     pub images: &'a ImageStore,
-    /// Resolves template names.
-    pub templates: &'a NamedStore,
+    /// Resolves template names (the caller's own, then the server's).
+    pub templates: &'a Templates,
     /// Resolves snapshot names (the caller's).
     pub snapshots: &'a SnapshotNames,
     /// The server's data directory (named workspaces are under it).
@@ -124,7 +126,7 @@ pub fn check(
         },
         None => image::image(&request.image, request.no_image, context.images)?,
     };
-    let template = template::template(&request, context.templates)?;
+    let template = template::template(&request, principal, context.templates)?;
     let workspace = workspace::workspace(&request, principal, context.data_dir)?;
     let network = network::network(&request.allow_net, &request.secrets)?;
     let ca_certs = trust::ca_certs(&request.ca_certs)?;
@@ -167,7 +169,7 @@ mod tests {
     struct Fixture {
         pub dir: tempfile::TempDir,
         pub images: ImageStore,
-        pub templates: NamedStore,
+        pub templates: Templates,
         pub snapshots: SnapshotNames,
     }
 
@@ -176,7 +178,7 @@ mod tests {
             let dir = tempfile::tempdir().expect("a temporary directory");
             Fixture {
                 images: ImageStore::at(dir.path().join("images")),
-                templates: NamedStore::new(dir.path().join("templates")),
+                templates: Templates::new(dir.path().join("templates"), dir.path(), 1),
                 snapshots: SnapshotNames::new(dir.path()),
                 dir,
             }

@@ -51,6 +51,7 @@ mod snapshot;
 mod stdout;
 mod template;
 mod template_build;
+mod template_remote;
 mod terminal;
 mod transfer;
 mod vm_options;

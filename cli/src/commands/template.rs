@@ -1,11 +1,14 @@
 //! `airlock template build`, `ls` and `rm`: named templates built from a
 //! template file (`template_build`), and the per-configuration snapshots
-//! that `run`, `shell` and `sandbox create` clone (see `airlock::template`).
+//! that `run`, `shell` and `sandbox create` clone (see `airlock::template`);
+//! or, with `--host` or `AIRLOCK_HOST`, a server's templates and the
+//! caller's own there (`template_remote`).
 
 use airlock::template::{NamedError, NamedStore, TemplateEntry, TemplateStore};
 
 use super::stdout;
 use super::template_build::{self, BuildArgs};
+use super::template_remote::{self, TemplateServer};
 use super::EXIT_AIRLOCK_ERROR;
 
 /// `airlock template` subcommands.
@@ -15,17 +18,23 @@ pub enum TemplateCommand {
     /// with START and READY; see docs/templates.md).
     Build(BuildArgs),
     /// List the named templates (name, size, steps, build time, START) and
-    /// the configuration snapshots (key, state, size, memory, image).
-    Ls,
+    /// the configuration snapshots (key, state, size, memory, image); on a
+    /// server, its templates and yours (name, size, owner, base).
+    Ls {
+        #[command(flatten)]
+        server: TemplateServer,
+    },
     /// Remove named templates by name, or snapshots by key (running
     /// sandboxes are not affected).
     Rm {
         /// Template names or snapshot keys, as `ls` prints them.
         #[arg(required_unless_present = "all", value_name = "NAME|KEY")]
         keys: Vec<String>,
-        /// Remove every template and snapshot.
+        /// Remove every template and snapshot (on this machine only).
         #[arg(long, conflicts_with = "keys")]
         all: bool,
+        #[command(flatten)]
+        server: TemplateServer,
     },
 }
 
@@ -34,12 +43,23 @@ pub async fn run(command: TemplateCommand) -> u8 {
     let store = TemplateStore::new(airlock::template::default_dir());
     let result = match command {
         TemplateCommand::Build(args) => return template_build::run(args).await,
-        TemplateCommand::Ls => list_named().and_then(|named| {
-            let snapshots = list(&store)?;
-            stdout::print(&(named + &snapshots));
-            Ok(0)
-        }),
-        TemplateCommand::Rm { keys, all } => remove(&store, keys, all),
+        TemplateCommand::Ls { server } => match server.remote() {
+            Some(server) => template_remote::list(&server).await.map(|()| 0),
+            None => list_named().and_then(|named| {
+                let snapshots = list(&store)?;
+                stdout::print(&(named + &snapshots));
+                Ok(0)
+            }),
+        },
+        TemplateCommand::Rm { keys, all, server } => match server.remote() {
+            Some(_) if all => Err("--all removes this machine's templates; on a server, name \
+                                   them (`airlock template ls` lists them)"
+                .to_owned()),
+            Some(server) => template_remote::remove(&server, &keys)
+                .await
+                .map(|all_removed| if all_removed { 0 } else { EXIT_AIRLOCK_ERROR }),
+            None => remove(&store, keys, all),
+        },
     };
     match result {
         Ok(code) => code,

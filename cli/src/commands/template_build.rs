@@ -1,16 +1,19 @@
 //! `airlock template build`: a template file (the Dockerfile subset, see
 //! docs/templates.md) built into a named template, its progress printed
-//! step by step with each step's output prefixed by its number.
+//! step by step with each step's output prefixed by its number. Here, or
+//! on a server when one is named (`template_remote`), printed alike.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use airlock::template::build::{BaseResolver, OutputStream};
 use airlock::template::{Base, BuildEvent, BuildOptions, TemplateSpec};
 use airlock::NetRule;
 
+use super::template_remote::{self, TemplateServer};
 use super::EXIT_AIRLOCK_ERROR;
 
 /// `airlock template build` arguments.
@@ -35,9 +38,52 @@ pub struct BuildArgs {
     /// Virtual CPUs of the build VMs and the template.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub vcpus: u32,
-    /// Where COPY and ADD read from.
+    /// Stop the build after SECS seconds (on a server: default 1800, at
+    /// most 7200).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u32>,
+    /// Where COPY and ADD read from (on a server: sent to it as a tar
+    /// stream).
     #[arg(value_name = "CONTEXT_DIR", default_value = ".")]
     pub context: PathBuf,
+    #[command(flatten)]
+    pub server: TemplateServer,
+}
+
+/// What a build reads on this machine: the context directory, the
+/// template file's text and the template's name.
+#[derive(Debug)]
+pub struct Source {
+    pub context: PathBuf,
+    pub file: PathBuf,
+    pub text: String,
+    pub name: String,
+}
+
+impl Source {
+    pub fn read(args: &BuildArgs) -> Result<Source, String> {
+        let context = std::fs::canonicalize(&args.context)
+            .map_err(|e| format!("context directory {}: {e}", args.context.display()))?;
+        let file = args
+            .file
+            .clone()
+            .unwrap_or_else(|| context.join("Dockerfile"));
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        let name = match &args.name {
+            Some(name) => name.clone(),
+            None => context
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .ok_or("name the template with --name")?,
+        };
+        Ok(Source {
+            context,
+            file,
+            text,
+            name,
+        })
+    }
 }
 
 fn parse_build_arg(text: &str) -> Result<(String, String), String> {
@@ -53,7 +99,11 @@ fn parse_rule(text: &str) -> Result<NetRule, String> {
 
 /// Runs the build; the exit code.
 pub async fn run(args: BuildArgs) -> u8 {
-    match build(args).await {
+    let built = match args.server.remote() {
+        Some(server) => template_remote::build(&server, &args).await,
+        None => build(args).await,
+    };
+    match built {
         Ok(()) => 0,
         Err(message) => {
             eprintln!("airlock: {message}");
@@ -63,24 +113,15 @@ pub async fn run(args: BuildArgs) -> u8 {
 }
 
 async fn build(args: BuildArgs) -> Result<(), String> {
-    let context = std::fs::canonicalize(&args.context)
-        .map_err(|e| format!("context directory {}: {e}", args.context.display()))?;
-    let file = args
-        .file
-        .clone()
-        .unwrap_or_else(|| context.join("Dockerfile"));
-    let text = std::fs::read_to_string(&file)
-        .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let Source {
+        context,
+        file,
+        text,
+        name,
+    } = Source::read(&args)?;
     let build_args: BTreeMap<String, String> = args.build_args.iter().cloned().collect();
     let spec =
         TemplateSpec::parse(&text, &build_args).map_err(|e| format!("{}: {e}", file.display()))?;
-    let name = match &args.name {
-        Some(name) => name.clone(),
-        None => context
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .ok_or("name the template with --name")?,
-    };
     let mut options = BuildOptions::new(&name, &context);
     options.allow_net = args.allow_net.clone();
     // Built here by the machine's owner, as `airlock run` runs.
@@ -88,9 +129,14 @@ async fn build(args: BuildArgs) -> Result<(), String> {
     options.memory_mib = args.memory;
     options.vcpus = args.vcpus;
     options.resolve_base = Some(rootfs_resolver());
-    let template = airlock::template::build(&spec, &options, print_event)
-        .await
-        .map_err(|e| airlock::error_chain(&e))?;
+    let building = airlock::template::build(&spec, &options, print_event);
+    let built = match args.timeout {
+        Some(secs) => tokio::time::timeout(Duration::from_secs(u64::from(secs)), building)
+            .await
+            .map_err(|_| format!("the build took longer than --timeout {secs}"))?,
+        None => building.await,
+    };
+    let template = built.map_err(|e| airlock::error_chain(&e))?;
     let meta = template.meta();
     println!(
         "built template {} in {:.1}s ({} steps, {} MiB on disk){}",
@@ -107,7 +153,7 @@ async fn build(args: BuildArgs) -> Result<(), String> {
 }
 
 /// Prints one progress event.
-fn print_event(event: BuildEvent) {
+pub fn print_event(event: BuildEvent) {
     let mut out = std::io::stdout().lock();
     let _ = match event {
         BuildEvent::Step {

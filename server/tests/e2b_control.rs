@@ -7,8 +7,11 @@
 //! front, carried by the ingress with its token rules, and the sandbox's
 //! logs (its ingress decisions, a refusal a warning), in both versions;
 //! the v1 list, several sandboxes' metrics, resume, what Airlock lacks
-//! (snapshots, template builds: 501 in E2B's shape), and a malformed
-//! protobuf message to envd refused as Connect's `invalid_argument`.
+//! (template builds: 501 in E2B's shape), and a malformed protobuf message
+//! to envd refused as Connect's `invalid_argument`; snapshots' refusals
+//! (a filesystem-only snapshot, a bad name, another key's sandbox, an
+//! unknown snapshot to delete or start from, a template not deleted here)
+//! and the empty list.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -351,9 +354,6 @@ async fn the_v1_list_metrics_resume_and_what_airlock_lacks() {
     // What Airlock lacks: 501 in E2B's shape, naming it; for a sandbox of
     // another key, still 404.
     for (method, path) in [
-        (Method::POST, format!("/sandboxes/{a}/snapshots")),
-        (Method::GET, "/snapshots".to_owned()),
-        (Method::DELETE, "/templates/some-snapshot".to_owned()),
         (Method::POST, "/v3/templates".to_owned()),
         (Method::GET, "/v3/templates/some-template/builds".to_owned()),
         (
@@ -366,15 +366,6 @@ async fn the_v1_list_metrics_resume_and_what_airlock_lacks() {
         assert_eq!(error["code"], 501, "{path}: {error}");
         assert!(!error["message"].as_str().unwrap().is_empty(), "{error}");
     }
-    let (status, _, error) = call(
-        front,
-        Method::POST,
-        &format!("/sandboxes/{theirs}/snapshots"),
-        &me,
-        b"{}".to_vec(),
-    )
-    .await;
-    assert_eq!(status, StatusCode::NOT_FOUND, "{error}");
 
     // envd: a malformed protobuf message is Connect's invalid_argument,
     // naming the message; the sandbox's envd answers on.
@@ -403,6 +394,99 @@ async fn the_v1_list_metrics_resume_and_what_airlock_lacks() {
     );
     let (status, _, listed) = call(front, Method::POST, list, &envd, b"{}".to_vec()).await;
     assert_eq!(status, StatusCode::OK, "{listed}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn snapshots_are_the_callers_and_refusals_name_what_is_wrong() {
+    let server = TestServer::start(Options::default()).await;
+    let key = server.key("e2b", api::KeyQuota::default()).await;
+    let other = server.key("e2b-other", api::KeyQuota::default()).await;
+    let me = [("x-api-key", key.as_str())];
+    let front = server.e2b;
+    let a = sandbox_of(&server, &key, &[]).await;
+    let theirs = sandbox_of(&server, &other, &[]).await;
+    let take = format!("/sandboxes/{a}/snapshots");
+
+    // None yet: an empty page.
+    let (status, next, listed) = call(front, Method::GET, "/snapshots", &me, vec![]).await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    assert_eq!(listed, serde_json::json!([]));
+    assert!(next.is_none());
+    let (status, _, error) = call(front, Method::GET, "/snapshots?limit=0", &me, vec![]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+    assert!(error["message"].as_str().unwrap().starts_with("limit"));
+
+    // mode="filesystem" (memory: false): refused by name, whatever the sandbox.
+    let body = br#"{"memory": false}"#.to_vec();
+    let (status, _, error) = call(front, Method::POST, &take, &me, body).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+    assert_eq!(error["code"], 400);
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("memory") && message.contains("mode=\"filesystem\""),
+        "{error}"
+    );
+    // A name a snapshot cannot have.
+    let body = br#"{"name": "../up"}"#.to_vec();
+    let (status, _, error) = call(front, Method::POST, &take, &me, body).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+    assert!(error["message"].as_str().unwrap().starts_with("name"));
+    // Another key's sandbox, or none: not found.
+    for id in [theirs.as_str(), "sandbox-0000000000000000"] {
+        let path = format!("/sandboxes/{id}/snapshots");
+        let (status, _, error) = call(front, Method::POST, &path, &me, b"{}".to_vec()).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{id}: {error}");
+    }
+    // The process backend saves nothing: refused with the reason, in E2B's shape.
+    let (status, _, error) = call(front, Method::POST, &take, &me, b"{}".to_vec()).await;
+    assert!(
+        status.is_client_error() || status.is_server_error(),
+        "{status}: {error}"
+    );
+    assert_eq!(error["code"], status.as_u16(), "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("saved"),
+        "{error}"
+    );
+
+    // Deleting: an unknown snapshot is 404 (the SDKs' `False`); the
+    // server's own template or image is not deleted here.
+    let (status, _, error) = call(
+        front,
+        Method::DELETE,
+        "/templates/no-such-snapshot",
+        &me,
+        vec![],
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("no-such-snapshot"),
+        "{error}"
+    );
+    let (status, _, error) = call(front, Method::DELETE, "/templates/base", &me, vec![]).await;
+    assert_eq!(status, StatusCode::NOT_IMPLEMENTED, "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("airlock template rm"),
+        "{error}"
+    );
+
+    // A create naming no template, image or snapshot of the caller's says so.
+    let body = br#"{"templateID": "no-such-snapshot"}"#.to_vec();
+    let (status, _, error) = call(front, Method::POST, "/v2/sandboxes", &me, body).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("no template, image or snapshot \"no-such-snapshot\""),
+        "{error}"
+    );
     server.stop().await;
 }
 

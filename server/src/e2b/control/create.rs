@@ -2,7 +2,9 @@
 //! `Sandboxes.Create` of the caller.
 //!
 //! - `templateID`: a template of the server (`airlock template build`) by
-//!   name, else a root image by name; `base` is the server's default image.
+//!   name, else a root image by name, else a snapshot of the caller's by
+//!   name (a snapshot's `snapshotID`: the sandbox starts as its clone);
+//!   `base` is the server's default image.
 //! - `timeout`: the sandbox's life in seconds (E2B's defaults: 15 for v1,
 //!   300 for v2).
 //! - `autoPause`: an idle policy of pausing after `timeout` seconds without
@@ -53,21 +55,21 @@ pub(super) async fn create(
     version: Version,
 ) -> Result<Response<Body>, Failure> {
     let new: NewSandbox = body::json(body).await?;
-    let templates = ctl
-        .front
-        .services
-        .list_templates(ctl.request(api::ListTemplatesRequest {}))
-        .await
-        .map_err(|status| fail::from_status(&status))?
-        .into_inner()
-        .templates;
-    let names: Vec<&str> = templates.iter().map(|t| t.name.as_str()).collect();
-    let request = translate(new, &names, version)?;
-    let template = if request.template.is_empty() {
-        request.image.clone()
-    } else {
-        request.template.clone()
-    };
+    let templates = ctl.template_names().await?;
+    let names: Vec<&str> = templates.iter().map(String::as_str).collect();
+    let mut request = translate(new, &names, version)?;
+    // A name no image has may be a snapshot of the caller's.
+    if !request.image.is_empty()
+        && !ctl.image_names().await?.contains(&request.image)
+        && ctl.has_snapshot(&request.image).await?
+    {
+        request.snapshot = std::mem::take(&mut request.image);
+    }
+    let template = [&request.template, &request.snapshot, &request.image]
+        .into_iter()
+        .find(|name| !name.is_empty())
+        .cloned()
+        .unwrap_or_default();
     let info = ctl
         .front
         .services
@@ -77,9 +79,10 @@ pub(super) async fn create(
             let mut failure = fail::from_status(&status);
             if failure.status == StatusCode::NOT_FOUND {
                 failure.message = format!(
-                    "templateID: no template or image {template:?} on this server \
-                     ({}): {}",
-                    "GET /templates lists them", failure.message
+                    "templateID: no template, image or snapshot {template:?} on this server \
+                     (GET /templates lists the templates and images, GET /snapshots your \
+                     snapshots): {}",
+                    failure.message
                 );
             }
             failure
@@ -87,6 +90,46 @@ pub(super) async fn create(
         .into_inner();
     tracing::info!(id = info.sandbox_id, principal = %ctl.principal, "e2b: created");
     Ok(reply::json(StatusCode::CREATED, &ctl.sandbox(&info)?))
+}
+
+impl Ctl<'_> {
+    /// The names of the templates the caller may start from.
+    pub async fn template_names(&self) -> Result<Vec<String>, Failure> {
+        Ok(self
+            .front
+            .services
+            .list_templates(self.request(api::ListTemplatesRequest {}))
+            .await
+            .map_err(|status| fail::from_status(&status))?
+            .into_inner()
+            .templates
+            .into_iter()
+            .map(|t| t.name)
+            .collect())
+    }
+
+    /// The names of the server's root images.
+    pub async fn image_names(&self) -> Result<Vec<String>, Failure> {
+        Ok(self
+            .front
+            .services
+            .list_images(self.request(api::ListImagesRequest {}))
+            .await
+            .map_err(|status| fail::from_status(&status))?
+            .into_inner()
+            .images
+            .into_iter()
+            .map(|i| i.name)
+            .collect())
+    }
+
+    /// Whether `name` is a template the caller may start from or an image
+    /// of the server (`base` included).
+    pub async fn template_or_image(&self, name: &str) -> Result<bool, Failure> {
+        Ok(name == BASE_TEMPLATE
+            || self.template_names().await?.iter().any(|t| t == name)
+            || self.image_names().await?.iter().any(|i| i == name))
+    }
 }
 
 /// E2B's create as Airlock's; `templates` are the server's template names.

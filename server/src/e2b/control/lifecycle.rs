@@ -83,12 +83,6 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Whether the caller has a live sandbox `id` (for calls Airlock lacks:
-/// not found stays not found).
-pub(super) async fn exists(ctl: &Ctl<'_>, id: &str) -> Result<(), Failure> {
-    ctl.info(id).await.map(|_| ())
-}
-
 pub(super) async fn get(ctl: &Ctl<'_>, id: &str) -> Result<Response<Body>, Failure> {
     let info = ctl.info(id).await?;
     Ok(reply::json(StatusCode::OK, &ctl.detail(&info)?))

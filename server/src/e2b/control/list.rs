@@ -1,7 +1,8 @@
 //! `GET /v2/sandboxes` (one page: `limit`, `nextToken`, the next page's
 //! token in the `x-next-token` header), `GET /sandboxes` (every running
 //! sandbox) and `GET /templates`, as `Sandboxes.List` and
-//! `ListTemplates` / `ListImages` of the caller.
+//! `ListTemplates` / `ListImages` of the caller; the `limit` of E2B's
+//! pages (`GET /snapshots` takes it too).
 
 use airlock_api::v1::sandboxes_server::Sandboxes as _;
 use airlock_api::v1::{self as api};
@@ -62,15 +63,21 @@ async fn list(
         .map_err(|status| fail::from_status(&status))
 }
 
-pub(super) async fn page(ctl: &Ctl<'_>, query: Option<&str>) -> Result<Response<Body>, Failure> {
-    let pairs = query::pairs(query)?;
-    let limit = query::number(&pairs, "limit")?.unwrap_or(DEFAULT_LIMIT);
+/// A page's `limit`: 1 to 1000, 100 if not given (E2B's).
+pub(super) fn limit(pairs: &[(String, String)]) -> Result<u64, Failure> {
+    let limit = query::number(pairs, "limit")?.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 || limit > MAX_LIMIT {
         return Err(fail::invalid(
             "limit",
             format!("{limit}: from 1 to {MAX_LIMIT}"),
         ));
     }
+    Ok(limit)
+}
+
+pub(super) async fn page(ctl: &Ctl<'_>, query: Option<&str>) -> Result<Response<Body>, Failure> {
+    let pairs = query::pairs(query)?;
+    let limit = limit(&pairs)?;
     if let Some(order) = query::one(&pairs, "order")? {
         if order != "asc" {
             return Err(fail::unsupported(

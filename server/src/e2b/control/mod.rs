@@ -10,6 +10,8 @@
 //! - `list`: both lists, with their filters and pages.
 //! - `logs`: a sandbox's logs, its network and ingress decisions.
 //! - `metrics`: one sandbox's and several sandboxes' readings.
+//! - `snapshots`: take, list and delete the caller's named snapshots (a
+//!   create starts from one by `create`).
 //! - `fail`: a service's `Status` as E2B's error (the one mapping).
 //! - `time`: RFC 3339 times.
 
@@ -22,6 +24,7 @@ mod logs;
 mod metrics;
 mod query;
 mod shape;
+mod snapshots;
 mod time;
 mod wire;
 
@@ -97,13 +100,9 @@ pub(crate) async fn handle(
         (&Method::GET, ["v2", "sandboxes", id, "logs"]) => {
             logs::logs(&ctl, id, query, logs::Shape::V2).await
         }
-        (&Method::POST, ["sandboxes", id, "snapshots"]) => {
-            lifecycle::exists(&ctl, id).await.and(Err(fail::unsupported(
-                "snapshots",
-                "a sandbox's snapshot as a template is not served by this front yet; \
-                 use `pause` or `fork`",
-            )))
-        }
+        (&Method::POST, ["sandboxes", id, "snapshots"]) => snapshots::take(&ctl, id, body).await,
+        (&Method::GET, ["snapshots"]) => snapshots::list(&ctl, query).await,
+        (&Method::DELETE, ["templates", id]) => snapshots::delete(&ctl, id).await,
         (&Method::PUT, ["sandboxes", id, "network"]) => {
             lifecycle::update_network(&ctl, id, body).await
         }
@@ -125,7 +124,7 @@ pub(crate) async fn handle(
     }
 }
 
-/// A call of E2B's API that Airlock does not serve (templates, snapshots,
+/// A call of E2B's API that Airlock does not serve (template builds,
 /// volumes ...): 501, naming it.
 fn not_served(method: &Method, path: &str) -> Failure {
     Failure::new(

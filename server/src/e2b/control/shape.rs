@@ -24,9 +24,12 @@ pub fn state_name(state: i32) -> Option<&'static str> {
     }
 }
 
-/// The template or image E2B names the sandbox's by.
+/// The template, snapshot or image E2B names the sandbox's by (a
+/// snapshot's `snapshotID` is its name).
 pub fn template_id(info: &api::SandboxInfo) -> String {
-    if !info.template.is_empty() {
+    if !info.snapshot.is_empty() {
+        info.snapshot.clone()
+    } else if !info.template.is_empty() {
         info.template.clone()
     } else if info.image.is_empty() || info.image == "default" {
         BASE_TEMPLATE.to_owned()
@@ -112,6 +115,8 @@ mod tests {
         assert_eq!(template_id(&info), "python");
         info.template = "e2b".into();
         assert_eq!(template_id(&info), "e2b");
+        info.snapshot = "prepared".into();
+        assert_eq!(template_id(&info), "prepared");
         let listed = listed(&info);
         assert!(listed.end_at.starts_with("9999-12-31"));
     }

@@ -85,6 +85,23 @@ pub struct ForkRequest {
     pub timeout: Option<u64>,
 }
 
+/// `POST /sandboxes/{id}/snapshots` (`SandboxSnapshotRequest`).
+#[derive(Debug, Default, Deserialize)]
+pub struct SnapshotRequest {
+    pub name: Option<String>,
+    /// `false` is the SDKs' `mode="filesystem"`.
+    pub memory: Option<serde_json::Value>,
+}
+
+/// A snapshot (`SnapshotInfo`): what a create's `templateID` names to
+/// start from it, and its names.
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    #[serde(rename = "snapshotID")]
+    pub snapshot_id: String,
+    pub names: Vec<String>,
+}
+
 /// A created, connected, resumed or forked sandbox (`Sandbox`).
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]

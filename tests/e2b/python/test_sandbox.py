@@ -1,8 +1,11 @@
 """The control plane through the official ``e2b`` SDK (sync and async):
 create (its envs reaching a command), kill, list with metadata, connect,
 set_timeout, get_info, metrics, pause (and beta_pause) and resume, auto-pause
-pausing an idle sandbox and a call resuming it, fork, and the refusals
-(another key's sandbox, a wrong key, an unknown template, bad input)."""
+pausing an idle sandbox and a call resuming it, fork (of a paused sandbox
+too), snapshots (a file and a running program in sandboxes created from
+one, listed, deleted, another key's not found, mode="filesystem" refused),
+and the refusals (another key's sandbox, a wrong key, an unknown template,
+bad input)."""
 
 import asyncio
 import json
@@ -173,6 +176,101 @@ def test_a_fork_has_the_parents_files(sandbox: Sandbox) -> None:
         child.kill()
 
 
+def test_a_paused_sandbox_forks_as_a_running_one_and_stays_paused(sandbox: Sandbox) -> None:
+    sandbox.files.write("/tmp/parent.txt", "written before the pause")
+    assert sandbox.pause() is True
+    (child,) = sandbox.fork(count=1)
+    assert isinstance(child, Sandbox), child
+    try:
+        assert child.sandbox_id != sandbox.sandbox_id
+        assert child.get_info().state == "running"
+        assert child.files.read("/tmp/parent.txt") == "written before the pause"
+        assert Sandbox.get_info(sandbox.sandbox_id).state == "paused"
+    finally:
+        child.kill()
+    resumed = Sandbox.connect(sandbox.sandbox_id)
+    assert resumed.files.read("/tmp/parent.txt") == "written before the pause"
+
+
+def _snapshot_ids(**opts) -> list:
+    """Every snapshot listed, page after page."""
+    paginator = Sandbox.list_snapshots(**opts)
+    ids = []
+    while paginator.has_next:
+        ids.extend(s.snapshot_id for s in paginator.next_items())
+    return ids
+
+
+def test_a_snapshot_starts_sandboxes_with_its_files_and_running_programs(
+    sandbox: Sandbox, other_key: str
+) -> None:
+    sandbox.files.write("/tmp/snap.txt", "in the snapshot")
+    counter = sandbox.commands.run(
+        "i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; "
+        "sleep 0.2; done",
+        background=True,
+    )
+    sandbox.commands.run("while [ ! -s /tmp/count ]; do sleep 0.05; done", timeout=30)
+    name = f"e2b-{uuid.uuid4().hex[:12]}"
+    info = sandbox.create_snapshot(name=name)
+    assert (info.snapshot_id, info.names) == (name, [name])
+    try:
+        # The source runs on.
+        assert sandbox.get_info().state == "running"
+        assert name in _snapshot_ids()
+        assert [s.snapshot_id for s in sandbox.list_snapshots().next_items()] == [name]
+        assert [s.snapshot_id for s in Sandbox.list_snapshots(name=name).next_items()] == [name]
+        # Pages of one, followed by x-next-token.
+        unnamed = sandbox.create_snapshot()
+        assert unnamed.snapshot_id.startswith("snapshot-")
+        paged = []
+        paginator = Sandbox.list_snapshots(sandbox_id=sandbox.sandbox_id, limit=1)
+        while paginator.has_next:
+            page = paginator.next_items()
+            assert len(page) <= 1
+            paged.extend(s.snapshot_id for s in page)
+        assert sorted(paged) == sorted([name, unnamed.snapshot_id])
+        assert Sandbox.delete_snapshot(unnamed.snapshot_id) is True
+
+        # A sandbox from it: its own, with the file and the program counting on.
+        copy = Sandbox.create(info.snapshot_id, timeout=120)
+        try:
+            assert copy.sandbox_id != sandbox.sandbox_id
+            assert copy.get_info().template_id == name
+            assert copy.files.read("/tmp/snap.txt") == "in the snapshot"
+            running = [process.pid for process in copy.commands.list()]
+            assert counter.pid in running, running
+            before = int(copy.files.read("/tmp/count"))
+            copy.commands.run("sleep 1")
+            assert int(copy.files.read("/tmp/count")) > before, "the program runs on"
+            assert copy.commands.run("hostname").stdout.strip() != sandbox.commands.run("hostname").stdout.strip()
+        finally:
+            copy.kill()
+
+        # Another key's: not listed, not started from, not deleted.
+        assert name not in _snapshot_ids(api_key=other_key)
+        with pytest.raises(SandboxException) as refused:
+            Sandbox.create(name, api_key=other_key)
+        assert refused.value.status_code == 404 and name in str(refused.value)
+        assert Sandbox.delete_snapshot(name, api_key=other_key) is False
+        # Filesystem-only is refused by name: Airlock's snapshots keep memory.
+        with pytest.raises(SandboxException) as refused:
+            sandbox.create_snapshot(mode="filesystem")
+        assert refused.value.status_code == 400 and "filesystem" in str(refused.value)
+        # A name taken is a conflict.
+        with pytest.raises(SandboxException) as refused:
+            sandbox.create_snapshot(name=name)
+        assert refused.value.status_code == 409 and name in str(refused.value)
+    finally:
+        assert Sandbox.delete_snapshot(name) is True
+    # Deleted: not listed, gone for a second delete and for a create.
+    assert name not in _snapshot_ids()
+    assert Sandbox.delete_snapshot(name) is False
+    with pytest.raises(SandboxException) as refused:
+        Sandbox.create(name)
+    assert refused.value.status_code == 404
+
+
 def test_another_keys_sandbox_is_not_found(sandbox: Sandbox, other_key: str) -> None:
     with pytest.raises(NotFoundException):
         Sandbox.get_info(sandbox.sandbox_id, api_key=other_key)
@@ -215,6 +313,8 @@ def test_bad_input_gets_e2b_errors_and_the_server_keeps_serving() -> None:
     assert status == 404 and body["code"] == 404
     status, body = _api("POST", "/sandboxes/no-such-sandbox/snapshots", b"{}")
     assert status == 404
+    status, body = _api("DELETE", "/templates/no-such-snapshot")
+    assert status == 404 and "no-such-snapshot" in body["message"]
     # Still serving.
     status, listed = _api("GET", "/v2/sandboxes")
     assert status == 200 and isinstance(listed, list)

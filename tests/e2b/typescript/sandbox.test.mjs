@@ -1,7 +1,9 @@
 // The control plane through the official `e2b` npm SDK: create, kill,
 // list with metadata, connect, setTimeout, getInfo, metrics, pause and
-// resume (connect), fork, and the refusals. Only environment variables
-// point it here (tests/e2b/README.md).
+// resume (connect), fork (of a paused sandbox, which stays paused),
+// snapshots (a file and a running program in a sandbox created from one,
+// listed, deleted, another key's not found), and the refusals. Only
+// environment variables point it here (tests/e2b/README.md).
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
@@ -61,23 +63,77 @@ test('list with metadata, in pages', async () => {
   }
 })
 
-test('pause, then connect resumes; fork', async () => {
+test('pause, a fork of the paused sandbox, then connect resumes', async () => {
   const sbx = await Sandbox.create({ timeoutMs: 120_000 })
   try {
+    await sbx.files.write('/tmp/parent.txt', 'written before the pause')
     assert.equal(await sbx.pause(), true)
     assert.equal((await sbx.getInfo()).state, 'paused')
-    const again = await Sandbox.connect(sbx.sandboxId)
-    assert.equal(again.sandboxId, sbx.sandboxId)
-    assert.equal((await sbx.getInfo()).state, 'running')
+    // A paused sandbox forks as a running one does, and stays paused.
     const [child] = await sbx.fork({ count: 1 })
     assert.ok(!(child instanceof Error), String(child))
     try {
       assert.notEqual(child.sandboxId, sbx.sandboxId)
       assert.equal((await child.getInfo()).state, 'running')
+      assert.equal(await child.files.read('/tmp/parent.txt'), 'written before the pause')
+      assert.equal((await sbx.getInfo()).state, 'paused')
     } finally {
       await child.kill()
     }
+    const again = await Sandbox.connect(sbx.sandboxId)
+    assert.equal(again.sandboxId, sbx.sandboxId)
+    assert.equal((await sbx.getInfo()).state, 'running')
   } finally {
+    await sbx.kill()
+  }
+})
+
+test("a snapshot starts sandboxes with its file and running program; listed, deleted; another key's is not found", async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+  const name = `e2b-${randomUUID().slice(0, 12)}`
+  const notFound = (error) => {
+    assert.equal(error.statusCode, 404, String(error))
+    return true
+  }
+  try {
+    await sbx.files.write('/tmp/snap.txt', 'in the snapshot')
+    const counter = await sbx.commands.run(
+      'i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done',
+      { background: true },
+    )
+    await sbx.commands.run('while [ ! -s /tmp/count ]; do sleep 0.05; done', { timeoutMs: 30_000 })
+    const info = await sbx.createSnapshot({ name })
+    assert.deepEqual(info, { snapshotId: name, names: [name] })
+    assert.equal((await sbx.getInfo()).state, 'running')
+    const mine = await sbx.listSnapshots().nextItems()
+    assert.deepEqual(mine.map((s) => s.snapshotId), [name])
+
+    const copy = await Sandbox.create(info.snapshotId, { timeoutMs: 120_000 })
+    try {
+      assert.notEqual(copy.sandboxId, sbx.sandboxId)
+      assert.equal((await copy.getInfo()).templateId, name)
+      assert.equal(await copy.files.read('/tmp/snap.txt'), 'in the snapshot')
+      const running = (await copy.commands.list()).map((p) => p.pid)
+      assert.ok(running.includes(counter.pid), `${counter.pid} not in ${running}`)
+      const before = Number(await copy.files.read('/tmp/count'))
+      await copy.commands.run('sleep 1')
+      assert.ok(Number(await copy.files.read('/tmp/count')) > before, 'the program runs on')
+    } finally {
+      await copy.kill()
+    }
+
+    const theirs = await Sandbox.listSnapshots({ apiKey: otherKey }).nextItems()
+    assert.ok(!theirs.some((s) => s.snapshotId === name))
+    await assert.rejects(Sandbox.create(name, { apiKey: otherKey }), notFound)
+    assert.equal(await Sandbox.deleteSnapshot(name, { apiKey: otherKey }), false)
+
+    assert.equal(await Sandbox.deleteSnapshot(name), true)
+    assert.equal(await Sandbox.deleteSnapshot(name), false)
+    const left = await Sandbox.listSnapshots().nextItems()
+    assert.ok(!left.some((s) => s.snapshotId === name))
+    await assert.rejects(Sandbox.create(name), notFound)
+  } finally {
+    await Sandbox.deleteSnapshot(name).catch(() => false)
     await sbx.kill()
   }
 })

@@ -7,8 +7,8 @@
 use airlock::template::{NamedError, NamedStore, TemplateEntry, TemplateStore};
 
 use super::stdout;
-use super::template_build::{self, BuildArgs};
-use super::template_remote::{self, TemplateServer};
+use super::template_build::{self, BuildArgs, TemplateServer};
+use super::template_remote;
 use super::EXIT_AIRLOCK_ERROR;
 
 /// `airlock template` subcommands.
@@ -42,9 +42,15 @@ pub enum TemplateCommand {
 pub async fn run(command: TemplateCommand) -> u8 {
     let store = TemplateStore::new(airlock::template::default_dir());
     let result = match command {
-        TemplateCommand::Build(args) => return template_build::run(args).await,
+        TemplateCommand::Build(args) => match args.server.remote() {
+            Some(server) => template_remote::build(&server, &args).await.map(|()| 0),
+            None => return template_build::run(args).await,
+        },
         TemplateCommand::Ls { server } => match server.remote() {
-            Some(server) => template_remote::list(&server).await.map(|()| 0),
+            Some(server) => template_remote::list(&server).await.map(|(at, templates)| {
+                stdout::print(&remote_table(&at, &templates));
+                0
+            }),
             None => list_named().and_then(|named| {
                 let snapshots = list(&store)?;
                 stdout::print(&(named + &snapshots));
@@ -68,6 +74,34 @@ pub async fn run(command: TemplateCommand) -> u8 {
             EXIT_AIRLOCK_ERROR
         }
     }
+}
+
+/// A server's templates as `ls` prints them.
+fn remote_table(at: &str, templates: &[airlock_client::api::TemplateInfo]) -> String {
+    if templates.is_empty() {
+        return format!("no named templates on {at}\n");
+    }
+    let mut text = format!(
+        "{:<24}  {:>9}  {:>7}  {:>5}  {:<19}  {:<12}  FROM\n",
+        "NAME", "ON DISK", "MEMORY", "VCPUS", "BUILT (UTC)", "OWNER"
+    );
+    for template in templates {
+        let owner = match template.owner.as_str() {
+            "" => "server",
+            key => key,
+        };
+        text.push_str(&format!(
+            "{:<24}  {:>8}M  {:>6}M  {:>5}  {:<19}  {:<12}  {}\n",
+            template.name,
+            template.size_bytes >> 20,
+            template.memory_mib,
+            template.vcpus,
+            utc(template.created_at_ms / 1000),
+            owner,
+            template.image
+        ));
+    }
+    text
 }
 
 /// The named templates' table.

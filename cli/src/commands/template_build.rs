@@ -13,7 +13,7 @@ use airlock::template::build::{BaseResolver, OutputStream};
 use airlock::template::{Base, BuildEvent, BuildOptions, TemplateSpec};
 use airlock::NetRule;
 
-use super::template_remote::{self, TemplateServer};
+use super::remote::ServerOptions;
 use super::EXIT_AIRLOCK_ERROR;
 
 /// `airlock template build` arguments.
@@ -86,6 +86,33 @@ impl Source {
     }
 }
 
+/// Where templates are built and kept (flattened into `template`'s
+/// subcommands).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TemplateServer {
+    /// Build, list or remove templates on a server, https://HOST:PORT
+    /// (default: AIRLOCK_HOST; unset: this machine's templates, built
+    /// here). Its key comes from AIRLOCK_API_KEY, a private CA's
+    /// certificate from AIRLOCK_CA_CERT.
+    #[arg(long, value_name = "URL")]
+    pub host: Option<String>,
+}
+
+impl TemplateServer {
+    /// The server the options or the environment name, if any.
+    pub fn remote(&self) -> Option<ServerOptions> {
+        let host = self.host.clone().or_else(|| {
+            std::env::var(airlock_client::HOST_ENV)
+                .ok()
+                .filter(|host| !host.is_empty())
+        })?;
+        Some(ServerOptions {
+            socket: None,
+            host: Some(host),
+        })
+    }
+}
+
 fn parse_build_arg(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
@@ -97,13 +124,9 @@ fn parse_rule(text: &str) -> Result<NetRule, String> {
     text.parse::<NetRule>().map_err(|e| e.to_string())
 }
 
-/// Runs the build; the exit code.
+/// Runs the build here; the exit code.
 pub async fn run(args: BuildArgs) -> u8 {
-    let built = match args.server.remote() {
-        Some(server) => template_remote::build(&server, &args).await,
-        None => build(args).await,
-    };
-    match built {
+    match build(args).await {
         Ok(()) => 0,
         Err(message) => {
             eprintln!("airlock: {message}");

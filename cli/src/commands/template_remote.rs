@@ -2,9 +2,8 @@
 //! `AIRLOCK_HOST`, with `AIRLOCK_API_KEY`): the build's context directory
 //! packed as a tar stream and sent with the file through
 //! `Templates.Build`, its events printed as a local build prints them; the
-//! templates listed and deleted through the API. Without a server, the
-//! commands work on this machine's templates (`template`,
-//! `template_build`).
+//! templates listed and deleted through the API (`template` prints the
+//! list).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -16,38 +15,9 @@ use futures::StreamExt;
 use airlock::template::build::OutputStream;
 use airlock::template::BuildEvent;
 use airlock_client::api::{self, build_template_event::Event};
-use airlock_client::Client;
 
 use super::remote::{message, ServerOptions};
-use super::template::utc;
 use super::template_build::{print_event, BuildArgs, Source};
-
-/// Where templates are built and kept (flattened into `template`'s
-/// subcommands).
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct TemplateServer {
-    /// Build, list or remove templates on a server, https://HOST:PORT
-    /// (default: AIRLOCK_HOST; unset: this machine's templates, built
-    /// here). Its key comes from AIRLOCK_API_KEY, a private CA's
-    /// certificate from AIRLOCK_CA_CERT.
-    #[arg(long, value_name = "URL")]
-    pub host: Option<String>,
-}
-
-impl TemplateServer {
-    /// The server the options or the environment name, if any.
-    pub fn remote(&self) -> Option<ServerOptions> {
-        let host = self.host.clone().or_else(|| {
-            std::env::var(airlock_client::HOST_ENV)
-                .ok()
-                .filter(|host| !host.is_empty())
-        })?;
-        Some(ServerOptions {
-            socket: None,
-            host: Some(host),
-        })
-    }
-}
 
 /// Builds on the server; prints as a local build does.
 pub async fn build(server: &ServerOptions, args: &BuildArgs) -> Result<(), String> {
@@ -174,46 +144,17 @@ fn tar_bytes_at_least(dir: &Path) -> u64 {
     walk(dir) + 1024
 }
 
-/// Lists the server's templates and the caller's.
-pub async fn list(server: &ServerOptions) -> Result<(), String> {
+/// The server's templates and the caller's, and where they are.
+pub async fn list(server: &ServerOptions) -> Result<(String, Vec<api::TemplateInfo>), String> {
     let client = server.connect().await?;
-    let templates = list_of(&client).await?;
-    if templates.is_empty() {
-        println!("no named templates on {}", client.endpoint());
-        return Ok(());
-    }
-    println!(
-        "{:<24}  {:>9}  {:>7}  {:>5}  {:<19}  {:<12}  FROM",
-        "NAME", "ON DISK", "MEMORY", "VCPUS", "BUILT (UTC)", "OWNER"
-    );
-    for template in templates {
-        let owner = if template.owner.is_empty() {
-            "server"
-        } else {
-            &template.owner
-        };
-        println!(
-            "{:<24}  {:>8}M  {:>6}M  {:>5}  {:<19}  {:<12}  {}",
-            template.name,
-            template.size_bytes >> 20,
-            template.memory_mib,
-            template.vcpus,
-            utc(template.created_at_ms / 1000),
-            owner,
-            template.image
-        );
-    }
-    Ok(())
-}
-
-async fn list_of(client: &Client) -> Result<Vec<api::TemplateInfo>, String> {
-    Ok(client
+    let templates = client
         .sandboxes()
         .list_templates(api::ListTemplatesRequest {})
         .await
         .map_err(|status| message(status.into()))?
         .into_inner()
-        .templates)
+        .templates;
+    Ok((client.endpoint().to_owned(), templates))
 }
 
 /// Deletes templates by name; `Ok(false)` when any could not be.

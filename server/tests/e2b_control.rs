@@ -10,8 +10,9 @@
 //! (template builds: 501 in E2B's shape), and a malformed protobuf message
 //! to envd refused as Connect's `invalid_argument`; snapshots' refusals
 //! (a filesystem-only snapshot, a bad name, another key's sandbox, an
-//! unknown snapshot to delete or start from, a template not deleted here)
-//! and the empty list.
+//! unknown snapshot to delete or start from, an image not deleted here)
+//! and the empty list; `DELETE /templates/{id}` deleting a key's own
+//! template, never another key's or the server's.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -450,8 +451,8 @@ async fn snapshots_are_the_callers_and_refusals_name_what_is_wrong() {
         "{error}"
     );
 
-    // Deleting: an unknown snapshot is 404 (the SDKs' `False`); the
-    // server's own template or image is not deleted here.
+    // Deleting: an unknown snapshot is 404 (the SDKs' `False`); an image
+    // is not deleted here.
     let (status, _, error) = call(
         front,
         Method::DELETE,
@@ -474,7 +475,7 @@ async fn snapshots_are_the_callers_and_refusals_name_what_is_wrong() {
         error["message"]
             .as_str()
             .unwrap()
-            .contains("airlock template rm"),
+            .contains("airlock image rm"),
         "{error}"
     );
 
@@ -486,6 +487,72 @@ async fn snapshots_are_the_callers_and_refusals_name_what_is_wrong() {
     assert!(
         message.contains("no template, image or snapshot \"no-such-snapshot\""),
         "{error}"
+    );
+    server.stop().await;
+}
+
+/// Puts a template `name` into the named-template store at `dir`, as a
+/// build leaves it (the process backend builds none).
+fn put_template(dir: &std::path::Path, name: &str) {
+    let dir = dir.join(name);
+    std::fs::create_dir_all(dir.join("snapshot")).unwrap();
+    std::fs::write(dir.join("snapshot/memory"), b"").unwrap();
+    std::fs::write(dir.join("root.ext4"), b"").unwrap();
+    let meta = airlock::template::NamedMeta {
+        name: name.to_owned(),
+        base: "default".to_owned(),
+        rootfs: dir.join("root.ext4"),
+        steps: Vec::new(),
+        memory_mib: 256,
+        vcpus: 1,
+        env: Vec::new(),
+        workdir: None,
+        user: None,
+        start: String::new(),
+        ready: String::new(),
+        start_pid: None,
+        start_ticks: None,
+        built_unix_secs: 0,
+        build_secs: 0.0,
+    };
+    std::fs::write(
+        dir.join("template.json"),
+        serde_json::to_vec(&meta).unwrap(),
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn delete_template_removes_a_keys_own_template_only() {
+    let server = TestServer::start(Options::default()).await;
+    let key = server.key("e2b", api::KeyQuota::default()).await;
+    let other = server.key("e2b-other", api::KeyQuota::default()).await;
+    let me = [("x-api-key", key.as_str())];
+    let them = [("x-api-key", other.as_str())];
+    let front = server.e2b;
+    put_template(&server.dir.join("data/templates/keys/e2b"), "mine");
+    put_template(&server.dir.join("templates"), "servers");
+
+    // Another key's is not found; the server's own is its owner's to remove.
+    let (status, _, error) = call(front, Method::DELETE, "/templates/mine", &them, vec![]).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{error}");
+    let (status, _, error) = call(front, Method::DELETE, "/templates/servers", &me, vec![]).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{error}");
+    // The key's own: deleted, then not found.
+    let (status, _, error) = call(front, Method::DELETE, "/templates/mine", &me, vec![]).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{error}");
+    let (status, _, error) = call(front, Method::DELETE, "/templates/mine", &me, vec![]).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{error}");
+    let (_, _, listed) = call(front, Method::GET, "/templates", &me, vec![]).await;
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["templateID"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"servers") && !names.contains(&"mine"),
+        "{listed}"
     );
     server.stop().await;
 }

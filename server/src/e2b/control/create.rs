@@ -122,14 +122,6 @@ impl Ctl<'_> {
             .map(|i| i.name)
             .collect())
     }
-
-    /// Whether `name` is a template the caller may start from or an image
-    /// of the server (`base` included).
-    pub async fn template_or_image(&self, name: &str) -> Result<bool, Failure> {
-        Ok(name == BASE_TEMPLATE
-            || self.template_names().await?.iter().any(|t| t == name)
-            || self.image_names().await?.iter().any(|i| i == name))
-    }
 }
 
 /// E2B's create as Airlock's; `templates` are the server's template names.

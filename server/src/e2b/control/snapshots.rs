@@ -2,7 +2,8 @@
 //! /sandboxes/{id}/snapshots` (`Sandboxes.Snapshot`), `GET /snapshots`
 //! (`ListSnapshots`, in pages of `limit` by name, the next page's token in
 //! `x-next-token`) and `DELETE /templates/{id}` (`DeleteSnapshot`: E2B's
-//! snapshots are templates). A snapshot's `snapshotID` is its name, what
+//! snapshots are templates; a name that is no snapshot of the caller's is
+//! its template, `Templates.DeleteTemplate`). A snapshot's `snapshotID` is its name, what
 //! `Sandbox.create(snapshot_id)` sends as its `templateID` (`create`
 //! starts from it when no template or image has that name).
 //!
@@ -11,12 +12,14 @@
 //! found, as one that does not exist.
 
 use airlock_api::v1::sandboxes_server::Sandboxes as _;
+use airlock_api::v1::templates_server::Templates as _;
 use airlock_api::v1::{self as api};
 use http::{HeaderValue, Response, StatusCode};
 use hyper::body::Incoming;
 use tonic::Code;
 
 use super::list::{limit, NEXT_TOKEN_HEADER};
+use super::shape::BASE_TEMPLATE;
 use super::wire::{Snapshot, SnapshotRequest};
 use super::{body, empty, fail, query, Ctl};
 use crate::e2b::reply::{self, Body, Failure};
@@ -111,9 +114,16 @@ pub(super) async fn list(ctl: &Ctl<'_>, query: Option<&str>) -> Result<Response<
     Ok(response)
 }
 
-/// `DELETE /templates/{id}`: the caller's snapshot `id`. A template or an
-/// image of the server is not removed here (501); any other name is 404,
-/// as E2B's SDKs read "not found" (`delete_snapshot` answers `False`).
+/// Whether `status` says the name is none of the caller's (or none a
+/// snapshot or template can have).
+fn not_theirs(status: &tonic::Status) -> bool {
+    matches!(status.code(), Code::NotFound | Code::InvalidArgument)
+}
+
+/// `DELETE /templates/{id}`: the caller's snapshot `id`, else the
+/// caller's template `id` (the server's own are 403: its owner removes
+/// them). An image is not removed here (501); any other name is 404, as
+/// E2B's SDKs read "not found" (`delete_snapshot` answers `False`).
 pub(super) async fn delete(ctl: &Ctl<'_>, id: &str) -> Result<Response<Body>, Failure> {
     let name = query::decode(id, "templateID")?;
     let deleted = ctl
@@ -124,22 +134,37 @@ pub(super) async fn delete(ctl: &Ctl<'_>, id: &str) -> Result<Response<Body>, Fa
     match deleted {
         Ok(_) => {
             tracing::info!(snapshot = name, principal = %ctl.principal, "e2b: snapshot deleted");
-            Ok(empty(StatusCode::NO_CONTENT))
+            return Ok(empty(StatusCode::NO_CONTENT));
         }
-        Err(status) if matches!(status.code(), Code::NotFound | Code::InvalidArgument) => {
-            if ctl.template_or_image(&name).await? {
-                return Err(fail::unsupported(
-                    &format!("deleting template {name:?}"),
-                    "the server's templates are removed on its host, with `airlock template rm`",
-                ));
-            }
-            Err(Failure::new(
-                StatusCode::NOT_FOUND,
-                format!("templateID: no snapshot named {name:?} (GET /snapshots lists yours)"),
-            ))
-        }
-        Err(status) => Err(fail::from_status(&status)),
+        Err(status) if not_theirs(&status) => {}
+        Err(status) => return Err(fail::from_status(&status)),
     }
+    let deleted = ctl
+        .front
+        .services
+        .delete_template(ctl.request(api::DeleteTemplateRequest { name: name.clone() }))
+        .await;
+    match deleted {
+        Ok(_) => {
+            tracing::info!(template = name, principal = %ctl.principal, "e2b: template deleted");
+            return Ok(empty(StatusCode::NO_CONTENT));
+        }
+        Err(status) if not_theirs(&status) => {}
+        Err(status) => return Err(fail::from_status(&status)),
+    }
+    if name == BASE_TEMPLATE || ctl.image_names().await?.contains(&name) {
+        return Err(fail::unsupported(
+            &format!("deleting image {name:?}"),
+            "the server's images are removed on its host, with `airlock image rm`",
+        ));
+    }
+    Err(Failure::new(
+        StatusCode::NOT_FOUND,
+        format!(
+            "templateID: no snapshot or template named {name:?} (GET /snapshots lists your \
+             snapshots, GET /templates the templates)"
+        ),
+    ))
 }
 
 #[cfg(test)]

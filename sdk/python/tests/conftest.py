@@ -40,6 +40,15 @@ TINY_PNG = (
     "Chart()\n"
 )
 
+#: A template file: its context copied, and a START program whose READY
+#: check needs a file of it.
+TEMPLATE_FILE = (
+    "FROM default\n"
+    "COPY . /srv/\n"
+    "START sh -c 'cp /srv/hello.txt /tmp/started; exec sleep infinity'\n"
+    "READY file /tmp/started\n"
+)
+
 T = TypeVar("T")
 
 

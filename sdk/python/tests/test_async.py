@@ -23,6 +23,7 @@ import pytest
 
 from airlock import (
     AsyncSandbox,
+    AsyncTemplate,
     AuthenticationException,
     CommandExitException,
     ConnectionConfig,
@@ -31,19 +32,24 @@ from airlock import (
     FilesystemEventType,
     FileType,
     InvalidArgumentException,
+    LogEntry,
+    LogEntryEnd,
+    LogEntryStart,
     NotFoundException,
     PtySize,
     RateLimitException,
     Result,
     SandboxException,
+    SandboxNotFoundException,
     SandboxState,
     Secret,
     TimeoutException,
     WriteEntry,
+    wait_for_file,
 )
 from airlock.exceptions import AlreadyExistsException
 
-from .conftest import MIB, TINY_PNG, Loop, Pattern, Server
+from .conftest import MIB, TEMPLATE_FILE, TINY_PNG, Loop, Pattern, Server
 
 
 @pytest.fixture(scope="module")
@@ -565,6 +571,141 @@ def test_set_integration_names_the_wrapping_library_on_every_call(aio: Loop, py:
             ConnectionConfig.set_integration(None)
         assert ConnectionConfig.integration() is None
         assert (await AsyncSandbox.connect(py.sandbox_id))._client.channel is before
+
+    aio.run(body())
+
+
+# -- snapshots ---------------------------------------------------------
+
+
+def test_a_snapshot_keeps_files_and_variables_for_its_clones(aio: Loop, py: AsyncSandbox) -> None:
+    async def body() -> None:
+        await py.files.write("/root/snapped.txt", "saved in the snapshot")
+        await py.run_code("kept = 6 * 7")
+        info = await py.create_snapshot("async-snap")
+        assert (info.snapshot_id, info.names, info.source_sandbox_id) == ("async-snap", ["async-snap"], py.sandbox_id)
+        assert len(info.content_id) == 64 and info.size_bytes > 0 and info.owner == ""
+        assert (info.memory_mb, info.cpu_count) == ((await py.get_info()).memory_mb, 1)
+        # E2B's form: the snapshot's id where a template goes; and Airlock's.
+        for start in (lambda: AsyncSandbox.create(info.snapshot_id), lambda: AsyncSandbox.create(snapshot="async-snap")):
+            async with await start() as clone:
+                assert clone.sandbox_id != py.sandbox_id
+                assert await clone.files.read("/root/snapped.txt") == "saved in the snapshot"
+                assert (await clone.run_code("kept")).text == "42"
+                assert (await AsyncSandbox.get_snapshot("async-snap")).sandboxes == 1
+        assert (await py.run_code("kept")).text == "42"  # the source runs on
+        with pytest.raises(AlreadyExistsException) as taken:
+            await py.create_snapshot("async-snap")
+        assert taken.value.reason == "ALREADY_EXISTS"
+        with pytest.raises(InvalidArgumentException, match="memory"):
+            await AsyncSandbox.create_snapshot(py.sandbox_id, mode="filesystem")
+
+    aio.run(body())
+
+
+def test_snapshots_are_listed_in_pages_and_deleted(aio: Loop, py: AsyncSandbox) -> None:
+    async def body() -> None:
+        named = await AsyncSandbox.create_snapshot(py.sandbox_id)
+        assert named.snapshot_id.startswith("snapshot-")
+        mine = {s.snapshot_id async for s in py.list_snapshots()}
+        assert {"async-snap", named.snapshot_id} <= mine
+        assert {s.snapshot_id async for s in AsyncSandbox.list_snapshots(sandbox_id=py.sandbox_id)} == mine
+        assert [s.snapshot_id async for s in AsyncSandbox.list_snapshots(name="async-snap")] == ["async-snap"]
+        pages = AsyncSandbox.list_snapshots(sandbox_id=py.sandbox_id, limit=1)
+        first = await pages.next_items()
+        assert len(first) == 1 and pages.has_next and pages.next_token
+        assert len(first + [s async for s in pages]) == len(mine) and not pages.has_next
+        with pytest.raises(TypeError, match="next_items"):
+            len(pages)
+        for name in ("async-snap", named.snapshot_id):
+            assert await AsyncSandbox.delete_snapshot(name) is True
+            assert await AsyncSandbox.delete_snapshot(name) is False
+        assert [s async for s in py.list_snapshots()] == []
+        with pytest.raises(NotFoundException) as gone:
+            await AsyncSandbox.get_snapshot("async-snap")
+        assert gone.value.reason == "NOT_FOUND"
+        with pytest.raises(NotFoundException, match="nor is there a snapshot"):
+            await AsyncSandbox.create("async-snap")
+
+    aio.run(body())
+
+
+def test_another_keys_snapshot_does_not_exist_for_you(aio: Loop, tls_server: Server) -> None:
+    base = {"host": tls_server.host, "ca_cert": tls_server.ca}
+    mine = {**base, "api_key": tls_server.key("async-snap-owner")}
+    theirs = {**base, "api_key": tls_server.key("async-snap-other")}
+
+    async def body() -> None:
+        async with await AsyncSandbox.create(no_image=True, **mine) as sandbox:
+            await sandbox.files.write("/root/private", "mine")
+            assert (await sandbox.create_snapshot("async-private")).owner == "async-snap-owner"
+            with pytest.raises(NotFoundException):
+                await AsyncSandbox.get_snapshot("async-private", **theirs)
+            with pytest.raises(NotFoundException):
+                await AsyncSandbox.create(snapshot="async-private", **theirs)
+            assert await AsyncSandbox.delete_snapshot("async-private", **theirs) is False
+            assert [s async for s in AsyncSandbox.list_snapshots(**theirs)] == []
+            with pytest.raises(SandboxNotFoundException):
+                await AsyncSandbox.create_snapshot(sandbox.sandbox_id, "theirs", **theirs)
+        assert await AsyncSandbox.delete_snapshot("async-private", **mine) is True
+
+    aio.run(body())
+
+
+# -- templates ---------------------------------------------------------
+
+
+def test_a_template_built_from_a_context_starts_sandboxes(aio: Loop, tmp_path: Path) -> None:
+    (tmp_path / "hello.txt").write_text("from the async suite's context")
+    (tmp_path / "Dockerfile").write_text(TEMPLATE_FILE)
+    (tmp_path / "left-out.bin").write_bytes(os.urandom(1024))
+    logs: List[LogEntry] = []
+
+    async def collect(entry: LogEntry) -> None:  # a coroutine function, called in turn
+        logs.append(entry)
+
+    async def body() -> None:
+        template = AsyncTemplate(file_context_path=tmp_path, file_ignore_patterns=["*.bin"]).from_dockerfile("Dockerfile")
+        info = await AsyncTemplate.build(template, "async-template", on_build_logs=collect)
+        assert (info.name, info.template_id, info.image, info.owner) == ("async-template",) * 2 + ("default", "")
+        assert isinstance(logs[0], LogEntryStart) and isinstance(logs[-1], LogEntryEnd)
+        [step] = [entry for entry in logs if entry.kind == "step"]
+        assert step.message == "[1/1] COPY . /srv/" and not step.cached
+        assert any(entry.kind == "phase" for entry in logs)
+        assert await AsyncTemplate.exists("async-template")
+        assert "async-template" in [t.name for t in await AsyncTemplate.list()]
+        async with await AsyncSandbox.create("async-template") as sandbox:
+            assert (await sandbox.get_info()).template_id == "async-template"
+            assert await sandbox.files.read("/tmp/started") == "from the async suite's context"
+            assert await sandbox.files.exists("/srv/Dockerfile")
+            assert not await sandbox.files.exists("/srv/left-out.bin")
+        # The same file and context from E2B's builder: every step comes
+        # from the cache.
+        built = (
+            AsyncTemplate(file_context_path=tmp_path, file_ignore_patterns=["*.bin"])
+            .from_base_image()
+            .copy(".", "/srv/")
+            .set_start_cmd("sh -c 'cp /srv/hello.txt /tmp/started; exec sleep infinity'", wait_for_file("/tmp/started"))
+        )
+        assert built.to_dockerfile() == TEMPLATE_FILE
+        again: List[LogEntry] = []
+        await AsyncTemplate.build(built, "async-template", on_build_logs=again.append)
+        steps = [entry for entry in again if entry.kind == "step"]
+        assert steps and all(entry.cached for entry in steps), steps
+        assert await AsyncTemplate.delete("async-template") is True
+        assert await AsyncTemplate.delete("async-template") is False
+        assert not await AsyncTemplate.exists("async-template")
+
+    aio.run(body())
+
+
+def test_a_template_file_the_server_cannot_read_names_its_line(aio: Loop) -> None:
+    async def body() -> None:
+        with pytest.raises(InvalidArgumentException, match="line 2") as bad:
+            await AsyncTemplate.build(AsyncTemplate().from_dockerfile("FROM default\nCMD python3\n"), "async-bad")
+        assert bad.value.field == "header.file"
+        with pytest.raises(InvalidArgumentException, match="tags"):
+            await AsyncTemplate.build(AsyncTemplate().from_base_image(), "async-bad", tags=["v1"])
 
     aio.run(body())
 

@@ -7,7 +7,9 @@ a server or a sandbox."""
 from __future__ import annotations
 
 import ast
+import io
 import os
+import tarfile
 from pathlib import Path
 from typing import Any, List, Set
 
@@ -15,21 +17,28 @@ import pytest
 
 import airlock
 from airlock import (
+    BuildException,
     CommandExitException,
     Context,
     InvalidArgumentException,
     OutputMessage,
+    RateLimitException,
     Result,
     SandboxException,
     SandboxState,
     Secret,
+    Template,
     TimeoutException,
     WriteEntry,
+    wait_for_file,
+    wait_for_port,
+    wait_for_timeout,
+    wait_for_url,
 )
-from airlock.api.v1 import code_pb2, files_pb2, ingress_pb2, processes_pb2, sandboxes_pb2
+from airlock.api.v1 import code_pb2, files_pb2, ingress_pb2, processes_pb2, sandboxes_pb2, templates_pb2
 from airlock.exceptions import NotFoundException
 from airlock.models.commands import PtySize
-from airlock.sandbox import code, commands, files, ingress, lifecycle, pty
+from airlock.sandbox import code, commands, files, ingress, lifecycle, pty, snapshots, templates
 from airlock.sandbox.command_handle import HandleState
 from airlock.sandbox.limits import CHUNK_BYTES, STDIN_PIECE_BYTES, WRITE_CHUNK_BYTES
 from airlock.sandbox.output import CellOutput, CommandOutput, route, route_cell
@@ -328,3 +337,168 @@ def test_guest_ports_are_checked_and_exposed() -> None:
     exposed = ingress.exposed_port(8000, ingress_pb2.GetHostResponse(host="h", token="t"))
     assert (exposed.port, exposed.host, exposed.token) == (8000, "h", "t")
 
+
+
+# -- snapshots ---------------------------------------------------------------
+
+
+def test_a_snapshot_s_mode_is_full_or_refused() -> None:
+    snapshots.check_mode(None)
+    snapshots.check_mode("full")
+    with pytest.raises(InvalidArgumentException, match="memory") as files_only:
+        snapshots.check_mode("filesystem")
+    assert files_only.value.field == "mode"
+    assert snapshots.snapshot_request("s", None).name == ""  # the server names it
+
+
+def test_a_create_whose_template_is_missing_is_tried_as_a_snapshot() -> None:
+    request = lifecycle.create_request(template="snap", memory_mb=512)
+    missing = NotFoundException("no template snap", reason="NOT_FOUND", code="NOT_FOUND")
+    retry = snapshots.as_snapshot(request, missing)
+    assert retry is not None
+    assert (retry.snapshot, retry.template, retry.image, retry.memory_mib) == ("snap", "", "", 512)
+    assert request.template == "snap"  # the caller's request is left as it was
+    gone = airlock.SandboxNotFoundException("gone", reason="SANDBOX_NOT_FOUND")
+    assert snapshots.as_snapshot(request, gone) is None
+    assert snapshots.as_snapshot(lifecycle.create_request(image="x"), missing) is None
+    assert snapshots.as_snapshot(lifecycle.create_request(template="t", snapshot="s"), missing) is None
+    neither = snapshots.neither("snap", missing)
+    assert "nor is there a snapshot" in neither.message and neither.field == "template"
+
+
+def test_a_create_from_a_snapshot_takes_no_default_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(lifecycle.IMAGE_ENV, "e2b-code-base")
+    assert lifecycle.create_request(snapshot="s").image == ""
+    assert lifecycle.create_request(snapshot="s").snapshot == "s"
+    assert lifecycle.create_request().image == "e2b-code-base"
+
+
+def test_snapshot_pages_cut_the_whole_answer() -> None:
+    answer = sandboxes_pb2.ListSnapshotsResponse(
+        snapshots=[sandboxes_pb2.SnapshotInfo(name=n, id="i" * 64, created_at_ms=1000) for n in "abc"]
+    )
+    pages = snapshots.SnapshotPages("sandbox-x", None, 2, None)
+    assert pages.request.sandbox_id == "sandbox-x" and pages._needs_fetch()
+    pages._fetched(answer)
+    assert [s.snapshot_id for s in pages._page()] == ["a", "b"] and pages.next_token == "2"
+    assert [s.names for s in pages._page()] == [["c"]] and not pages.has_next and pages.next_token is None
+    assert pages._page() == []
+    later = snapshots.SnapshotPages(None, None, None, "1")
+    later._fetched(answer)
+    assert [s.snapshot_id for s in later._page()] == ["b", "c"]
+    named = snapshots.SnapshotPages(None, "b", None, None)
+    named._fetched(answer)
+    assert [s.content_id for s in named._page()] == ["i" * 64]
+    with pytest.raises(InvalidArgumentException):
+        snapshots.SnapshotPages(None, None, None, "not-a-token")
+    with pytest.raises(TypeError, match="next_items"):
+        len(pages)
+
+
+# -- templates ---------------------------------------------------------------
+
+
+def test_the_builder_writes_the_template_file() -> None:
+    built = (
+        Template(file_context_path="/ctx")
+        .from_base_image()
+        .copy(["a b", "c"], "/srv/", user="user", mode=0o755)
+        .run_cmd(["echo 1", "echo 2"])
+        .run_cmd("whoami", user="user")
+        .set_envs({"A": "x y", "B": "$HOME"})
+        .set_workdir("/srv")
+        .set_user("app")
+        .run_cmd("id", user="root")
+        .run_cmd("cat <<EOF\nhi\nEOF")
+        .set_start_cmd("python3 -m http.server 8000", wait_for_port(8000))
+    )
+    assert built.to_dockerfile() == (
+        "FROM default\n"
+        'COPY --chown=user --chmod=0755 "a b" c /srv/\n'
+        "RUN echo 1 && echo 2\n"
+        "USER user\nRUN whoami\nUSER root\n"
+        'ENV A="x y" B="\\$HOME"\n'
+        "WORKDIR /srv\n"
+        "USER app\n"
+        "USER root\nRUN id\nUSER app\n"
+        'RUN ["/bin/sh", "-c", "cat <<EOF\\nhi\\nEOF"]\n'
+        "START python3 -m http.server 8000\n"
+        "READY port 8000\n"
+    )
+    assert Template.to_dockerfile(built) == built.to_dockerfile()  # E2B's static form
+    assert built.file_context_path == "/ctx"
+    checks = [wait_for_file("/tmp/r"), wait_for_url("http://localhost:8000/"), "test -e /x", wait_for_timeout(1500)]
+    lines = [Template().from_image("x").set_ready_cmd(c).to_dockerfile().splitlines()[-1] for c in checks]
+    assert lines == ["READY file /tmp/r", "READY url http://localhost:8000/", "READY cmd test -e /x", "READY cmd sleep 2"]
+
+
+def test_the_builder_refuses_what_airlock_cannot_build() -> None:
+    with pytest.raises(InvalidArgumentException, match="no base"):
+        Template().to_dockerfile()
+    with pytest.raises(InvalidArgumentException, match="one base"):
+        Template().from_base_image().from_image("x")
+    with pytest.raises(InvalidArgumentException, match="registry"):
+        Template().from_image("private/x", username="u", password="p")
+    with pytest.raises(InvalidArgumentException, match="cache"):
+        Template().skip_cache()
+    for bad in ({"tags": ["v1"]}, {"skip_cache": True}, {"min_free_disk_mb": 1024}):
+        with pytest.raises(InvalidArgumentException):
+            templates.check_build(bad.get("tags"), bool(bad.get("skip_cache")), bad.get("min_free_disk_mb"))  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentException, match="tags"):
+        templates.build_name("web:v1", None)
+    assert templates.build_name(None, "web") == "web"  # E2B's older alias=
+
+
+def test_from_dockerfile_reads_a_path_or_takes_the_text(tmp_path: Path) -> None:
+    (tmp_path / "Dockerfile").write_text("FROM default\nRUN true\n")
+    assert Template(file_context_path=tmp_path).from_dockerfile("Dockerfile").to_dockerfile() == "FROM default\nRUN true\n"
+    text = Template().from_dockerfile("FROM x\nCOPY a /a\n").set_workdir("/a").to_dockerfile()
+    assert text == "FROM x\nCOPY a /a\nWORKDIR /a\n"
+
+
+def test_the_context_is_sent_less_what_is_ignored(tmp_path: Path) -> None:
+    for name in ("app.py", "sub/a.txt", "node_modules/x/y.js", "logs/x.log", "keep.log", "deep/a/b/c.tmp"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(name)
+    (tmp_path / ".dockerignore").write_text("# comment\nnode_modules\n*.log\n!keep.log\n")
+    template = Template(file_context_path=tmp_path, file_ignore_patterns=["**/*.tmp"]).from_base_image()
+    assert template._packer(template.to_dockerfile()) is None  # nothing copied, nothing sent
+    template.copy(".", "/srv/")
+    packer = template._packer(template.to_dockerfile())
+    assert packer is not None
+    with tarfile.open(fileobj=io.BytesIO(b"".join(packer))) as tar:
+        names = sorted(m.name for m in tar.getmembers() if m.isfile())
+    # As Docker's: a pattern without ** matches from the context's top only.
+    assert names == ["./.dockerignore", "./app.py", "./keep.log", "./logs/x.log", "./sub/a.txt"]
+    patterns = templates._ignore_patterns(str(tmp_path), [])
+    assert templates.ignored("node_modules/x/y.js", patterns) and not templates.ignored("keep.log", patterns)
+
+
+def test_build_events_become_e2b_log_entries() -> None:
+    logs = templates.BuildLogs()
+    step = templates_pb2.BuildTemplateEvent(step=templates_pb2.BuildStep(number=1, steps=2, instruction="RUN x", cached=True))
+    [entry] = logs.take(step)
+    assert (entry.kind, entry.step, entry.cached, entry.message) == ("step", 1, True, "[1/2] RUN x (cached)")
+    out = [
+        templates_pb2.BuildTemplateEvent(log=templates_pb2.BuildLog(step=2, data=b"one\ntw")),
+        templates_pb2.BuildTemplateEvent(log=templates_pb2.BuildLog(step=2, data=b"o\r\nthr", stderr=True)),
+    ]
+    lines = [e for event in out for e in logs.take(event)]
+    assert [(e.message, e.stream, e.step) for e in lines] == [("one", "stdout", 2), ("o", "stderr", 2)]
+    lines = logs.take(out[0])  # more stdout: "tw" and "one" make a line, "tw" waits
+    assert [e.message for e in lines] == ["twone"]
+    phase = templates_pb2.BuildTemplateEvent(phase=templates_pb2.BuildPhase(phase="saving the snapshot"))
+    flushed = logs.take(phase)  # what waits for its newline goes first
+    assert sorted(e.message for e in flushed[:-1]) == ["thr", "tw"]
+    assert flushed[-1].kind == "phase" and flushed[-1].message == "saving the snapshot"
+    done = templates_pb2.BuildTemplateEvent(done=sandboxes_pb2.TemplateInfo(name="web", memory_mib=512, vcpus=1, image="default"))
+    assert logs.take(done) == [] and logs.done is not None
+    assert (logs.done.template_id, logs.done.memory_mb, logs.done.cpu_count) == ("web", 512, 1)
+    assert str(entry).endswith("[info] [1/2] RUN x (cached)")
+
+
+def test_a_failed_step_is_e2b_s_build_exception() -> None:
+    failed = templates.build_error(SandboxException("step 2 exited 1", reason="GUEST_REFUSED", code="FAILED_PRECONDITION"))
+    assert isinstance(failed, BuildException) and failed.reason == "GUEST_REFUSED"
+    quota = RateLimitException("quota", reason="QUOTA_EXCEEDED")
+    assert templates.build_error(quota) is quota

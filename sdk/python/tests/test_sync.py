@@ -27,20 +27,26 @@ from airlock import (
     FilesystemEventType,
     FileType,
     InvalidArgumentException,
+    LogEntry,
+    LogEntryEnd,
+    LogEntryStart,
     NotFoundException,
     PtySize,
     RateLimitException,
     Result,
     Sandbox,
     SandboxException,
+    SandboxNotFoundException,
     SandboxState,
     Secret,
+    Template,
     TimeoutException,
     WriteEntry,
+    wait_for_file,
 )
 from airlock.exceptions import AlreadyExistsException
 
-from .conftest import MIB, TINY_PNG, Pattern, Server
+from .conftest import MIB, TEMPLATE_FILE, TINY_PNG, Pattern, Server
 
 
 @pytest.fixture(scope="module")
@@ -465,6 +471,117 @@ def test_set_integration_names_the_wrapping_library_on_every_call(py: Sandbox) -
         ConnectionConfig.set_integration(None)
     assert ConnectionConfig.integration() is None
     assert Sandbox.connect(py.sandbox_id)._client.channel is before
+
+
+# -- snapshots ---------------------------------------------------------
+
+
+def test_a_snapshot_keeps_files_and_variables_for_its_clones(py: Sandbox) -> None:
+    py.files.write("/root/snapped.txt", "saved in the snapshot")
+    py.run_code("kept = 6 * 7")
+    info = py.create_snapshot("sync-snap")
+    assert (info.snapshot_id, info.names, info.source_sandbox_id) == ("sync-snap", ["sync-snap"], py.sandbox_id)
+    assert len(info.content_id) == 64 and info.size_bytes > 0 and info.owner == ""
+    assert (info.memory_mb, info.cpu_count) == (py.get_info().memory_mb, 1)
+    # E2B's form: the snapshot's id where a template goes; and Airlock's.
+    for start in (lambda: Sandbox.create(info.snapshot_id), lambda: Sandbox.create(snapshot="sync-snap")):
+        with start() as clone:
+            assert clone.sandbox_id != py.sandbox_id
+            assert clone.files.read("/root/snapped.txt") == "saved in the snapshot"
+            assert clone.run_code("kept").text == "42"
+            assert Sandbox.get_snapshot("sync-snap").sandboxes == 1
+    assert py.run_code("kept").text == "42"  # the source runs on
+    with pytest.raises(AlreadyExistsException) as taken:
+        py.create_snapshot("sync-snap")
+    assert taken.value.reason == "ALREADY_EXISTS"
+    with pytest.raises(InvalidArgumentException, match="memory"):
+        Sandbox.create_snapshot(py.sandbox_id, mode="filesystem")
+
+
+def test_snapshots_are_listed_in_pages_and_deleted(py: Sandbox) -> None:
+    named = Sandbox.create_snapshot(py.sandbox_id)
+    assert named.snapshot_id.startswith("snapshot-")
+    mine = {s.snapshot_id for s in py.list_snapshots()}
+    assert {"sync-snap", named.snapshot_id} <= mine
+    assert {s.snapshot_id for s in Sandbox.list_snapshots(sandbox_id=py.sandbox_id)} == mine
+    assert [s.snapshot_id for s in Sandbox.list_snapshots(name="sync-snap")] == ["sync-snap"]
+    pages = Sandbox.list_snapshots(sandbox_id=py.sandbox_id, limit=1)
+    first = pages.next_items()
+    assert len(first) == 1 and pages.has_next and pages.next_token
+    assert len(first + list(pages)) == len(mine) and not pages.has_next
+    with pytest.raises(TypeError, match="next_items"):
+        len(pages)
+    for name in ("sync-snap", named.snapshot_id):
+        assert Sandbox.delete_snapshot(name) is True
+        assert Sandbox.delete_snapshot(name) is False
+    assert list(py.list_snapshots()) == []
+    with pytest.raises(NotFoundException) as gone:
+        Sandbox.get_snapshot("sync-snap")
+    assert gone.value.reason == "NOT_FOUND"
+    with pytest.raises(NotFoundException, match="nor is there a snapshot"):
+        Sandbox.create("sync-snap")
+
+
+def test_another_keys_snapshot_does_not_exist_for_you(tls_server: Server) -> None:
+    base = {"host": tls_server.host, "ca_cert": tls_server.ca}
+    mine = {**base, "api_key": tls_server.key("sync-snap-owner")}
+    theirs = {**base, "api_key": tls_server.key("sync-snap-other")}
+    with Sandbox.create(no_image=True, **mine) as sandbox:
+        sandbox.files.write("/root/private", "mine")
+        assert sandbox.create_snapshot("sync-private").owner == "sync-snap-owner"
+        with pytest.raises(NotFoundException):
+            Sandbox.get_snapshot("sync-private", **theirs)
+        with pytest.raises(NotFoundException):
+            Sandbox.create(snapshot="sync-private", **theirs)
+        assert Sandbox.delete_snapshot("sync-private", **theirs) is False
+        assert list(Sandbox.list_snapshots(**theirs)) == []
+        with pytest.raises(SandboxNotFoundException):
+            Sandbox.create_snapshot(sandbox.sandbox_id, "theirs", **theirs)
+    assert Sandbox.delete_snapshot("sync-private", **mine) is True
+
+
+# -- templates ---------------------------------------------------------
+
+def test_a_template_built_from_a_context_starts_sandboxes(server: Server, tmp_path: Path) -> None:
+    (tmp_path / "hello.txt").write_text("from the sync suite's context")
+    (tmp_path / "Dockerfile").write_text(TEMPLATE_FILE)
+    (tmp_path / "left-out.bin").write_bytes(os.urandom(1024))
+    logs: List[LogEntry] = []
+    template = Template(file_context_path=tmp_path, file_ignore_patterns=["*.bin"]).from_dockerfile("Dockerfile")
+    info = Template.build(template, "sync-template", on_build_logs=logs.append)
+    assert (info.name, info.template_id, info.image, info.owner) == ("sync-template",) * 2 + ("default", "")
+    assert isinstance(logs[0], LogEntryStart) and isinstance(logs[-1], LogEntryEnd)
+    [step] = [entry for entry in logs if entry.kind == "step"]
+    assert step.message == "[1/1] COPY . /srv/" and not step.cached
+    assert any(entry.kind == "phase" for entry in logs)
+    assert Template.exists("sync-template") and "sync-template" in [t.name for t in Template.list()]
+    with Sandbox.create("sync-template") as sandbox:
+        assert sandbox.get_info().template_id == "sync-template"
+        assert sandbox.files.read("/tmp/started") == "from the sync suite's context"
+        assert sandbox.files.exists("/srv/Dockerfile") and not sandbox.files.exists("/srv/left-out.bin")
+    # The same file and context from E2B's builder: every step comes from
+    # the cache.
+    built = (
+        Template(file_context_path=tmp_path, file_ignore_patterns=["*.bin"])
+        .from_base_image()
+        .copy(".", "/srv/")
+        .set_start_cmd("sh -c 'cp /srv/hello.txt /tmp/started; exec sleep infinity'", wait_for_file("/tmp/started"))
+    )
+    assert built.to_dockerfile() == TEMPLATE_FILE
+    again: List[LogEntry] = []
+    Template.build(built, "sync-template", on_build_logs=again.append)
+    steps = [entry for entry in again if entry.kind == "step"]
+    assert steps and all(entry.cached for entry in steps), steps
+    assert Template.delete("sync-template") is True
+    assert Template.delete("sync-template") is False and not Template.exists("sync-template")
+
+
+def test_a_template_file_the_server_cannot_read_names_its_line(server: Server) -> None:
+    with pytest.raises(InvalidArgumentException, match="line 2") as bad:
+        Template.build(Template().from_dockerfile("FROM default\nCMD python3\n"), "sync-bad")
+    assert bad.value.field == "header.file"
+    with pytest.raises(InvalidArgumentException, match="tags"):
+        Template.build(Template().from_base_image(), "sync-bad", tags=["v1"])
 
 
 # -- network -----------------------------------------------------------

@@ -10,14 +10,16 @@ core both clients share, everything but the calls (requests, answers as
 models, output decoding, checks of arguments), one module per part of the
 API; :mod:`airlock.sandbox_sync` and :mod:`airlock.sandbox_async` are the
 two clients, module by module, holding only the calls (blocking, or
-awaited); errors are :mod:`airlock.exceptions`, the data types
-:mod:`airlock.models`.
+awaited), with :class:`Template` and :class:`AsyncTemplate` (templates
+built through the API); errors are :mod:`airlock.exceptions`, the data
+types :mod:`airlock.models`.
 """
 
 from .connection import ConnectionConfig
 from .exceptions import (
     AlreadyExistsException,
     AuthenticationException,
+    BuildException,
     CommandExitException,
     FileNotFoundException,
     InvalidArgumentException,
@@ -44,25 +46,47 @@ from .models.files import (
 from .models.ingress import ExposedPort
 from .models.network import ALL_TRAFFIC, AuditRecord, NetworkPolicy
 from .models.sandbox import SandboxInfo, SandboxMetrics, SandboxQuery, SandboxState, Secret
+from .models.snapshot import SnapshotInfo
+from .models.template import (
+    LogEntry,
+    LogEntryEnd,
+    LogEntryLevel,
+    LogEntryStart,
+    ReadyCmd,
+    TemplateInfo,
+    wait_for_file,
+    wait_for_port,
+    wait_for_process,
+    wait_for_timeout,
+    wait_for_url,
+)
+from .sandbox.templates import TemplateBase
 from .sandbox_async.command_handle import AsyncCommandHandle
 from .sandbox_async.files import AsyncChangeTracker, AsyncWatchHandle
 from .sandbox_async.main import AsyncSandbox, AsyncSandboxPaginator
+from .sandbox_async.snapshots import AsyncSnapshotPaginator
+from .sandbox_async.template import AsyncTemplate
 from .sandbox_sync.command_handle import CommandHandle
 from .sandbox_sync.files import ChangeTracker, WatchHandle
 from .sandbox_sync.main import Sandbox, SandboxPaginator
+from .sandbox_sync.snapshots import SnapshotPaginator
+from .sandbox_sync.template import Template
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ALL_TRAFFIC",
+    "AlreadyExistsException",
     "AsyncChangeTracker",
     "AsyncCommandHandle",
     "AsyncSandbox",
     "AsyncSandboxPaginator",
+    "AsyncSnapshotPaginator",
+    "AsyncTemplate",
     "AsyncWatchHandle",
-    "AlreadyExistsException",
     "AuditRecord",
     "AuthenticationException",
+    "BuildException",
     "ChangeKind",
     "ChangeList",
     "ChangeTracker",
@@ -81,6 +105,10 @@ __all__ = [
     "FilesystemEvent",
     "FilesystemEventType",
     "InvalidArgumentException",
+    "LogEntry",
+    "LogEntryEnd",
+    "LogEntryLevel",
+    "LogEntryStart",
     "Logs",
     "NetworkPolicy",
     "NotEnoughSpaceException",
@@ -89,6 +117,7 @@ __all__ = [
     "ProcessInfo",
     "PtySize",
     "RateLimitException",
+    "ReadyCmd",
     "Result",
     "Sandbox",
     "SandboxException",
@@ -99,8 +128,18 @@ __all__ = [
     "SandboxQuery",
     "SandboxState",
     "Secret",
+    "SnapshotInfo",
+    "SnapshotPaginator",
+    "Template",
+    "TemplateBase",
+    "TemplateInfo",
     "TimeoutException",
     "WatchHandle",
     "WriteEntry",
     "WriteInfo",
+    "wait_for_file",
+    "wait_for_port",
+    "wait_for_process",
+    "wait_for_timeout",
+    "wait_for_url",
 ]

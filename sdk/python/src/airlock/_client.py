@@ -31,6 +31,7 @@ from .api.v1 import (
     network_pb2_grpc,
     processes_pb2_grpc,
     sandboxes_pb2_grpc,
+    templates_pb2_grpc,
 )
 from .connection import ConnectionConfig
 from .exceptions import SandboxException
@@ -132,6 +133,7 @@ class Client:
         self.code = code_pb2_grpc.CodeStub(channel)
         self.network = network_pb2_grpc.NetworkStub(channel)
         self.ingress = ingress_pb2_grpc.IngressStub(channel)
+        self.templates = templates_pb2_grpc.TemplatesStub(channel)
 
     def timeout(self, request_timeout: Optional[float]) -> Optional[float]:
         return self.config.timeout(request_timeout)
@@ -174,6 +176,7 @@ class AsyncClient:
         self.code = code_pb2_grpc.CodeStub(channel)
         self.network = network_pb2_grpc.NetworkStub(channel)
         self.ingress = ingress_pb2_grpc.IngressStub(channel)
+        self.templates = templates_pb2_grpc.TemplatesStub(channel)
 
     @classmethod
     async def connect(cls, config: ConnectionConfig) -> "AsyncClient":

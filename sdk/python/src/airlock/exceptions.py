@@ -17,9 +17,10 @@ them for programs.
 | NOT_FOUND | GUEST_NOT_FOUND | FileNotFoundException (a NotFoundException): no such guest file or program |
 | NOT_FOUND | NOT_FOUND | NotFoundException (an image, template, process, context, tracker) |
 | FAILED_PRECONDITION | NO_NETWORK, UNSUPPORTED (e.g. a server without ingress), PORT_CLOSED, GUEST_REFUSED | SandboxException (the server's message says what to do) |
+| FAILED_PRECONDITION | GUEST_REFUSED, from ``Template.build`` (a step failed) | BuildException |
 | RESOURCE_EXHAUSTED | RATE_LIMITED, SANDBOX_LIMIT, QUOTA_EXCEEDED | RateLimitException |
 | DEADLINE_EXCEEDED | TIMEOUT (or the client's own deadline) | TimeoutException |
-| ALREADY_EXISTS | ALREADY_EXISTS | AlreadyExistsException |
+| ALREADY_EXISTS | ALREADY_EXISTS | AlreadyExistsException (a snapshot's name taken, a code context's id) |
 | anything else | | SandboxException |
 """
 
@@ -93,7 +94,14 @@ class RateLimitException(SandboxException):
 
 
 class AlreadyExistsException(SandboxException):
-    """A code context (or key) by that name exists already."""
+    """A snapshot of yours by that name, or a code context by that id,
+    exists already."""
+
+
+class BuildException(SandboxException):
+    """A template build failed: a step exited non-zero, or its ``START``
+    program did not become ready (reason ``GUEST_REFUSED``; the message
+    names the step and its exit status). E2B's name."""
 
 
 class NotEnoughSpaceException(SandboxException):

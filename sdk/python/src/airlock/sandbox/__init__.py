@@ -10,7 +10,9 @@ decision a handle takes on each event), :mod:`.pty` (terminals),
 :mod:`.files` (files, watches, change trackers), :mod:`.tar` (directory
 trees as tar streams), :mod:`.code` (cells and contexts),
 :mod:`.network` (egress rules and the audit), :mod:`.ingress` (guest ports
-reached from outside), :mod:`.clock` (the API's times), :mod:`.limits`
+reached from outside), :mod:`.snapshots` (named snapshots, and a create
+naming one as its template), :mod:`.templates` (E2B's template builder,
+the build's context and events), :mod:`.clock` (the API's times), :mod:`.limits`
 (message and chunk sizes) and :mod:`.dual` (calls that work on an instance
 and on the class).
 

@@ -67,7 +67,7 @@ def check_opts(call: str, opts: Mapping[str, Any]) -> None:
 CREATE_ARGS = (
     "template", "timeout", "metadata", "envs", "image", "no_image", "memory_mb", "vcpus",
     "allow_net", "secrets", "cold", "workspace", "ca_certs", "allow_internet_access",
-    "public_ports", "network",
+    "public_ports", "network", "snapshot",
 )
 
 
@@ -213,6 +213,7 @@ def create_request(
     allow_internet_access: Optional[bool] = None,
     public_ports: Optional[Sequence[int]] = None,
     network: Optional[Mapping[str, Any]] = None,
+    snapshot: Optional[str] = None,
 ) -> sandboxes_pb2.CreateSandboxRequest:
     if network is not None:
         allow_net = list(allow_net or []) + network_rules(network)
@@ -223,7 +224,7 @@ def create_request(
             field="allow_net",
         )
     request = sandboxes_pb2.CreateSandboxRequest(
-        image=image or default_image(template, no_image),
+        image=image or default_image(template or snapshot, no_image),
         no_image=no_image,
         template=template or "",
         memory_mib=memory_mb or 0,
@@ -235,6 +236,7 @@ def create_request(
         workspace=workspace or "",
         ca_certs=list(ca_certs or []),
         public_ports=[guest_port(p, "public_ports") for p in public_ports or []],
+        snapshot=snapshot or "",
     )
     request.timeout_secs = DEFAULT_TIMEOUT if timeout is None else int(timeout)
     for secret in secrets or []:
@@ -245,7 +247,7 @@ def create_request(
 
 
 #: The image ``create`` uses when the code names none (no ``image``,
-#: ``template`` or ``no_image``): E2B code that expects E2B's tools (pip,
+#: ``template``, ``snapshot`` or ``no_image``): E2B code that expects E2B's tools (pip,
 #: numpy, a ``user`` account) runs unchanged on an image that has them.
 IMAGE_ENV = "AIRLOCK_IMAGE"
 

@@ -8,20 +8,29 @@ from __future__ import annotations
 import os
 import tarfile
 import threading
-from typing import IO, Iterator, List, Optional, cast
+from typing import IO, Callable, Iterator, List, Optional, cast
 
 from ..exceptions import InvalidArgumentException, SandboxException
 
 
 class Packer:
     """Packs `directory` (paths relative to it, symlinks kept) in a thread;
-    iterate it for the tar's chunks."""
+    iterate it for the tar's chunks. `filter` (``tarfile``'s) may change or
+    leave out entries; `field` names the argument that gave the directory."""
 
-    def __init__(self, directory: str, chunk: int) -> None:
+    def __init__(
+        self,
+        directory: str,
+        chunk: int,
+        *,
+        field: str = "local_path",
+        filter: Optional[Callable[[tarfile.TarInfo], Optional[tarfile.TarInfo]]] = None,
+    ) -> None:
         if not os.path.isdir(directory):
-            raise InvalidArgumentException(f"{directory} is not a directory", field="local_path")
+            raise InvalidArgumentException(f"{field}: {directory} is not a directory", field=field)
         self._directory = directory
         self._chunk = chunk
+        self._filter = filter
         read, write = os.pipe()
         self._reader = os.fdopen(read, "rb")
         self._writer = os.fdopen(write, "wb")
@@ -32,7 +41,7 @@ class Packer:
     def _pack(self) -> None:
         try:
             with tarfile.open(fileobj=self._writer, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                tar.add(self._directory, arcname=".", recursive=True)
+                tar.add(self._directory, arcname=".", recursive=True, filter=self._filter)
         except BaseException as error:  # noqa: BLE001 - reported by the reader
             self.failure = error
         finally:

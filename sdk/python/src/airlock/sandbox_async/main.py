@@ -7,10 +7,11 @@ on the way out), ``Sandbox.connect(id)`` reaches one that runs (resuming a
 paused one), ``Sandbox.list()`` lists yours. The instance has
 ``commands``, ``files``, ``pty``, ``network``, ``run_code`` and the code
 contexts, and the lifecycle: ``kill``, ``set_timeout``, ``get_info``,
-``get_metrics``, ``is_running``, ``pause``, ``resume``, ``fork``, and
-the ingress: ``get_host``, ``expose``, ``rotate_traffic_token``. The
-lifecycle calls also work on the class with a sandbox id first
-(``Sandbox.kill(sandbox_id)``), as E2B's do.
+``get_metrics``, ``is_running``, ``pause``, ``resume``, ``fork``, the
+ingress: ``get_host``, ``expose``, ``rotate_traffic_token``, and the
+snapshots: ``create_snapshot``, ``list_snapshots``, ``get_snapshot``,
+``delete_snapshot``. The lifecycle and snapshot calls also work on the
+class with a sandbox id first (``Sandbox.kill(sandbox_id)``), as E2B's do.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..api.v1 import sandboxes_pb2
 from ..connection import ConnectionConfig
 from ..exceptions import NotFoundException, SandboxException
 from ..models.ingress import ExposedPort
+from ..models.snapshot import SnapshotInfo
 from ..models.sandbox import (
     SandboxInfo,
     SandboxMetrics,
@@ -35,7 +37,8 @@ from ..sandbox import lifecycle as core
 from ..sandbox.dual import either
 from ..sandbox.ingress import KNOWN_PORT, guest_port, host_of_port
 from ..sandbox.lifecycle import ConnectionOpts, Pages, split_create
-from . import ingress
+from . import ingress, snapshots
+from .snapshots import AsyncSnapshotPaginator
 from .code import AsyncCodeRunner
 from .commands import AsyncCommands
 from .files import AsyncFilesystem
@@ -85,7 +88,7 @@ async def _resume(client: AsyncClient, sandbox_id: str, request_timeout: Optiona
 
 
 async def _create(client: AsyncClient, request: sandboxes_pb2.CreateSandboxRequest) -> SandboxInfo:
-    return core.sandbox_info(await client.call(client.sandboxes.Create, request))
+    return core.sandbox_info(await snapshots.create(client, request))
 
 
 class AsyncSandboxPaginator(Pages):
@@ -195,12 +198,17 @@ class AsyncSandbox:
         allow_internet_access: Optional[bool] = None,
         public_ports: Optional[Sequence[int]] = None,
         network: Optional[Mapping[str, Any]] = None,
+        snapshot: Optional[str] = None,
         **opts: Unpack[ConnectionOpts],
     ) -> Self:
         """Starts a sandbox and returns once it runs.
 
         ``template``: a template by name (default: the image's own, made on
-        first use); ``image``: a root image from the server's store (default
+        first use), or a snapshot of yours by name when there is no template
+        of that name (E2B's ``Sandbox.create(snapshot_id)``); ``snapshot``:
+        a snapshot of yours by name, explicitly (the sandbox starts as a
+        clone of it, with its memory, programs and files, at its size);
+        ``image``: a root image from the server's store (default
         ``default``, Debian with Python), or ``no_image=True`` for busybox
         alone (fast, tiny); ``timeout``: seconds until it is killed (default
         300, as E2B's); ``metadata``: labels to list by; ``envs``:
@@ -230,6 +238,7 @@ class AsyncSandbox:
             allow_internet_access=allow_internet_access,
             public_ports=public_ports,
             network=network,
+            snapshot=snapshot,
         )
         client = await _client(opts)
         return await cls(_connected=(client, await _create(client, request)))._prepared()
@@ -404,6 +413,58 @@ class AsyncSandbox:
         return [
             await type(self)(_connected=(self._client, info))._prepared(request_timeout) for info in core.forked(forked)
         ]
+
+    # -- snapshots -----------------------------------------------------------
+
+    async def _create_snapshot(
+        self, name: Optional[str] = None, *, mode: Optional[str] = None, request_timeout: Optional[float] = None
+    ) -> SnapshotInfo:
+        """Saves the sandbox as a snapshot of yours; see
+        :meth:`airlock.Sandbox.create_snapshot`."""
+        return await snapshots.take(self._client, self._sandbox_id, name, mode, request_timeout)
+
+    @staticmethod
+    async def _cls_create_snapshot(
+        sandbox_id: str, name: Optional[str] = None, *, mode: Optional[str] = None, **opts: Unpack[ConnectionOpts]
+    ) -> SnapshotInfo:
+        return await snapshots.take(await _client(opts), sandbox_id, name, mode)
+
+    create_snapshot = either(_create_snapshot, _cls_create_snapshot)
+
+    def _list_snapshots(
+        self, limit: Optional[int] = None, next_token: Optional[str] = None, name: Optional[str] = None
+    ) -> AsyncSnapshotPaginator:
+        """The snapshots of yours taken of this sandbox, as E2B's paginator
+        (``has_next``, ``await next_items()``; ``async for`` for all). Not
+        awaited, as E2B's."""
+        return AsyncSnapshotPaginator(self._client, self._sandbox_id, name, limit, next_token)
+
+    @staticmethod
+    def _cls_list_snapshots(
+        sandbox_id: Optional[str] = None,
+        limit: Optional[int] = None,
+        next_token: Optional[str] = None,
+        name: Optional[str] = None,
+        **opts: Unpack[ConnectionOpts],
+    ) -> AsyncSnapshotPaginator:
+        """Your snapshots (of ``sandbox_id`` only, if given), as E2B's
+        paginator; ``name`` keeps the one of that name."""
+        core.check_opts("AsyncSandbox.list_snapshots", opts)
+        return AsyncSnapshotPaginator(opts, sandbox_id, name, limit, next_token)
+
+    list_snapshots = either(_list_snapshots, _cls_list_snapshots)
+
+    @staticmethod
+    async def get_snapshot(snapshot_id: str, **opts: Unpack[ConnectionOpts]) -> SnapshotInfo:
+        """Airlock: a snapshot of yours by name;
+        :class:`~airlock.NotFoundException` when you have none by that name."""
+        return await snapshots.get(await _client(opts), snapshot_id)
+
+    @staticmethod
+    async def delete_snapshot(snapshot_id: str, **opts: Unpack[ConnectionOpts]) -> bool:
+        """Deletes a snapshot of yours; ``False`` when you have none by that
+        name."""
+        return await snapshots.delete(await _client(opts), snapshot_id)
 
     async def __aenter__(self) -> Self:
         return self

@@ -6,10 +6,11 @@ on the way out), ``Sandbox.connect(id)`` reaches one that runs (resuming a
 paused one), ``Sandbox.list()`` lists yours. The instance has
 ``commands``, ``files``, ``pty``, ``network``, ``run_code`` and the code
 contexts, and the lifecycle: ``kill``, ``set_timeout``, ``get_info``,
-``get_metrics``, ``is_running``, ``pause``, ``resume``, ``fork``, and
-the ingress: ``get_host``, ``expose``, ``rotate_traffic_token``. The
-lifecycle calls also work on the class with a sandbox id first
-(``Sandbox.kill(sandbox_id)``), as E2B's do.
+``get_metrics``, ``is_running``, ``pause``, ``resume``, ``fork``, the
+ingress: ``get_host``, ``expose``, ``rotate_traffic_token``, and the
+snapshots: ``create_snapshot``, ``list_snapshots``, ``get_snapshot``,
+``delete_snapshot``. The lifecycle and snapshot calls also work on the
+class with a sandbox id first (``Sandbox.kill(sandbox_id)``), as E2B's do.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..api.v1 import sandboxes_pb2
 from ..connection import ConnectionConfig
 from ..exceptions import NotFoundException
 from ..models.ingress import ExposedPort
+from ..models.snapshot import SnapshotInfo
 from ..models.sandbox import (
     SandboxInfo,
     SandboxMetrics,
@@ -33,7 +35,8 @@ from ..models.sandbox import (
 from ..sandbox import lifecycle as core
 from ..sandbox.dual import either
 from ..sandbox.lifecycle import ConnectionOpts, Pages, split_create
-from . import ingress
+from . import ingress, snapshots
+from .snapshots import SnapshotPaginator
 from .code import CodeRunner
 from .commands import Commands
 from .files import Filesystem
@@ -83,7 +86,7 @@ def _resume(client: Client, sandbox_id: str, request_timeout: Optional[float] = 
 
 
 def _create(client: Client, request: sandboxes_pb2.CreateSandboxRequest) -> SandboxInfo:
-    return core.sandbox_info(client.call(client.sandboxes.Create, request))
+    return core.sandbox_info(snapshots.create(client, request))
 
 
 class SandboxPaginator(Pages):
@@ -196,12 +199,17 @@ class Sandbox:
         allow_internet_access: Optional[bool] = None,
         public_ports: Optional[Sequence[int]] = None,
         network: Optional[Mapping[str, Any]] = None,
+        snapshot: Optional[str] = None,
         **opts: Unpack[ConnectionOpts],
     ) -> Self:
         """Starts a sandbox and returns once it runs.
 
         ``template``: a template by name (default: the image's own, made on
-        first use); ``image``: a root image from the server's store (default
+        first use), or a snapshot of yours by name when there is no template
+        of that name (E2B's ``Sandbox.create(snapshot_id)``); ``snapshot``:
+        a snapshot of yours by name, explicitly (the sandbox starts as a
+        clone of it, with its memory, programs and files, at its size);
+        ``image``: a root image from the server's store (default
         ``default``, Debian with Python), or ``no_image=True`` for busybox
         alone (fast, tiny); ``timeout``: seconds until it is killed (default
         300, as E2B's); ``metadata``: labels to list by; ``envs``:
@@ -231,6 +239,7 @@ class Sandbox:
             allow_internet_access=allow_internet_access,
             public_ports=public_ports,
             network=network,
+            snapshot=snapshot,
         )
         client = _client(opts)
         return cls(_connected=(client, _create(client, request)))
@@ -394,6 +403,64 @@ class Sandbox:
         request = sandboxes_pb2.ForkSandboxRequest(sandbox_id=self._sandbox_id, count=count)
         forked = self._client.call(self._client.sandboxes.Fork, request, request_timeout)
         return [type(self)(_connected=(self._client, info)) for info in core.forked(forked)]
+
+    # -- snapshots -----------------------------------------------------------
+
+    def _create_snapshot(
+        self, name: Optional[str] = None, *, mode: Optional[str] = None, request_timeout: Optional[float] = None
+    ) -> SnapshotInfo:
+        """Saves the sandbox (running, paused or on disk) as a snapshot of
+        yours named ``name`` (default: ``snapshot-`` and 16 hex digits): its
+        memory, running programs and files. A running sandbox is stopped
+        only while its memory is copied (``paused_ms``), then runs on.
+        ``Sandbox.create(info.snapshot_id)`` starts clones of it. A name you
+        have taken raises :class:`~airlock.AlreadyExistsException`; the key's
+        quota, :class:`~airlock.RateLimitException`. ``mode="filesystem"``
+        (E2B's files-only snapshot) is refused: Airlock's keep memory."""
+        return snapshots.take(self._client, self._sandbox_id, name, mode, request_timeout)
+
+    @staticmethod
+    def _cls_create_snapshot(
+        sandbox_id: str, name: Optional[str] = None, *, mode: Optional[str] = None, **opts: Unpack[ConnectionOpts]
+    ) -> SnapshotInfo:
+        return snapshots.take(_client(opts), sandbox_id, name, mode)
+
+    create_snapshot = either(_create_snapshot, _cls_create_snapshot)
+
+    def _list_snapshots(
+        self, limit: Optional[int] = None, next_token: Optional[str] = None, name: Optional[str] = None
+    ) -> SnapshotPaginator:
+        """The snapshots of yours taken of this sandbox, as E2B's paginator
+        (``has_next``, ``next_items()``; iterate it for all)."""
+        return SnapshotPaginator(self._client, self._sandbox_id, name, limit, next_token)
+
+    @staticmethod
+    def _cls_list_snapshots(
+        sandbox_id: Optional[str] = None,
+        limit: Optional[int] = None,
+        next_token: Optional[str] = None,
+        name: Optional[str] = None,
+        **opts: Unpack[ConnectionOpts],
+    ) -> SnapshotPaginator:
+        """Your snapshots (of ``sandbox_id`` only, if given), as E2B's
+        paginator; ``name`` keeps the one of that name."""
+        return SnapshotPaginator(_client(opts), sandbox_id, name, limit, next_token)
+
+    list_snapshots = either(_list_snapshots, _cls_list_snapshots)
+
+    @staticmethod
+    def get_snapshot(snapshot_id: str, **opts: Unpack[ConnectionOpts]) -> SnapshotInfo:
+        """Airlock: a snapshot of yours by name;
+        :class:`~airlock.NotFoundException` when you have none by that name
+        (another key's does not exist for you)."""
+        return snapshots.get(_client(opts), snapshot_id)
+
+    @staticmethod
+    def delete_snapshot(snapshot_id: str, **opts: Unpack[ConnectionOpts]) -> bool:
+        """Deletes a snapshot of yours: its name at once, its files once no
+        sandbox started from it needs them (they run on). ``False`` when you
+        have none by that name."""
+        return snapshots.delete(_client(opts), snapshot_id)
 
     def __enter__(self) -> Self:
         return self

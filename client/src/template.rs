@@ -63,6 +63,28 @@ where
     first.chain(rest)
 }
 
+impl Client {
+    /// Builds a template: sends `header` and `context` (tar bytes; `None`
+    /// stops the upload without `end`, for a context that could not be
+    /// read) and returns the build's events once the server accepted the
+    /// header and the context. The last event is `done`; a failed build's
+    /// stream ends with its status.
+    pub async fn build_template<S>(
+        &self,
+        header: BuildTemplateHeader,
+        context: S,
+    ) -> Result<Streaming<BuildTemplateEvent>, ClientError>
+    where
+        S: Stream<Item = Option<Bytes>> + Send + 'static,
+    {
+        Ok(self
+            .templates()
+            .build(build_requests(header, context))
+            .await?
+            .into_inner())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,27 +121,5 @@ mod tests {
             .collect()
             .await;
         assert_eq!(parts(sent), ["header", "context"]);
-    }
-}
-
-impl Client {
-    /// Builds a template: sends `header` and `context` (tar bytes; `None`
-    /// stops the upload without `end`, for a context that could not be
-    /// read) and returns the build's events once the server accepted the
-    /// header and the context. The last event is `done`; a failed build's
-    /// stream ends with its status.
-    pub async fn build_template<S>(
-        &self,
-        header: BuildTemplateHeader,
-        context: S,
-    ) -> Result<Streaming<BuildTemplateEvent>, ClientError>
-    where
-        S: Stream<Item = Option<Bytes>> + Send + 'static,
-    {
-        Ok(self
-            .templates()
-            .build(build_requests(header, context))
-            .await?
-            .into_inner())
     }
 }

@@ -216,7 +216,7 @@ impl templates_server::Templates for Services {
                 Ended::Built(template) => {
                     let found = Found {
                         owner: principal.key().map(Arc::from),
-                        template,
+                        template: *template,
                     };
                     tracing::info!(%principal, name = build.name, "template built");
                     let _ = tx

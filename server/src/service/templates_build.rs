@@ -233,7 +233,7 @@ fn count(n: usize) -> u32 {
 /// How a build ended.
 #[derive(Debug)]
 pub enum Ended {
-    Built(airlock::template::NamedTemplate),
+    Built(Box<airlock::template::NamedTemplate>),
     Failed(Status),
     /// The client went away; the build was stopped.
     Abandoned,
@@ -292,7 +292,7 @@ pub async fn run(
         }
     }
     match result {
-        Ok(Ok(template)) => Ended::Built(template),
+        Ok(Ok(template)) => Ended::Built(Box::new(template)),
         Ok(Err(error)) => Ended::Failed(build_status(&error, &options.context_dir)),
         Err(_) => Ended::Failed(reason::status(
             ErrorReason::Timeout,

@@ -86,6 +86,9 @@ pub struct ServerConfig {
     pub pool: usize,
     /// What each pool member runs before it is frozen.
     pub pool_warm_up: airlock::WarmUp,
+    /// Keep the pool of this snapshot of the owner's instead of the default
+    /// configuration (the owner's creates that name it take a member).
+    pub pool_snapshot: Option<String>,
     pub on_exit: OnExit,
     /// Calls a key may have in flight at once unless its quota says.
     pub max_calls_per_key: u32,
@@ -113,6 +116,7 @@ impl fmt::Debug for ServerConfig {
             .field("templates_dir", &self.templates_dir)
             .field("pool", &self.pool)
             .field("pool_warm_up", &self.pool_warm_up)
+            .field("pool_snapshot", &self.pool_snapshot)
             .field("on_exit", &self.on_exit)
             .field("max_calls_per_key", &self.max_calls_per_key)
             .field("default_timeout", &self.default_timeout)
@@ -136,6 +140,7 @@ impl Default for ServerConfig {
             builder: Arc::new(Sandbox::builder),
             pool: 0,
             pool_warm_up: airlock::WarmUp::standard(),
+            pool_snapshot: None,
             on_exit: OnExit::default(),
             max_calls_per_key: airlock_api::limits::DEFAULT_MAX_CALLS_PER_KEY,
             default_timeout: airlock::DEFAULT_MAX_LIFETIME,

@@ -141,12 +141,13 @@ pub async fn serve(
                 data_dir: &config.data_dir,
                 default_timeout: config.default_timeout,
             };
-            let default = create::check(
-                api::CreateSandboxRequest::default(),
-                &Principal::Owner,
-                &context,
-            )
-            .map_err(|status| ServerError::Pool(status.message().to_owned()))?;
+            // The default configuration, or the owner's snapshot.
+            let request = api::CreateSandboxRequest {
+                snapshot: config.pool_snapshot.clone().unwrap_or_default(),
+                ..api::CreateSandboxRequest::default()
+            };
+            let default = create::check(request, &Principal::Owner, &context)
+                .map_err(|status| ServerError::Pool(status.message().to_owned()))?;
             let builder = default.machine.builder((config.builder)(), None);
             let pool = airlock::PoolConfig::new(builder, size).warm_up(config.pool_warm_up.clone());
             sandboxes

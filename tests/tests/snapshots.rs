@@ -196,3 +196,35 @@ async fn paused_and_disk_paused_sandboxes_are_snapshotted_and_forked_as_they_are
         assert_eq!(stdout_of(&clone, "cat /root/state").await, "paused-once\n");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_is_kept_of_a_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::new(dir.path().join("snapshots"));
+    let source = builder(dir.path()).start().await.expect("starts");
+    stdout_of(&source, "echo pooled-snapshot > /root/note").await;
+    let taken = source.snapshot(&store).await.expect("snapshot");
+    drop(source);
+    let manager =
+        airlock::Sandboxes::with_pool(4, builder(dir.path()).snapshot(&taken.snapshot), 1)
+            .expect("a pool of the snapshot");
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    while manager.pool_status().ready.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pool never filled"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let sandbox = manager.start_pooled().await.expect("start from the pool");
+    assert_eq!(
+        sandbox.origin(),
+        &Origin::Snapshot {
+            id: taken.snapshot.id().to_owned()
+        }
+    );
+    assert_eq!(
+        stdout_of(&sandbox, "cat /root/note").await,
+        "pooled-snapshot\n"
+    );
+}

@@ -114,6 +114,12 @@ pub struct ServeArgs {
     #[arg(long = "pool-warm", value_name = "CMD", requires = "pool")]
     pub pool_warm: Vec<String>,
 
+    /// Keep the pool of the owner's snapshot NAME (`airlock sandbox
+    /// snapshot ID --name NAME`) instead of the default configuration: the
+    /// owner's creates that name this snapshot take a member.
+    #[arg(long = "pool-snapshot", value_name = "NAME", requires = "pool")]
+    pub pool_snapshot: Option<String>,
+
     /// What a clean stop (SIGTERM, SIGINT) does with the sandboxes: leave
     /// them running for the next server to adopt, pause-to-disk (the next
     /// server restores them on their next call), or kill.
@@ -260,6 +266,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         max_sandboxes: usize::from(args.max),
         pool: usize::from(args.pool),
         pool_warm_up: pool_warm_up(args.pool_warm),
+        pool_snapshot: args.pool_snapshot,
         on_exit: args.on_exit,
         cors_origins: args.cors_origins,
         owner_host_access: match args.host_access {

@@ -655,7 +655,10 @@ def test_another_keys_snapshot_does_not_exist_for_you(aio: Loop, tls_server: Ser
 # -- templates ---------------------------------------------------------
 
 
-def test_a_template_built_from_a_context_starts_sandboxes(aio: Loop, tmp_path: Path) -> None:
+def test_a_template_built_from_a_context_starts_sandboxes(aio: Loop, tls_server: Server, tmp_path: Path) -> None:
+    # A key's templates and its build cache are its own, in the server's
+    # private data directory.
+    conn = {"host": tls_server.host, "api_key": tls_server.key("async-templates"), "ca_cert": tls_server.ca}
     (tmp_path / "hello.txt").write_text("from the async suite's context")
     (tmp_path / "Dockerfile").write_text(TEMPLATE_FILE)
     (tmp_path / "left-out.bin").write_bytes(os.urandom(1024))
@@ -666,15 +669,15 @@ def test_a_template_built_from_a_context_starts_sandboxes(aio: Loop, tmp_path: P
 
     async def body() -> None:
         template = AsyncTemplate(file_context_path=tmp_path, file_ignore_patterns=["*.bin"]).from_dockerfile("Dockerfile")
-        info = await AsyncTemplate.build(template, "async-template", on_build_logs=collect)
-        assert (info.name, info.template_id, info.image, info.owner) == ("async-template",) * 2 + ("default", "")
+        info = await AsyncTemplate.build(template, "async-template", on_build_logs=collect, **conn)
+        assert (info.name, info.template_id, info.image, info.owner) == ("async-template",) * 2 + ("default", "async-templates")
         assert isinstance(logs[0], LogEntryStart) and isinstance(logs[-1], LogEntryEnd)
         [step] = [entry for entry in logs if entry.kind == "step"]
         assert step.message == "[1/1] COPY . /srv/" and not step.cached
         assert any(entry.kind == "phase" for entry in logs)
-        assert await AsyncTemplate.exists("async-template")
-        assert "async-template" in [t.name for t in await AsyncTemplate.list()]
-        async with await AsyncSandbox.create("async-template") as sandbox:
+        assert await AsyncTemplate.exists("async-template", **conn)
+        assert "async-template" in [t.name for t in await AsyncTemplate.list(**conn)]
+        async with await AsyncSandbox.create("async-template", **conn) as sandbox:
             assert (await sandbox.get_info()).template_id == "async-template"
             assert await sandbox.files.read("/tmp/started") == "from the async suite's context"
             assert await sandbox.files.exists("/srv/Dockerfile")
@@ -689,12 +692,12 @@ def test_a_template_built_from_a_context_starts_sandboxes(aio: Loop, tmp_path: P
         )
         assert built.to_dockerfile() == TEMPLATE_FILE
         again: List[LogEntry] = []
-        await AsyncTemplate.build(built, "async-template", on_build_logs=again.append)
+        await AsyncTemplate.build(built, "async-template", on_build_logs=again.append, **conn)
         steps = [entry for entry in again if entry.kind == "step"]
         assert steps and all(entry.cached for entry in steps), steps
-        assert await AsyncTemplate.delete("async-template") is True
-        assert await AsyncTemplate.delete("async-template") is False
-        assert not await AsyncTemplate.exists("async-template")
+        assert await AsyncTemplate.delete("async-template", **conn) is True
+        assert await AsyncTemplate.delete("async-template", **conn) is False
+        assert not await AsyncTemplate.exists("async-template", **conn)
 
     aio.run(body())
 

@@ -457,19 +457,28 @@ def test_from_dockerfile_reads_a_path_or_takes_the_text(tmp_path: Path) -> None:
 
 
 def test_the_context_is_sent_less_what_is_ignored(tmp_path: Path) -> None:
-    for name in ("app.py", "sub/a.txt", "node_modules/x/y.js", "logs/x.log", "keep.log", "deep/a/b/c.tmp"):
+    for name in ("app.py", "sub/a.txt", "node_modules/x/y.js", "node_modules/x/keep.js", "build/out.o",
+                 "logs/x.log", "keep.log", "drop.log", "deep/a/b/c.tmp"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(name)
-    (tmp_path / ".dockerignore").write_text("# comment\nnode_modules\n*.log\n!keep.log\n")
+    (tmp_path / "link").symlink_to("keep.log")
+    (tmp_path / ".dockerignore").write_text("# comment\nnode_modules\nbuild\n*.log\n!keep.log\n!node_modules/x/keep.js\n")
     template = Template(file_context_path=tmp_path, file_ignore_patterns=["**/*.tmp"]).from_base_image()
     assert template._packer(template.to_dockerfile()) is None  # nothing copied, nothing sent
     template.copy(".", "/srv/")
     packer = template._packer(template.to_dockerfile())
     assert packer is not None
     with tarfile.open(fileobj=io.BytesIO(b"".join(packer))) as tar:
-        names = sorted(m.name for m in tar.getmembers() if m.isfile())
-    # As Docker's: a pattern without ** matches from the context's top only.
-    assert names == ["./.dockerignore", "./app.py", "./keep.log", "./logs/x.log", "./sub/a.txt"]
+        members = {m.name: m for m in tar.getmembers()}
+    # As Docker's: a pattern without ** matches from the context's top only;
+    # an ignored directory is walked for what an exception brings back, and
+    # left out when nothing is (build/, deep/a/b/).
+    assert sorted(members) == [
+        ".dockerignore", "app.py", "deep", "deep/a", "deep/a/b", "keep.log", "link", "logs", "logs/x.log",
+        "node_modules", "node_modules/x", "node_modules/x/keep.js", "sub", "sub/a.txt",
+    ]
+    assert members["link"].issym() and members["link"].linkname == "keep.log"
+    assert all(m.uid == 0 and m.uname == "" for m in members.values())
     patterns = templates._ignore_patterns(str(tmp_path), [])
     assert templates.ignored("node_modules/x/y.js", patterns) and not templates.ignored("keep.log", patterns)
 

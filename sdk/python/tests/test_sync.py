@@ -542,20 +542,23 @@ def test_another_keys_snapshot_does_not_exist_for_you(tls_server: Server) -> Non
 
 # -- templates ---------------------------------------------------------
 
-def test_a_template_built_from_a_context_starts_sandboxes(server: Server, tmp_path: Path) -> None:
+def test_a_template_built_from_a_context_starts_sandboxes(tls_server: Server, tmp_path: Path) -> None:
+    # A key's templates and its build cache are its own, in the server's
+    # private data directory.
+    conn = {"host": tls_server.host, "api_key": tls_server.key("sync-templates"), "ca_cert": tls_server.ca}
     (tmp_path / "hello.txt").write_text("from the sync suite's context")
     (tmp_path / "Dockerfile").write_text(TEMPLATE_FILE)
     (tmp_path / "left-out.bin").write_bytes(os.urandom(1024))
     logs: List[LogEntry] = []
     template = Template(file_context_path=tmp_path, file_ignore_patterns=["*.bin"]).from_dockerfile("Dockerfile")
-    info = Template.build(template, "sync-template", on_build_logs=logs.append)
-    assert (info.name, info.template_id, info.image, info.owner) == ("sync-template",) * 2 + ("default", "")
+    info = Template.build(template, "sync-template", on_build_logs=logs.append, **conn)
+    assert (info.name, info.template_id, info.image, info.owner) == ("sync-template",) * 2 + ("default", "sync-templates")
     assert isinstance(logs[0], LogEntryStart) and isinstance(logs[-1], LogEntryEnd)
     [step] = [entry for entry in logs if entry.kind == "step"]
     assert step.message == "[1/1] COPY . /srv/" and not step.cached
     assert any(entry.kind == "phase" for entry in logs)
-    assert Template.exists("sync-template") and "sync-template" in [t.name for t in Template.list()]
-    with Sandbox.create("sync-template") as sandbox:
+    assert Template.exists("sync-template", **conn) and "sync-template" in [t.name for t in Template.list(**conn)]
+    with Sandbox.create("sync-template", **conn) as sandbox:
         assert sandbox.get_info().template_id == "sync-template"
         assert sandbox.files.read("/tmp/started") == "from the sync suite's context"
         assert sandbox.files.exists("/srv/Dockerfile") and not sandbox.files.exists("/srv/left-out.bin")
@@ -569,11 +572,11 @@ def test_a_template_built_from_a_context_starts_sandboxes(server: Server, tmp_pa
     )
     assert built.to_dockerfile() == TEMPLATE_FILE
     again: List[LogEntry] = []
-    Template.build(built, "sync-template", on_build_logs=again.append)
+    Template.build(built, "sync-template", on_build_logs=again.append, **conn)
     steps = [entry for entry in again if entry.kind == "step"]
     assert steps and all(entry.cached for entry in steps), steps
-    assert Template.delete("sync-template") is True
-    assert Template.delete("sync-template") is False and not Template.exists("sync-template")
+    assert Template.delete("sync-template", **conn) is True
+    assert Template.delete("sync-template", **conn) is False and not Template.exists("sync-template", **conn)
 
 
 def test_a_template_file_the_server_cannot_read_names_its_line(server: Server) -> None:

@@ -15,8 +15,9 @@ from ..exceptions import InvalidArgumentException, SandboxException
 
 class Packer:
     """Packs `directory` (paths relative to it, symlinks kept) in a thread;
-    iterate it for the tar's chunks. `filter` (``tarfile``'s) may change or
-    leave out entries; `field` names the argument that gave the directory."""
+    iterate it for the tar's chunks. With `entries` (paths relative to it,
+    parents first) only those are packed, owned by root; `field` names the
+    argument that gave the directory."""
 
     def __init__(
         self,
@@ -24,13 +25,13 @@ class Packer:
         chunk: int,
         *,
         field: str = "local_path",
-        filter: Optional[Callable[[tarfile.TarInfo], Optional[tarfile.TarInfo]]] = None,
+        entries: Optional[Callable[[], List[str]]] = None,
     ) -> None:
         if not os.path.isdir(directory):
             raise InvalidArgumentException(f"{field}: {directory} is not a directory", field=field)
         self._directory = directory
         self._chunk = chunk
-        self._filter = filter
+        self._entries = entries
         read, write = os.pipe()
         self._reader = os.fdopen(read, "rb")
         self._writer = os.fdopen(write, "wb")
@@ -41,7 +42,12 @@ class Packer:
     def _pack(self) -> None:
         try:
             with tarfile.open(fileobj=self._writer, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                tar.add(self._directory, arcname=".", recursive=True, filter=self._filter)
+                if self._entries is None:
+                    tar.add(self._directory, arcname=".", recursive=True)
+                else:
+                    for name in self._entries():
+                        path = os.path.join(self._directory, name)
+                        tar.add(path, arcname=name, recursive=False, filter=_as_root)
         except BaseException as error:  # noqa: BLE001 - reported by the reader
             self.failure = error
         finally:
@@ -67,6 +73,12 @@ class Packer:
         call may end without saying)."""
         if self.failure is not None:
             raise SandboxException(f"cannot pack {self._directory}: {self.failure}")
+
+
+def _as_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
 
 
 def _inside(root: str, name: str) -> bool:

@@ -20,9 +20,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import tarfile
 from datetime import datetime, timezone
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from typing_extensions import Self
 
@@ -257,7 +256,10 @@ class TemplateBase:
         if not self._copies(text):
             return None
         patterns = _ignore_patterns(self._context, self._ignore)
-        return Packer(self._context, CHUNK_BYTES, field="file_context_path", filter=context_filter(patterns))
+        return Packer(
+            self._context, CHUNK_BYTES, field="file_context_path",
+            entries=lambda: context_entries(self._context, patterns),
+        )
 
 
 # -- the context ---------------------------------------------------------------
@@ -332,26 +334,33 @@ def ignored(path: str, patterns: IgnorePatterns) -> bool:
     return result
 
 
-def context_filter(patterns: IgnorePatterns) -> Callable[[tarfile.TarInfo], Optional[tarfile.TarInfo]]:
-    """A ``tarfile`` filter for the context: what `patterns` leave out, and
-    anything but files, directories and links (the server takes nothing
-    else), are not sent. A directory is kept when an exception (``!``) may
-    bring back something inside it."""
+def context_entries(context: str, patterns: IgnorePatterns) -> List[str]:
+    """What of `context` is sent, depth first, sorted, parents first (paths
+    relative to it): files and links the patterns do not leave out, and
+    directories they do not leave out, or that hold something sent when an
+    exception (``!``) may bring something back inside them, as Docker
+    decides. Other kinds (sockets, devices) are not sent: the server takes
+    none."""
     exceptions = any(negate for negate, _ in patterns)
 
-    def keep(info: tarfile.TarInfo) -> Optional[tarfile.TarInfo]:
-        name = info.name[2:] if info.name.startswith("./") else info.name
-        if name in ("", "."):
-            return info
-        if not (info.isfile() or info.isdir() or info.issym() or info.islnk()):
-            return None
-        if ignored(name, patterns) and not (info.isdir() and exceptions):
-            return None
-        info.uid = info.gid = 0
-        info.uname = info.gname = ""
-        return info
+    def walk(relative: str) -> List[str]:
+        found: List[str] = []
+        with os.scandir(os.path.join(context, relative) if relative else context) as listing:
+            names = sorted(listing, key=lambda entry: entry.name)
+        for entry in names:
+            path = f"{relative}/{entry.name}" if relative else entry.name
+            left_out = ignored(path, patterns)
+            if entry.is_dir(follow_symlinks=False):
+                if left_out and not exceptions:
+                    continue
+                inside = walk(path)
+                if not left_out or inside:
+                    found += [path, *inside]
+            elif not left_out and (entry.is_file(follow_symlinks=False) or entry.is_symlink()):
+                found.append(path)
+        return found
 
-    return keep
+    return walk("")
 
 
 # -- the build -----------------------------------------------------------------

@@ -3,11 +3,12 @@
  * Node's gRPC over HTTP/2; `browser`: gRPC-Web over fetch).
  *
  * Modules: `sandbox` (the Sandbox class) drives `commands`, `pty` (both on
- * `handle`: a program's event stream), `files`, `code`, `network` and
- * `ingress`, each a thin layer over one service of `airlock.api.v1` (the
- * generated code in `gen/`), reached through `connection` (clients on a
- * transport the platform made: `node/` or `web/`). Every failure becomes
- * one of `errors`.
+ * `handle`: a program's event stream), `files`, `code`, `network`,
+ * `ingress` and `snapshots`, each a thin layer over one service of
+ * `airlock.api.v1` (the generated code in `gen/`), reached through
+ * `connection` (clients on a transport the platform made: `node/` or
+ * `web/`). `template` is E2B's `Template`, which each entry point makes on
+ * its platform. Every failure becomes one of `errors`.
  */
 
 export { Sandbox, SandboxPaginator } from "./sandbox.js";
@@ -37,6 +38,30 @@ export type { Context, ExecutionError, OutputMessage, RunCodeOpts, CreateCodeCon
 export { Network, ALL_TRAFFIC } from "./network.js";
 export type { AuditProtocol, AuditRecord, BoundSecret, NetworkPolicyInfo } from "./network.js";
 export type { ExposedPort } from "./ingress.js";
+export { SnapshotPaginator } from "./snapshots.js";
+export type { SnapshotInfo, CreateSnapshotOpts, SnapshotListOpts } from "./snapshots.js";
+export {
+  LogEntry,
+  LogEntryStart,
+  LogEntryEnd,
+  ReadyCmd,
+  TemplateBuilder,
+  waitForPort,
+  waitForURL,
+  waitForProcess,
+  waitForFile,
+  waitForTimeout,
+} from "./template.js";
+export type {
+  BuildOptions,
+  LogEntryDetails,
+  LogEntryKind,
+  LogEntryLevel,
+  TemplateFactory,
+  TemplateInfo,
+  TemplateOptions,
+  TemplateStatics,
+} from "./template.js";
 export type { DataSource } from "./bytes.js";
 export {
   SandboxError,
@@ -47,6 +72,8 @@ export {
   TimeoutError,
   RateLimitError,
   InvalidArgumentError,
+  AlreadyExistsError,
+  BuildError,
   CommandExitError,
 } from "./errors.js";
 export type { CommandResult, SandboxErrorDetails } from "./errors.js";

@@ -7,6 +7,7 @@
 
 import type { Platform } from "./connection.js";
 import { Sandbox as SandboxBase } from "./sandbox.js";
+import { templateFor, type TemplateFactory } from "./template.js";
 import { webPlatform } from "./web/platform.js";
 
 export * from "./api.js";
@@ -16,5 +17,8 @@ export { createWebTransport } from "./web/transport.js";
 export class Sandbox extends SandboxBase {
   static override platform: Platform = webPlatform;
 }
+
+/** E2B's `Template`: `Template()` makes a builder; `Template.build`, `list`, `exists`, `delete`. */
+export const Template: TemplateFactory = templateFor(webPlatform);
 
 export default Sandbox;

@@ -15,6 +15,7 @@ import { Ingress } from "./gen/airlock/api/v1/ingress_pb.js";
 import { Network } from "./gen/airlock/api/v1/network_pb.js";
 import { Processes } from "./gen/airlock/api/v1/processes_pb.js";
 import { Sandboxes } from "./gen/airlock/api/v1/sandboxes_pb.js";
+import { Templates } from "./gen/airlock/api/v1/templates_pb.js";
 import { SandboxError, toSandboxError } from "./errors.js";
 
 /** Where the server is and who calls it. */
@@ -89,6 +90,30 @@ export interface Platform {
    * an image that has them.
    */
   defaultImage?(): string | undefined;
+  /**
+   * Node: the host's files a template build reads (its file, its
+   * `.dockerignore`, its context directory as a tar stream). Browsers and
+   * edge runtimes have none, and gRPC-Web cannot stream a build's context.
+   */
+  readonly files?: HostFiles;
+}
+
+/** The host's files, as a template build reads them (Node). */
+export interface HostFiles {
+  /** The current directory. */
+  cwd(): string;
+  /** `path` made absolute from `base`. */
+  resolve(base: string, path: string): string;
+  /** A file's text; undefined when there is no such file. */
+  readText(path: string): string | undefined;
+  /**
+   * A directory as a tar stream (paths relative to it, `/`-separated):
+   * files, directories and symbolic links (other kinds are left out), less
+   * what `ignored` names; with `descendIgnored`, an ignored directory is
+   * walked and kept when something inside it is not ignored. Fails when
+   * `dir` is not a directory.
+   */
+  tar(dir: string, ignored: (path: string) => boolean, descendIgnored: boolean): AsyncIterable<Uint8Array>;
 }
 
 /** What `ConnectionConfig.setIntegration` set. */
@@ -138,6 +163,7 @@ export class Connection {
   readonly code: Client<typeof Code>;
   readonly network: Client<typeof Network>;
   readonly ingress: Client<typeof Ingress>;
+  readonly templates: Client<typeof Templates>;
   /** The server, for messages. */
   readonly target: string;
   /** The options this connection was made with (the environment's filled in). */
@@ -153,6 +179,7 @@ export class Connection {
     this.code = createClient(Code, transport);
     this.network = createClient(Network, transport);
     this.ingress = createClient(Ingress, transport);
+    this.templates = createClient(Templates, transport);
     this.target = opened.target;
     this.opts = opened.resolved;
     this.streamsRequests = opened.streamsRequests;

@@ -10,6 +10,8 @@
  *     ├── TimeoutError          a deadline passed (the call's, the command's, the guest's)
  *     ├── RateLimitError        too many calls, sandboxes or too much memory for the key or server
  *     ├── InvalidArgumentError  a field the server refused (`field` names it)
+ *     ├── AlreadyExistsError    a name taken: a snapshot of yours, a code context
+ *     ├── BuildError            a template build's step failed (or its START program)
  *     └── CommandExitError      a command ended with a non-zero exit code
  *
  * Other reasons (`NO_NETWORK`, `UNSUPPORTED`, for one a
@@ -99,6 +101,20 @@ export class RateLimitError extends SandboxError {
 /** The server refused a field of the request; `field` names it. */
 export class InvalidArgumentError extends SandboxError {
   override name = "InvalidArgumentError";
+}
+
+/** A name you have taken already: a snapshot of yours, a code context's id. */
+export class AlreadyExistsError extends SandboxError {
+  override name = "AlreadyExistsError";
+}
+
+/**
+ * A template build failed: a step exited non-zero, or its START program did
+ * not become ready (reason `GUEST_REFUSED`; the message names the step and
+ * its exit status). E2B's name.
+ */
+export class BuildError extends SandboxError {
+  override name = "BuildError";
 }
 
 /** What a finished command printed and how it ended. */
@@ -196,6 +212,7 @@ const BY_REASON: Record<string, ErrorClass> = {
   SANDBOX_ENDED: SandboxNotFoundError,
   NOT_FOUND: NotFoundError,
   GUEST_NOT_FOUND: FileNotFoundError,
+  ALREADY_EXISTS: AlreadyExistsError,
   SANDBOX_LIMIT: RateLimitError,
   QUOTA_EXCEEDED: RateLimitError,
   RATE_LIMITED: RateLimitError,
@@ -207,6 +224,7 @@ const BY_CODE: Partial<Record<Code, ErrorClass>> = {
   [Code.Unauthenticated]: AuthenticationError,
   [Code.InvalidArgument]: InvalidArgumentError,
   [Code.NotFound]: NotFoundError,
+  [Code.AlreadyExists]: AlreadyExistsError,
   [Code.ResourceExhausted]: RateLimitError,
   [Code.DeadlineExceeded]: TimeoutError,
 };

@@ -7,6 +7,7 @@
 
 import type { Platform } from "./connection.js";
 import { Sandbox as SandboxBase } from "./sandbox.js";
+import { templateFor, type TemplateFactory } from "./template.js";
 import { nodePlatform } from "./node/platform.js";
 
 export * from "./api.js";
@@ -15,5 +16,8 @@ export * from "./api.js";
 export class Sandbox extends SandboxBase {
   static override platform: Platform = nodePlatform;
 }
+
+/** E2B's `Template`: `Template()` makes a builder; `Template.build`, `list`, `exists`, `delete`. */
+export const Template: TemplateFactory = templateFor(nodePlatform);
 
 export default Sandbox;

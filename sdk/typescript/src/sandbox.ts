@@ -1,7 +1,8 @@
 /**
  * {@link Sandbox}: one sandbox on an Airlock server, with E2B's JS
  * vocabulary: `Sandbox.create/connect/list`, `kill`, `setTimeout`,
- * `getInfo`, `getMetrics`, `pause`, `resume`, `fork`, `getHost`; its
+ * `getInfo`, `getMetrics`, `pause`, `resume`, `fork`, `getHost`, the
+ * snapshots (`createSnapshot`, `listSnapshots`, `deleteSnapshot`); its
  * `commands`, `files`, `pty` and `network`; the code interpreter's
  * `runCode` and contexts; and Airlock's `expose` and `rotateTrafficToken`
  * for the server's HTTP ingress.
@@ -19,6 +20,15 @@ import { IdlePolicy, type CreateSandboxRequestSchema } from "./gen/airlock/api/v
 import { apiState, sandboxInfo, sandboxMetrics, type SandboxInfo, type SandboxMetrics, type SandboxState } from "./info.js";
 import { ALL_TRAFFIC, Network } from "./network.js";
 import { Pty } from "./pty.js";
+import {
+  SnapshotPaginator,
+  createSandbox,
+  snapshotInfo,
+  takeSnapshot,
+  type CreateSnapshotOpts,
+  type SnapshotInfo,
+  type SnapshotListOpts,
+} from "./snapshots.js";
 
 /** A credential the guest may use but never see, for `secrets`. */
 export interface SecretSpec {
@@ -38,8 +48,17 @@ export interface IdleSpec {
 
 /** Options of `Sandbox.create`: the sandbox, and where the server is. */
 export interface SandboxOpts extends ConnectionOpts, RequestOpts {
-  /** A template by name; the sandbox starts from its snapshot (default: the image's own). */
+  /**
+   * A template by name; the sandbox starts from its snapshot (default: the
+   * image's own). A name no template has is tried as a snapshot of yours
+   * (E2B's `Sandbox.create(snapshotId)`).
+   */
   template?: string;
+  /**
+   * A snapshot of yours by name: the sandbox starts as a clone of it, with
+   * its memory, programs and files, at its size and on its image.
+   */
+  snapshot?: string;
   /** A root image by name from the server's store (default: "default", Debian with Python). */
   image?: string;
   /** No root image: the initramfs's busybox environment (fast, tiny). */
@@ -165,7 +184,9 @@ function createRequest(opts: SandboxOpts, platform: Platform): MessageInitShape<
   return {
     image:
       opts.image ??
-      (opts.template === undefined && opts.noImage !== true ? (platform.defaultImage?.() ?? "") : ""),
+      (opts.template === undefined && opts.snapshot === undefined && opts.noImage !== true
+        ? (platform.defaultImage?.() ?? "")
+        : ""),
     noImage: opts.noImage === true,
     template: opts.template ?? "",
     memoryMib: opts.memoryMb ?? 0,
@@ -187,6 +208,7 @@ function createRequest(opts: SandboxOpts, platform: Platform): MessageInitShape<
     workspace: opts.workspace ?? "",
     caCerts: opts.caCerts ?? [],
     publicPorts: opts.publicPorts ?? [],
+    snapshot: opts.snapshot ?? "",
   };
 }
 
@@ -302,7 +324,7 @@ export class Sandbox {
       typeof templateOrOpts === "string" ? { ...maybeOpts, template: templateOrOpts } : (templateOrOpts ?? {});
     const request = createRequest(opts, platformOf(this));
     const connection = await Connection.get(platformOf(this), opts, opts.signal);
-    const info = await connection.call(opts, (o) => connection.sandboxes.create(request, o));
+    const info = await createSandbox(connection, request, opts);
     return await new this(connection, info.sandboxId).prepared(opts);
   }
 
@@ -518,6 +540,59 @@ export class Sandbox {
    */
   async rotateTrafficToken(opts?: RequestOpts): Promise<string> {
     return await this.ingress.rotateToken(opts);
+  }
+
+  /**
+   * Saves the sandbox (running, paused or on disk) as a snapshot of yours
+   * named `name` (default: `snapshot-` and 16 hex digits): its memory,
+   * running programs and files. A running sandbox stops only while its
+   * memory is copied (`pausedMs`), then runs on. `Sandbox.create(info.snapshotId)`
+   * starts clones of it. A name you have taken throws `AlreadyExistsError`;
+   * the key's quota, `RateLimitError`; `mode: "filesystem"` is refused
+   * (Airlock's snapshots keep memory).
+   */
+  async createSnapshot(opts: CreateSnapshotOpts = {}): Promise<SnapshotInfo> {
+    return await takeSnapshot(this.connection, this.sandboxId, opts);
+  }
+
+  /** A snapshot of a sandbox by id (see the instance's `createSnapshot`). */
+  static async createSnapshot(sandboxId: string, opts: CreateSnapshotOpts & ConnectionOpts = {}): Promise<SnapshotInfo> {
+    const connection = await Connection.get(platformOf(this), opts, opts.signal);
+    return await takeSnapshot(connection, sandboxId, opts);
+  }
+
+  /** The snapshots of yours taken of this sandbox, as E2B's paginator. */
+  listSnapshots(opts: Omit<SnapshotListOpts, "sandboxId" | keyof ConnectionOpts> = {}): SnapshotPaginator {
+    return new SnapshotPaginator(this.connection, { ...opts, sandboxId: this.sandboxId });
+  }
+
+  /** Your snapshots (of `sandboxId` only, if given), as E2B's paginator: page with `nextItems()`, or `for await` it. */
+  static listSnapshots(opts: SnapshotListOpts = {}): SnapshotPaginator {
+    return new SnapshotPaginator(platformOf(this), opts);
+  }
+
+  /** Airlock: a snapshot of yours by name; `NotFoundError` when you have none by that name. */
+  static async getSnapshot(snapshotId: string, opts: ConnectionOpts & RequestOpts = {}): Promise<SnapshotInfo> {
+    const connection = await Connection.get(platformOf(this), opts, opts.signal);
+    return snapshotInfo(await connection.call(opts, (o) => connection.sandboxes.getSnapshot({ name: snapshotId }, o)));
+  }
+
+  /**
+   * Deletes a snapshot of yours: its name at once, its files once no
+   * sandbox started from it needs them (they run on). False when you have
+   * none by that name.
+   */
+  static async deleteSnapshot(snapshotId: string, opts: ConnectionOpts & RequestOpts = {}): Promise<boolean> {
+    const connection = await Connection.get(platformOf(this), opts, opts.signal);
+    try {
+      await connection.call(opts, (o) => connection.sandboxes.deleteSnapshot({ name: snapshotId }, o));
+      return true;
+    } catch (error) {
+      if (error instanceof NotFoundError) {
+        return false;
+      }
+      throw error;
+    }
   }
 
   /** Runs a cell of code (Python by default) in a persistent context. */

@@ -18,7 +18,7 @@ export const entry: string = process.env.AIRLOCK_SDK_ENTRY ?? "node";
 export const sdk: typeof airlock = entry === "web" ? await import("airlock-sdk/web") : await import("airlock-sdk");
 
 /** Whatever a call's options may hold (a sandbox's, a listing's, the connection's). */
-type Options = airlock.SandboxOpts & airlock.SandboxListOpts;
+type Options = airlock.SandboxOpts & airlock.SandboxListOpts & airlock.SnapshotListOpts;
 
 /** The server and key, given explicitly on the web pass (it reads no environment). */
 export function opts<T extends Options>(extra: T = {} as T): T & airlock.ConnectionOpts {

@@ -43,7 +43,16 @@ const repo = join(here, "..", "..", "..");
 const airlock = process.env.AIRLOCK_BIN ?? join(repo, "target", "debug", "airlock");
 const chromium = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const compiled = join(here, "..", "dist-test");
-const shared = ["sandbox.test.ts", "commands.test.ts", "files.test.ts", "code.test.ts", "ingress.test.ts", "e2b.test.ts"];
+const shared = [
+  "sandbox.test.ts",
+  "commands.test.ts",
+  "files.test.ts",
+  "code.test.ts",
+  "ingress.test.ts",
+  "e2b.test.ts",
+  "snapshots.test.ts",
+  "template.test.ts",
+];
 const PASSES = {
   node: [...shared, "local.test.ts", "ported.test.ts"],
   web: [...shared, "entries.test.ts"],

@@ -4,11 +4,14 @@
  * loopback address), or to the local server on its Unix socket, started on
  * demand. Options not given come from the environment, as the CLI reads
  * it: `AIRLOCK_HOST`, `AIRLOCK_API_KEY`, `AIRLOCK_CA_CERT`, `AIRLOCK_BIN`
- * (and `AIRLOCK_IMAGE`, the image of a create that names none).
+ * (and `AIRLOCK_IMAGE`, the image of a create that names none). A
+ * template build reads the host's files through it (`files`: `tar.ts`
+ * packs the context).
  */
 
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { connect as netConnect } from "node:net";
+import { resolve as resolvePath } from "node:path";
 
 import { createGrpcTransport } from "@connectrpc/connect-node";
 
@@ -16,6 +19,7 @@ import { headersInterceptor, type ConnectionOpts, type OpenedTransport, type Pla
 import { InvalidArgumentError } from "../errors.js";
 import { serverUrl } from "../host.js";
 import { defaultSocket, ensureLocalServer } from "./local.js";
+import { tarDirectory } from "./tar.js";
 
 /** HTTP/2 pings that find a dead connection (unref'd: they keep no process alive). */
 const PING_INTERVAL_MS = 20_000;
@@ -61,6 +65,19 @@ function caPem(caCert: string): string {
 
 export const nodePlatform: Platform = {
   name: "node",
+
+  files: {
+    cwd: () => process.cwd(),
+    resolve: (base, path) => resolvePath(base, path),
+    readText(path: string): string | undefined {
+      try {
+        return statSync(path).isFile() ? readFileSync(path, "utf8") : undefined;
+      } catch {
+        return undefined;
+      }
+    },
+    tar: tarDirectory,
+  },
 
   defaultImage(): string | undefined {
     return env("AIRLOCK_IMAGE")?.trim();

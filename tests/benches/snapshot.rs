@@ -103,11 +103,19 @@ async fn main() {
     for _ in 0..n {
         let deadline = Instant::now() + Duration::from_secs(300);
         while pool.pool_status().ready.is_empty() || pool.pool_status().filling > 0 {
-            assert!(Instant::now() < deadline, "the pool did not fill");
+            assert!(
+                Instant::now() < deadline,
+                "the pool did not fill: {:?}",
+                pool.pool_status()
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let (took, _) = first_output(async { pool.start_pooled().await.expect("pooled") }).await;
+        let (took, sandbox) =
+            first_output(async { pool.start_pooled().await.expect("pooled") }).await;
         pooled.push(took);
+        // The manager holds it until it is killed: its slot goes back to
+        // the pool's refill.
+        pool.kill(sandbox.id()).expect("kill");
     }
     drop(pool);
     let floor = row("from the warm pool (frozen clone, thawed)", pooled, None);

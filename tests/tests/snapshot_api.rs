@@ -93,7 +93,10 @@ async fn fetch(client: &Client, ingress: SocketAddr, id: &str) -> String {
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).await.expect("answer");
     let answer = String::from_utf8_lossy(&answer).into_owned();
-    assert!(answer.starts_with("HTTP/1.") && answer[8..].starts_with(" 200 "), "{answer}");
+    assert!(
+        answer.starts_with("HTTP/1.") && answer[8..].starts_with(" 200 "),
+        "{answer}"
+    );
     answer
         .split("\r\n\r\n")
         .nth(1)
@@ -128,7 +131,10 @@ async fn ten_sandboxes_from_a_snapshot_serve_its_page_and_keep_its_files_and_var
          r.urlopen('http://127.0.0.1:8000/')\" 2>/dev/null && break; sleep 0.2; done",
     )
     .await;
-    assert_eq!(cell(&alice, &original, "answer = 6 * 7\nanswer").await, "42");
+    assert_eq!(
+        cell(&alice, &original, "answer = 6 * 7\nanswer").await,
+        "42"
+    );
 
     let info = alice
         .sandboxes()
@@ -163,12 +169,8 @@ async fn ten_sandboxes_from_a_snapshot_serve_its_page_and_keep_its_files_and_var
     });
     let clones: Vec<String> = futures::future::join_all(creates).await;
     println!("ten creates from the snapshot in {:?}", began.elapsed());
-    let pages = futures::future::join_all(
-        clones
-            .iter()
-            .map(|id| fetch(&alice, server.ingress, id)),
-    )
-    .await;
+    let pages =
+        futures::future::join_all(clones.iter().map(|id| fetch(&alice, server.ingress, id))).await;
     assert!(
         pages.iter().all(|page| page == "served-from-a-snapshot"),
         "{pages:?}"
@@ -184,7 +186,10 @@ async fn ten_sandboxes_from_a_snapshot_serve_its_page_and_keep_its_files_and_var
             .await
             .expect("get")
             .into_inner();
-        assert_eq!((got.origin.as_str(), got.snapshot.as_str()), ("snapshot", "web"));
+        assert_eq!(
+            (got.origin.as_str(), got.snapshot.as_str()),
+            ("snapshot", "web")
+        );
         assert_eq!(sh(&alice, id, "cat /root/note").await, "kept\n");
         assert_eq!(cell(&alice, id, "answer").await, "42");
         hostnames.push(sh(&alice, id, "hostname").await);
@@ -198,7 +203,10 @@ async fn ten_sandboxes_from_a_snapshot_serve_its_page_and_keep_its_files_and_var
     entropy.dedup();
     assert_eq!(entropy.len(), 11, "each has its own entropy");
     assert_eq!(sh(&alice, &original, "cat /root/note").await, "kept\n");
-    assert_eq!(fetch(&alice, server.ingress, &original).await, "served-from-a-snapshot");
+    assert_eq!(
+        fetch(&alice, server.ingress, &original).await,
+        "served-from-a-snapshot"
+    );
     let listed = alice
         .sandboxes()
         .list_snapshots(api::ListSnapshotsRequest::default())
@@ -223,7 +231,10 @@ async fn ten_sandboxes_from_a_snapshot_serve_its_page_and_keep_its_files_and_var
     .await;
     assert_eq!(sh(&alice, &after, "cat /root/note").await, "kept\n");
     assert_eq!(cell(&alice, &after, "answer").await, "42");
-    assert_eq!(fetch(&alice, server.ingress, &after).await, "served-from-a-snapshot");
+    assert_eq!(
+        fetch(&alice, server.ingress, &after).await,
+        "served-from-a-snapshot"
+    );
     alice
         .sandboxes()
         .delete_snapshot(api::DeleteSnapshotRequest { name: "web".into() })
@@ -297,7 +308,10 @@ async fn paused_sandboxes_fork_and_snapshots_are_refused_as_they_should_be() {
         };
         assert_eq!(state, expected, "the parent stays as it was");
         let child = &children[0].sandbox_id;
-        assert_eq!(sh(&alice, child, "cat /root/state").await, "before-the-pause\n");
+        assert_eq!(
+            sh(&alice, child, "cat /root/state").await,
+            "before-the-pause\n"
+        );
     }
 
     alice
@@ -318,7 +332,10 @@ async fn paused_sandboxes_fork_and_snapshots_are_refused_as_they_should_be() {
         .unwrap_err();
     assert_eq!(
         refusal(&taken),
-        (tonic::Code::AlreadyExists, Some(api::ErrorReason::AlreadyExists))
+        (
+            tonic::Code::AlreadyExists,
+            Some(api::ErrorReason::AlreadyExists)
+        )
     );
     let over = alice
         .sandboxes()
@@ -387,6 +404,9 @@ async fn paused_sandboxes_fork_and_snapshots_are_refused_as_they_should_be() {
         },
     )
     .await;
-    assert_eq!(sh(&alice, &clone, "cat /root/state").await, "before-the-pause\n");
+    assert_eq!(
+        sh(&alice, &clone, "cat /root/state").await,
+        "before-the-pause\n"
+    );
     server.stop().await;
 }

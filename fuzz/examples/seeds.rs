@@ -1,8 +1,9 @@
 //! Writes the seed corpora in `fuzz/seeds/<target>/`: the inputs of the
-//! library's unit tests (a real ClientHello, the DNS queries, tars made by
-//! the `tar` crate, saved files and templates as the library writes them),
-//! in each target's input layout. The seeds are committed; run this again
-//! after changing a layout:
+//! library's and the server's unit tests (a real ClientHello, the DNS
+//! queries, tars made by the `tar` crate, saved files and templates as the
+//! library writes them, create requests, E2B create bodies and Connect
+//! envelopes), in each target's input layout. The seeds are committed; run
+//! this again after changing a layout:
 //!
 //! ```sh
 //! cargo run --release --manifest-path fuzz/Cargo.toml --example seeds
@@ -13,6 +14,7 @@ use std::sync::Arc;
 
 use airlock::saved::{SavedRecord, SavedUsage, SavedVm, SnapshotHeader, SNAPSHOT_FORMAT};
 use airlock::template::{FileId, TemplateInputs, TemplateMeta, TEMPLATE_FORMAT};
+use airlock_fuzz::create_context::{SNAPSHOT, SNAPSHOT_MEMORY_MIB, SNAPSHOT_VCPUS};
 use airlock_fuzz::saved_input::{self, Snapshot};
 use airlock_fuzz::{put_field, template_input};
 use airlock_proto::opening::{HostOpening, Nonce};
@@ -39,6 +41,8 @@ fn main() -> Result {
     template_store(&seeds)?;
     saved_file(&seeds)?;
     api_create(&seeds)?;
+    e2b_create(&seeds)?;
+    connect_envelopes(&seeds)?;
     Ok(())
 }
 
@@ -697,8 +701,10 @@ fn saved_file(s: &Seeds) -> Result {
     Ok(())
 }
 
-/// Create requests as the SDKs and the CLI send them, and the bad fields
-/// `server/tests/requests.rs` sends.
+/// Create requests as the SDKs and the CLI send them, the bad fields
+/// `server/tests/requests.rs` sends, and creates from a snapshot as
+/// `service/create/snapshot.rs` tests them (the fixture's `web`, an
+/// unknown name, one with an image, one of another size).
 fn api_create(s: &Seeds) -> Result {
     use airlock_api::v1::{CreateSandboxRequest, Idle, IdlePolicy, Secret};
     use prost::Message;
@@ -764,8 +770,58 @@ fn api_create(s: &Seeds) -> Result {
         (
             "not_a_certificate",
             CreateSandboxRequest {
-                ca_certs: vec!["-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".into()],
+                ca_certs: vec![
+                    "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".into(),
+                ],
                 template: "python".into(),
+                ..CreateSandboxRequest::default()
+            },
+        ),
+        (
+            "snapshot",
+            CreateSandboxRequest {
+                snapshot: SNAPSHOT.into(),
+                timeout_secs: Some(60),
+                ..CreateSandboxRequest::default()
+            },
+        ),
+        (
+            "snapshot_same_size",
+            CreateSandboxRequest {
+                snapshot: SNAPSHOT.into(),
+                memory_mib: SNAPSHOT_MEMORY_MIB,
+                vcpus: SNAPSHOT_VCPUS,
+                metadata: [("from".into(), SNAPSHOT.into())].into(),
+                ..CreateSandboxRequest::default()
+            },
+        ),
+        (
+            "snapshot_other_size",
+            CreateSandboxRequest {
+                snapshot: SNAPSHOT.into(),
+                memory_mib: SNAPSHOT_MEMORY_MIB * 2,
+                ..CreateSandboxRequest::default()
+            },
+        ),
+        (
+            "snapshot_with_image",
+            CreateSandboxRequest {
+                snapshot: SNAPSHOT.into(),
+                image: "default".into(),
+                ..CreateSandboxRequest::default()
+            },
+        ),
+        (
+            "snapshot_unknown",
+            CreateSandboxRequest {
+                snapshot: "missing".into(),
+                ..CreateSandboxRequest::default()
+            },
+        ),
+        (
+            "snapshot_escape",
+            CreateSandboxRequest {
+                snapshot: "../x".into(),
                 ..CreateSandboxRequest::default()
             },
         ),
@@ -773,5 +829,104 @@ fn api_create(s: &Seeds) -> Result {
     for (name, request) in seeds {
         s.write(t, name, &request.encode_to_vec())?;
     }
+    Ok(())
+}
+
+/// E2B create bodies as `server/src/e2b/control/create.rs` tests them, and
+/// as the E2B SDK sends one (`web` is the target's one server template).
+fn e2b_create(s: &Seeds) -> Result {
+    let t = "e2b_create";
+    let bodies: [(&str, &[u8]); 13] = [
+        ("base", br#"{"templateID":"base"}"#),
+        ("template_timeout", br#"{"templateID":"web","timeout":9}"#),
+        ("image", br#"{"templateID":"python"}"#),
+        ("no_template", b"{}"),
+        ("zero_timeout", br#"{"templateID":"base","timeout":0}"#),
+        (
+            "internet",
+            br#"{"templateID":"base","allow_internet_access":true}"#,
+        ),
+        (
+            "allow_out",
+            br#"{"templateID":"base","network":{"allowOut":["example.com"],"denyOut":["0.0.0.0/0"]}}"#,
+        ),
+        (
+            "allow_out_no_internet",
+            br#"{"templateID":"base","allow_internet_access":false,"network":{"allowOut":["10.0.0.0/8:5432"]}}"#,
+        ),
+        (
+            "deny_out",
+            br#"{"templateID":"base","network":{"denyOut":["10.0.0.0/8"]}}"#,
+        ),
+        (
+            "auto_pause",
+            br#"{"templateID":"base","timeout":60,"autoPause":true}"#,
+        ),
+        (
+            "auto_resume_off",
+            br#"{"templateID":"web","autoPause":true,"autoPauseMemory":false,"autoResume":{"enabled":false}}"#,
+        ),
+        ("mcp", br#"{"templateID":"base","mcp":{"x":{}}}"#),
+        (
+            "sdk",
+            br#"{"templateID":"base","timeout":300,"secure":true,"allow_internet_access":true,"metadata":{"team":"a"},"envVars":{"MODE":"test"},"autoPause":false,"network":{"allowPublicTraffic":true}}"#,
+        ),
+    ];
+    for (name, body) in bodies {
+        s.write(t, name, body)?;
+    }
+    Ok(())
+}
+
+/// Client streams as `server/src/e2b/connect/` tests them (`envelope.rs`,
+/// `read.rs`): `[how the stream is cut: u8][message bound: u8][stream]`.
+fn connect_envelopes(s: &Seeds) -> Result {
+    use airlock_server::fuzzing::e2b::encode;
+    const END_STREAM: u8 = 0x02;
+    const COMPRESSED: u8 = 0x01;
+    let stream = |parts: &[(u8, &[u8])]| {
+        let mut out = Vec::new();
+        for (flags, message) in parts {
+            out.extend_from_slice(&encode(*flags, message));
+        }
+        out
+    };
+    let t = "connect_envelopes";
+    let three = stream(&[(0, br#"{"a":1}"#), (0, b""), (END_STREAM, b"{}")]);
+    s.write(t, "three_whole", &cat(&[&[0, 255], &three]))?;
+    s.write(t, "three_split", &cat(&[&[1, 255], &three]))?;
+    let client = stream(&[
+        (0, br#"{"pid": 1}"#),
+        (0, br#"{"tag": "x"}"#),
+        (END_STREAM, b"{}"),
+    ]);
+    s.write(t, "client_stream", &cat(&[&[7, 64], &client]))?;
+    s.write(
+        t,
+        "malformed_then_cut",
+        &cat(&[&[3, 64], &stream(&[(0, b"{nope")]), &[0, 0]]),
+    )?;
+    s.write(t, "cut_header", &[0, 64, 0, 0, 0])?;
+    s.write(
+        t,
+        "past_the_bound",
+        &[0, 4, 0, 0, 0, 0, 5, b'h', b'e', b'l', b'l', b'o'],
+    )?;
+    s.write(
+        t,
+        "compressed",
+        &cat(&[&[0, 4], &stream(&[(COMPRESSED, b"x")])]),
+    )?;
+    s.write(
+        t,
+        "end_with_error",
+        &cat(&[
+            &[5, 255],
+            &stream(&[(
+                END_STREAM,
+                br#"{"error":{"code":"not_found","message":"no process 3"}}"#,
+            )]),
+        ]),
+    )?;
     Ok(())
 }

@@ -10,6 +10,7 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use airlock_proto::v1::{carry_from_host, carry_to_host, CarryFromHost, CarryToHost};
@@ -19,6 +20,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::PollSender;
 use tonic::Streaming;
+
+use crate::meter::ByteMeter;
 
 /// The most bytes one message to the guest carries.
 pub const CHUNK: usize = 128 * 1024;
@@ -31,15 +34,19 @@ pub struct Carried {
     pending: Bytes,
     ended: bool,
     outgoing: PollSender<CarryFromHost>,
+    /// Counts the bytes each way (the gateway's egress meter).
+    meter: Arc<ByteMeter>,
 }
 
 impl Carried {
     /// The stream of a call whose `opened` message was already read.
-    /// `give_back` receives the response stream when this is dropped.
+    /// `give_back` receives the response stream when this is dropped; the
+    /// bytes each way are counted on `meter`.
     pub fn new(
         incoming: Streaming<CarryToHost>,
         outgoing: mpsc::Sender<CarryFromHost>,
         give_back: oneshot::Sender<Streaming<CarryToHost>>,
+        meter: Arc<ByteMeter>,
     ) -> Self {
         Self {
             incoming: Some(incoming),
@@ -47,6 +54,7 @@ impl Carried {
             pending: Bytes::new(),
             ended: false,
             outgoing: PollSender::new(outgoing),
+            meter,
         }
     }
 }
@@ -87,6 +95,7 @@ impl AsyncRead for Carried {
         let n = this.pending.len().min(buf.remaining());
         buf.put_slice(&this.pending[..n]);
         this.pending.advance(n);
+        this.meter.add_from_guest(n);
         Poll::Ready(Ok(()))
     }
 }
@@ -116,6 +125,7 @@ impl AsyncWrite for Carried {
         this.outgoing
             .send_item(message)
             .map_err(|_| broken("the guest connection ended"))?;
+        this.meter.add_to_guest(n);
         Poll::Ready(Ok(n))
     }
 

@@ -135,7 +135,7 @@ async fn connection_task(
     let refuse = to_guest.clone();
     let tell = teller(to_guest.clone());
     let (give_back, given_back) = oneshot::channel();
-    let carried = Carried::new(incoming, to_guest, give_back);
+    let carried = Carried::new(incoming, to_guest, give_back, gateway.egress_meter());
     let outcome = gateway
         .connection(carried, SocketAddrV4::new(ip, port), &tell)
         .await;

@@ -11,6 +11,7 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -21,6 +22,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::mpsc;
 use tokio_util::sync::PollSender;
 use tonic::Streaming;
+
+use crate::meter::ByteMeter;
 
 /// The most bytes one message to the guest carries.
 pub const CHUNK: usize = 64 * 1024;
@@ -35,15 +38,19 @@ pub struct GuestPort {
     pending: Bytes,
     ended: bool,
     outgoing: PollSender<DialFromHost>,
+    /// Counts the bytes each way (the sandbox's ingress meter).
+    meter: Arc<ByteMeter>,
 }
 
 impl GuestPort {
     /// The stream of a call whose `connected` answer was already read
-    /// (the library opens the call, `Sandbox::connect_port`).
+    /// (the library opens the call, `Sandbox::connect_port`); the bytes
+    /// each way are counted on `meter`.
     pub fn new(
         port: u16,
         incoming: Streaming<DialToHost>,
         outgoing: mpsc::Sender<DialFromHost>,
+        meter: Arc<ByteMeter>,
     ) -> Self {
         Self {
             port,
@@ -51,6 +58,7 @@ impl GuestPort {
             pending: Bytes::new(),
             ended: false,
             outgoing: PollSender::new(outgoing),
+            meter,
         }
     }
 
@@ -99,6 +107,7 @@ impl AsyncRead for GuestPort {
         let n = this.pending.len().min(buf.remaining());
         buf.put_slice(&this.pending[..n]);
         this.pending.advance(n);
+        this.meter.add_from_guest(n);
         Poll::Ready(Ok(()))
     }
 }
@@ -118,6 +127,7 @@ impl AsyncWrite for GuestPort {
             ))),
         };
         this.outgoing.send_item(message).map_err(|_| broken())?;
+        this.meter.add_to_guest(n);
         Poll::Ready(Ok(n))
     }
 

@@ -29,6 +29,8 @@
 //!   otherwise);
 //! - `carry` and `carried`: the `Network.Carry` calls kept open toward the
 //!   agent, and one carried connection as a byte stream;
+//! - [`meter`]: [`ByteMeter`], the bytes a sandbox's connections carried
+//!   each way (the gateway's for egress, the library's for ingress);
 //! - `guest_port`: the other way, ingress: [`GuestPort`], one connection
 //!   from the host to a program listening in the guest (`Network.Dial`,
 //!   opened by `Sandbox::connect_port`).
@@ -56,6 +58,7 @@ pub mod fuzzing;
 mod gateway;
 mod guest_port;
 pub mod host;
+pub mod meter;
 mod options;
 pub mod policy;
 mod prefixed;
@@ -72,4 +75,5 @@ pub use fake_ip::GATEWAY_ADDR;
 pub use gateway::{Gateway, GatewayError};
 pub use guest_port::GuestPort;
 pub use host::HostAccess;
+pub use meter::{ByteCounts, ByteMeter};
 pub use options::NetworkOptions;

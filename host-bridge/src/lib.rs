@@ -117,7 +117,7 @@ pub use exec::{
     ProcessInfo, ProcessState, Signal, Stdin, Target, TerminalSize, Usage,
 };
 pub use fs::Files;
-pub use lifecycle::{EndReason, IdlePolicy, PausedCalls, SandboxState, SandboxUsage};
+pub use lifecycle::{EndReason, IdlePolicy, PausedCalls, SandboxState, SandboxUsage, Traffic};
 pub use manager::{
     PoolConfig, PoolError, PoolStatus, SandboxInfo, Sandboxes, WarmUp, WarmUpError,
     WARM_UP_CHECKED_ROOTS,

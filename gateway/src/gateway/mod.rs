@@ -41,6 +41,7 @@ use super::audit::{AuditLog, AuditRecord, Protocol, Refusal, Verdict};
 use super::dns;
 use super::fake_ip::{FakeIps, GATEWAY_ADDR};
 use super::host::{host_kind, HostAccess};
+use super::meter::{ByteCounts, ByteMeter};
 use super::options::NetworkOptions;
 use super::policy::{is_restricted, normalize_name, NetworkPolicy};
 use super::prefixed::Prefixed;
@@ -92,6 +93,8 @@ pub struct Gateway {
     ca: Option<SandboxCa>,
     upstream_tls: Arc<rustls::ClientConfig>,
     open: Arc<Semaphore>,
+    /// The guest's connections' bytes, each way.
+    egress: Arc<ByteMeter>,
 }
 
 /// One DNS answer, and what the agent is told when the name was refused.
@@ -132,11 +135,22 @@ impl Gateway {
             }),
             fake: Mutex::new(FakeIps::new()),
             open: Arc::new(Semaphore::new(options.max_connections)),
+            egress: Arc::default(),
             options,
             secrets,
             ca,
             upstream_tls,
         })
+    }
+
+    /// The bytes the guest's connections carried so far, each way.
+    pub fn egress(&self) -> ByteCounts {
+        self.egress.counts()
+    }
+
+    /// The meter the guest's carried connections count on.
+    pub(crate) fn egress_meter(&self) -> Arc<ByteMeter> {
+        Arc::clone(&self.egress)
     }
 
     /// The policy in force.

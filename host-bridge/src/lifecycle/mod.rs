@@ -27,7 +27,7 @@ use std::fmt;
 use std::time::Duration;
 
 pub(crate) use error::{ClockError, SnapshotProblem, Unavailable};
-pub use meter::SandboxUsage;
+pub use meter::{SandboxUsage, Traffic};
 
 /// Where a sandbox is in its life.
 #[derive(Debug, Clone, PartialEq, Eq)]

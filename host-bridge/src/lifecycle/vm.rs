@@ -613,9 +613,14 @@ impl VmShared {
             + clock.paused_since.map_or(Duration::ZERO, |since| {
                 until.saturating_duration_since(since)
             });
+        let on_disk = clock.on_disk_total
+            + clock.on_disk_since.map_or(Duration::ZERO, |since| {
+                until.saturating_duration_since(since)
+            });
         SandboxUsage {
             wall,
             running: wall.saturating_sub(paused),
+            on_disk: on_disk.min(paused),
             guest_cpu: clock.last_guest_cpu,
         }
     }

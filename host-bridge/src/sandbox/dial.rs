@@ -49,7 +49,12 @@ impl Sandbox {
             .await
             .map_err(|status| Error::agent("Network.Dial", status))?;
         match first.and_then(|m| m.event) {
-            Some(dial_to_host::Event::Connected(_)) => Ok(GuestPort::new(port, incoming, to_guest)),
+            Some(dial_to_host::Event::Connected(_)) => Ok(GuestPort::new(
+                port,
+                incoming,
+                to_guest,
+                std::sync::Arc::clone(&self.ingress_meter),
+            )),
             Some(dial_to_host::Event::Refused(reason)) => Err(Error::PortRefused { port, reason }),
             other => Err(Error::Protocol(format!(
                 "Network.Dial answered {other:?} before connecting"

@@ -111,6 +111,8 @@ pub struct Sandbox {
     /// Where ingress decisions go when there is no network (with one,
     /// they go to its audit log, beside the egress records).
     ingress_audit: Arc<airlock_gateway::audit::AuditLog>,
+    /// The bytes of connections into the guest's ports.
+    ingress_meter: Arc<airlock_gateway::ByteMeter>,
     /// What it was started with: a fork's children get the same policies.
     builder: SandboxBuilder,
     state_dir: StateDir,

@@ -280,6 +280,23 @@ impl Sandbox {
         }
     }
 
+    /// The bytes its connections carried each way since this handle was
+    /// made (see [`Traffic`](crate::Traffic)).
+    pub fn traffic(&self) -> crate::Traffic {
+        let egress = self
+            .network
+            .as_ref()
+            .map(|network| network.gateway.egress())
+            .unwrap_or_default();
+        let ingress = self.ingress_meter.counts();
+        crate::Traffic {
+            egress_sent: egress.from_guest,
+            egress_received: egress.to_guest,
+            ingress_received: ingress.to_guest,
+            ingress_sent: ingress.from_guest,
+        }
+    }
+
     /// Every audit record after sequence number `after` (0: all), oldest
     /// first: the network's log (egress and ingress) when the sandbox has
     /// a network, else its ingress records alone.

@@ -75,6 +75,7 @@ impl Sandbox {
             default_cwd: builder.default_cwd.clone(),
             env,
             defaults_made: Arc::default(),
+            ingress_meter: Arc::default(),
             ingress_audit: Arc::new(ingress_audit(
                 builder.adoptable && network.is_none(),
                 dir.path(),

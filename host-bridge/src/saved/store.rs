@@ -353,6 +353,23 @@ impl SavedStore {
         })
     }
 
+    /// What the saved sandbox `id` takes on disk: the allocated blocks of
+    /// its files (0 when it is not saved here).
+    pub fn disk_bytes(&self, id: &str) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        if !valid_id(id) {
+            return 0;
+        }
+        let Ok(entries) = std::fs::read_dir(self.sandbox_dir(id)) else {
+            return 0;
+        };
+        entries
+            .filter_map(|entry| entry.ok()?.metadata().ok())
+            .filter(|metadata| metadata.is_file())
+            .map(|metadata| metadata.blocks() * 512)
+            .sum()
+    }
+
     /// Removes the saved sandbox `id` and its snapshots.
     pub fn remove(&self, id: &str) -> Result<(), SavedError> {
         if !valid_id(id) {

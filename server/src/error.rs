@@ -31,6 +31,8 @@ pub enum ServerError {
     Keys(#[from] KeyError),
     #[error("sandbox records")]
     Records(#[from] RecordError),
+    #[error("the event log")]
+    Events(#[from] crate::events::EventLogError),
     #[error("the warm pool: {0}")]
     Pool(String),
     #[error("serving")]

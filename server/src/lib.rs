@@ -40,6 +40,9 @@
 //!   (a store per key), resolved, listed, counted and deleted per
 //!   principal, and the builds in progress; `templates_context`: a
 //!   build's context as a client sends it, bounded and unpacked safely.
+//! - `events`: lifecycle events (created, paused, ..., ended): the bus in
+//!   `State::events`, their log on disk, and the watcher that notices
+//!   what the library did by itself.
 //! - `service`: one module per service of the API.
 //! - `validate`, `convert`, `status`: requests checked, answers and errors
 //!   mapped, each in one place.
@@ -55,6 +58,7 @@ mod config;
 mod convert;
 pub mod e2b;
 mod error;
+mod events;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

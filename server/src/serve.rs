@@ -33,6 +33,7 @@ use airlock_api::v1::{
 use crate::auth::{KeyAuth, OwnerOnly};
 use crate::config::{OnExit, ServerConfig};
 use crate::error::ServerError;
+use crate::events::{Draft, EventKind, Events, PauseMode, Seen};
 use crate::ingress::{Ingress, IngressListener};
 use crate::keys::KeyStore;
 use crate::listen::{TcpEndpoint, UnixSocket};
@@ -160,6 +161,7 @@ pub async fn serve(
     let on_exit = config.on_exit;
     let cors_origins = config.cors_origins.clone();
     let mut state = State::new(config, sandboxes, registry, keys, pool);
+    state.events = Events::open(&state.config.data_dir.join("events"))?;
     let ingress_listener = listeners.ingress.take();
     if let Some(listener) = &ingress_listener {
         let address = listener
@@ -187,6 +189,7 @@ pub async fn serve(
         .collect();
     state.snapshots.collect(&keys);
     recover(&state).await;
+    state.spawn(crate::events::watch(Arc::clone(&state)));
     let owners: std::collections::HashSet<String> = state
         .registry
         .all()
@@ -325,6 +328,7 @@ async fn recover(state: &State) {
             match state.sandboxes.adopt(state.builder(), &id).await {
                 Ok(handle) => {
                     tracing::info!(%id, owner = ?record.owner, "adopted a sandbox of a previous server");
+                    state.events.know(&id, Seen::of(&handle.state()));
                     known.push(id);
                     state.registry.insert(record, Some(handle));
                     continue;
@@ -338,10 +342,15 @@ async fn recover(state: &State) {
         }
         if saved.contains(&id) {
             tracing::info!(%id, owner = ?record.owner, "a sandbox saved to disk is back in the list");
+            state.events.know(&id, Seen::Paused(PauseMode::Disk));
             known.push(id);
             state.registry.insert(record, None);
         } else if !orphans.contains(&id) {
             tracing::info!(%id, "a sandbox of a previous server is gone");
+            state.events.emit(
+                Draft::new(EventKind::Lost, &id, record.owner.as_deref())
+                    .because("it was gone when the server started"),
+            );
             state.registry.forget_record(&id);
         }
     }
@@ -349,6 +358,7 @@ async fn recover(state: &State) {
         if known.contains(&saved.id) {
             continue;
         }
+        state.events.know(&saved.id, Seen::Paused(PauseMode::Disk));
         let mut record = Record::new(saved.id.clone());
         record.memory_mib = saved.vm.memory_mib;
         record.vcpus = saved.vm.vcpus;
@@ -367,8 +377,23 @@ async fn stop_sandboxes(state: &State, on_exit: OnExit) {
             if !matches!(handle.state(), SandboxState::Running | SandboxState::Paused) {
                 continue;
             }
+            let _held = state.events.hold(handle.id());
             match handle.pause_to_disk().await {
-                Ok(()) => tracing::info!(id = handle.id(), "saved to disk for the next server"),
+                Ok(()) => {
+                    tracing::info!(id = handle.id(), "saved to disk for the next server");
+                    state.events.emit(
+                        Draft::new(
+                            EventKind::Paused,
+                            handle.id(),
+                            entry.record.owner.as_deref(),
+                        )
+                        .because("saved to disk by the stopping server (--on-exit pause-to-disk)")
+                        .with(crate::events::Details {
+                            pause_mode: Some(PauseMode::Disk),
+                            ..Default::default()
+                        }),
+                    );
+                }
                 Err(error) => tracing::warn!(
                     id = handle.id(),
                     error = %airlock::error_chain(&error),
@@ -390,6 +415,10 @@ async fn stop_sandboxes(state: &State, on_exit: OnExit) {
         return;
     }
     // Kills what runs; a sandbox on disk stays there.
+    let holds: Vec<_> = entries
+        .iter()
+        .map(|entry| state.events.hold(&entry.record.id))
+        .collect();
     state.sandboxes.kill_all();
     for entry in entries {
         if let Some(handle) = entry.handle {
@@ -397,6 +426,15 @@ async fn stop_sandboxes(state: &State, on_exit: OnExit) {
                 continue;
             }
             handle.kill();
+            state.events.emit(
+                Draft::new(
+                    EventKind::Killed,
+                    handle.id(),
+                    entry.record.owner.as_deref(),
+                )
+                .because("killed by the stopping server (--on-exit kill)"),
+            );
         }
     }
+    drop(holds);
 }

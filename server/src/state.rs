@@ -17,6 +17,7 @@ use airlock_api::reason;
 use airlock_api::v1::ErrorReason;
 
 use crate::config::ServerConfig;
+use crate::events::Events;
 use crate::keys::{KeyStore, Quota};
 use crate::machine::Machine;
 use crate::principal::Principal;
@@ -52,6 +53,8 @@ pub struct State {
     pub workspaces: WorkspaceStore,
     /// The keys' named snapshots.
     pub snapshots: SnapshotNames,
+    /// The lifecycle events' bus (in memory until `serve` opens its log).
+    pub events: Events,
     calls: Mutex<HashMap<Principal, Arc<Semaphore>>>,
     tasks: Mutex<JoinSet<()>>,
 }
@@ -86,6 +89,7 @@ impl State {
             relays: Relays::default(),
             policy_changes: tokio::sync::Mutex::new(()),
             ingress: None,
+            events: Events::in_memory(),
             calls: Mutex::new(HashMap::new()),
             tasks: Mutex::new(JoinSet::new()),
         }

@@ -13,6 +13,7 @@ use airlock_api::v1::{self as api, sandboxes_server, ErrorReason};
 use super::create::{self, Create};
 use super::Services;
 use crate::convert::{self, now_ms, sandbox_info};
+use crate::events::{self, Details, Draft, EventKind, PauseMode};
 use crate::principal::Principal;
 use crate::record::Record;
 use crate::registry::Entry;
@@ -164,7 +165,10 @@ impl sandboxes_server::Sandboxes for Services {
         let record = self.record_for(handle.id(), &call.principal, &create, pooled);
         tracing::info!(id = handle.id(), principal = %call.principal, pooled, "created");
         let id = record.id.clone();
+        let origin = convert::origin(handle.origin(), pooled);
+        let created = events::created(&record, origin, format!("created by {}", call.principal));
         state.registry.insert(record, Some(handle));
+        state.events.emit(created);
         drop(claim);
         drop(reservation);
         Ok(Response::new(self.info_of(&call.principal, &id)?))
@@ -270,6 +274,7 @@ impl sandboxes_server::Sandboxes for Services {
         let call = self.call(&request)?;
         let id = &request.get_ref().sandbox_id;
         validate::sandbox_id("sandbox_id", id)?;
+        let _held = self.state.events.hold(id);
         let entry = self.state.registry.remove(&call.principal, id)?;
         match self.state.sandboxes.remove(&self.state.builder(), id) {
             Ok(()) => {}
@@ -284,6 +289,10 @@ impl sandboxes_server::Sandboxes for Services {
         self.state.trackers.forget_sandbox(id);
         self.state.relays.forget_sandbox(id);
         tracing::info!(%id, principal = %call.principal, "killed");
+        self.state.events.emit(
+            Draft::new(EventKind::Killed, id, entry.record.owner.as_deref())
+                .because(format!("killed by {}", call.principal)),
+        );
         Ok(Response::new(api::KillSandboxResponse {}))
     }
 
@@ -293,13 +302,26 @@ impl sandboxes_server::Sandboxes for Services {
     ) -> Result<Response<api::SandboxInfo>, Status> {
         let call = self.admit(&request)?;
         let request = request.into_inner();
-        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
-        let paused = if request.to_disk {
-            handle.pause_to_disk().await
+        let _held = self.state.events.hold(&request.sandbox_id);
+        let (entry, handle) = call.sandbox(&request.sandbox_id).await?;
+        let (paused, mode) = if request.to_disk {
+            (handle.pause_to_disk().await, PauseMode::Disk)
         } else {
-            handle.pause().await
+            (handle.pause().await, PauseMode::Memory)
         };
         paused.map_err(|error| error_status(&error))?;
+        self.state.events.emit(
+            Draft::new(
+                EventKind::Paused,
+                handle.id(),
+                entry.record.owner.as_deref(),
+            )
+            .because(format!("paused by {}", call.principal))
+            .with(Details {
+                pause_mode: Some(mode),
+                ..Details::default()
+            }),
+        );
         Ok(Response::new(
             self.info_of(&call.principal, &request.sandbox_id)?,
         ))
@@ -311,11 +333,16 @@ impl sandboxes_server::Sandboxes for Services {
     ) -> Result<Response<api::SandboxInfo>, Status> {
         let call = self.admit(&request)?;
         let id = request.into_inner().sandbox_id;
-        let (_, handle) = call.sandbox(&id).await?;
+        let _held = self.state.events.hold(&id);
+        let (entry, handle) = call.sandbox(&id).await?;
         handle
             .resume()
             .await
             .map_err(|error| error_status(&error))?;
+        self.state.events.emit(
+            Draft::new(EventKind::Resumed, &id, entry.record.owner.as_deref())
+                .because(format!("resumed by {}", call.principal)),
+        );
         Ok(Response::new(self.info_of(&call.principal, &id)?))
     }
 
@@ -326,6 +353,7 @@ impl sandboxes_server::Sandboxes for Services {
         let call = self.admit(&request)?;
         let request = request.into_inner();
         let count = validate::within("count", request.count, 1, limits::MAX_FORK)?;
+        let _held = self.state.events.hold(&request.sandbox_id);
         let (parent, _) = call.sandbox(&request.sandbox_id).await?;
         let reservation = self.state.registry.reserve(
             &call.principal,
@@ -340,6 +368,7 @@ impl sandboxes_server::Sandboxes for Services {
             .await
             .map_err(|error| error_status(&error))?;
         let mut sandboxes = Vec::with_capacity(children.len());
+        let mut born = Vec::with_capacity(children.len());
         for child in children {
             let mut record = (*parent.record).clone();
             record.id = child.id().to_owned();
@@ -348,10 +377,27 @@ impl sandboxes_server::Sandboxes for Services {
             // Its own token: a child is not reachable with its parent's.
             record.ingress_token = crate::ingress::token::new();
             let id = record.id.clone();
+            let mut created =
+                events::created(&record, "fork", format!("forked by {}", call.principal));
+            created.details.parent = request.sandbox_id.clone();
             self.state.registry.insert(record, Some(Arc::clone(&child)));
+            self.state.events.emit(created);
+            born.push(id.clone());
             sandboxes.push(self.info_of(&call.principal, &id)?);
         }
         drop(reservation);
+        self.state.events.emit(
+            Draft::new(
+                EventKind::Forked,
+                &request.sandbox_id,
+                parent.record.owner.as_deref(),
+            )
+            .because(format!("forked by {}", call.principal))
+            .with(Details {
+                children: born,
+                ..Details::default()
+            }),
+        );
         tracing::info!(parent = request.sandbox_id, count, principal = %call.principal, "forked");
         Ok(Response::new(api::ForkSandboxResponse { sandboxes }))
     }

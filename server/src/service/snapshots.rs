@@ -9,6 +9,7 @@ use airlock_api::reason;
 use airlock_api::v1::{self as api, ErrorReason};
 
 use super::Services;
+use crate::events::{Details, Draft, EventKind};
 use crate::principal::Principal;
 use crate::snapshots::{Named, Source};
 use crate::validate;
@@ -29,6 +30,7 @@ impl Services {
                 name.to_owned()
             }
         };
+        let _held = self.state.events.hold(&request.sandbox_id);
         let (entry, sandbox) = call.any_sandbox(&request.sandbox_id).await?;
         let state = &self.state;
         let quota = state.quota(&call.principal);
@@ -49,6 +51,18 @@ impl Services {
                 state.stored_template_bytes(&call.principal),
             )
             .await?;
+        state.events.emit(
+            Draft::new(
+                EventKind::Snapshotted,
+                &entry.record.id,
+                entry.record.owner.as_deref(),
+            )
+            .because(format!("snapshot taken by {}", call.principal))
+            .with(Details {
+                snapshot: named.name.clone(),
+                ..Details::default()
+            }),
+        );
         let (_, snapshot) = state.snapshots.get(&call.principal, &named.name)?;
         Ok(Response::new(self.snapshot_info(
             &call.principal,

@@ -13,6 +13,7 @@ const PROTOS: &[&str] = &[
     "airlock/api/v1/processes.proto",
     "airlock/api/v1/sandboxes.proto",
     "airlock/api/v1/templates.proto",
+    "airlock/api/v1/usage.proto",
     "airlock/api/v1/workspaces.proto",
 ];
 

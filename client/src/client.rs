@@ -12,7 +12,7 @@ use airlock_api::v1::{
     code_client::CodeClient, files_client::FilesClient, ingress_client::IngressClient,
     keys_client::KeysClient, network_client::NetworkClient, processes_client::ProcessesClient,
     sandboxes_client::SandboxesClient, templates_client::TemplatesClient,
-    workspaces_client::WorkspacesClient, PingRequest, PingResponse,
+    usage_client::UsageClient, workspaces_client::WorkspacesClient, PingRequest, PingResponse,
 };
 
 use crate::error::ClientError;
@@ -136,6 +136,11 @@ impl Client {
         /// ([`Client::build_template`] sends a build).
         templates,
         TemplatesClient
+    );
+    service!(
+        /// The usage ledger: what sandboxes used, by sandbox, key or day.
+        usage,
+        UsageClient
     );
 
     /// The server's version, API revision and features, and who this

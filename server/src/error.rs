@@ -33,6 +33,8 @@ pub enum ServerError {
     Records(#[from] RecordError),
     #[error("the event log")]
     Events(#[from] crate::events::EventLogError),
+    #[error("the usage ledger")]
+    Usage(#[from] crate::usage::UsageError),
     #[error("the warm pool: {0}")]
     Pool(String),
     #[error("serving")]

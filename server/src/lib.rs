@@ -43,6 +43,8 @@
 //! - `events`: lifecycle events (created, paused, ..., ended): the bus in
 //!   `State::events`, their log on disk, and the watcher that notices
 //!   what the library did by itself.
+//! - `usage`: the usage ledger (SQLite in the data directory), accrued
+//!   from the library's meters every 5 s, for `Usage.Query`.
 //! - `service`: one module per service of the API.
 //! - `validate`, `convert`, `status`: requests checked, answers and errors
 //!   mapped, each in one place.
@@ -78,6 +80,7 @@ mod status;
 mod templates;
 mod templates_context;
 mod trackers;
+mod usage;
 mod validate;
 mod workspaces;
 

@@ -27,7 +27,7 @@ use airlock_api::v1::{
     code_server::CodeServer, files_server::FilesServer, ingress_server::IngressServer,
     keys_server::KeysServer, network_server::NetworkServer, processes_server::ProcessesServer,
     sandboxes_server::SandboxesServer, templates_server::TemplatesServer,
-    workspaces_server::WorkspacesServer,
+    usage_server::UsageServer, workspaces_server::WorkspacesServer,
 };
 
 use crate::auth::{KeyAuth, OwnerOnly};
@@ -84,6 +84,7 @@ macro_rules! routes {
             .add_service(service!(KeysServer))
             .add_service(service!(WorkspacesServer))
             .add_service(service!(TemplatesServer))
+            .add_service(service!(UsageServer))
     }};
 }
 
@@ -177,6 +178,11 @@ pub async fn serve(
             listener.endpoint.is_tls(),
         )));
     }
+    state.usage = Some(Arc::new(crate::usage::Ledger::open(
+        &state.config.data_dir,
+        state.builder().saved_store(),
+        crate::workspaces::WorkspaceStore::new(&state.config.data_dir),
+    )?));
     let state = Arc::new(state);
     if let Err(status) = state.snapshots.open_up(&state.config.data_dir) {
         tracing::warn!(error = status.message(), "snapshots' directory");
@@ -189,6 +195,9 @@ pub async fn serve(
         .collect();
     state.snapshots.collect(&keys);
     recover(&state).await;
+    if let Some(ledger) = &state.usage {
+        state.spawn(Arc::clone(ledger).run(Arc::downgrade(&state)));
+    }
     state.spawn(crate::events::watch(Arc::clone(&state)));
     let owners: std::collections::HashSet<String> = state
         .registry
@@ -282,6 +291,10 @@ pub async fn serve(
     }
     shutdown.await;
     stop_sandboxes(&state, on_exit).await;
+    // What the sandboxes used up to their end, or up to the next server.
+    if let Some(ledger) = &state.usage {
+        ledger.accrue(state.registry.all()).await;
+    }
     state.end_tasks().await;
     for stop in stops {
         let _ = stop.send(());

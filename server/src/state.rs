@@ -53,6 +53,8 @@ pub struct State {
     pub workspaces: WorkspaceStore,
     /// The keys' named snapshots.
     pub snapshots: SnapshotNames,
+    /// The usage ledger (`serve` opens it).
+    pub usage: Option<Arc<crate::usage::Ledger>>,
     /// The lifecycle events' bus (in memory until `serve` opens its log).
     pub events: Events,
     calls: Mutex<HashMap<Principal, Arc<Semaphore>>>,
@@ -89,6 +91,7 @@ impl State {
             relays: Relays::default(),
             policy_changes: tokio::sync::Mutex::new(()),
             ingress: None,
+            usage: None,
             events: Events::in_memory(),
             calls: Mutex::new(HashMap::new()),
             tasks: Mutex::new(JoinSet::new()),

@@ -14,6 +14,7 @@
 //! - `ingress`: a guest port's address and token, and forwarded
 //!   connections.
 //! - `keys`: API keys (the owner's).
+//! - `usage`: the usage ledger queried.
 //! - `workspaces`: named workspaces (make, list, remove).
 //! - `templates`: templates built through the API and listed
 //!   (`templates_build`: a build's header, events and errors).
@@ -30,6 +31,7 @@ pub mod sandboxes;
 pub mod snapshots;
 pub mod templates;
 pub mod templates_build;
+pub mod usage;
 pub mod workspaces;
 
 use std::sync::Arc;

@@ -276,6 +276,7 @@ impl sandboxes_server::Sandboxes for Services {
         validate::sandbox_id("sandbox_id", id)?;
         let _held = self.state.events.hold(id);
         let entry = self.state.registry.remove(&call.principal, id)?;
+        let ending = self.state.usage.as_ref().map(|ledger| ledger.before_end(&entry));
         match self.state.sandboxes.remove(&self.state.builder(), id) {
             Ok(()) => {}
             // Ended and forgotten by the manager already.
@@ -285,6 +286,9 @@ impl sandboxes_server::Sandboxes for Services {
                 }
             }
             Err(error) => return Err(error_status(&error)),
+        }
+        if let (Some(ledger), Some(ending)) = (&self.state.usage, ending) {
+            ledger.settle(ending).await;
         }
         self.state.trackers.forget_sandbox(id);
         self.state.relays.forget_sandbox(id);

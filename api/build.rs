@@ -6,6 +6,7 @@ use std::path::Path;
 const PROTOS: &[&str] = &[
     "airlock/api/v1/code.proto",
     "airlock/api/v1/errors.proto",
+    "airlock/api/v1/events.proto",
     "airlock/api/v1/files.proto",
     "airlock/api/v1/ingress.proto",
     "airlock/api/v1/keys.proto",

@@ -73,7 +73,9 @@ pub mod v1 {
 ///   `Templates` service, `TemplateInfo.owner`, `memory_mib`, `vcpus`), and
 ///   storage quotas (`KeyQuota.max_snapshots`, `max_storage_mib`,
 ///   `KeyInfo.snapshots`, `templates`, `storage_bytes`).
-pub const REVISION: u32 = 6;
+/// - 7: lifecycle events and webhooks (the `Events` service: `Watch`,
+///   `SetWebhook`, `ListWebhooks`, `RemoveWebhook`).
+pub const REVISION: u32 = 7;
 
 /// Names of optional parts a server may serve, as `Ping` lists them.
 pub mod features {

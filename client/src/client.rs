@@ -9,10 +9,11 @@ use tonic::{Request, Status};
 use airlock_api::auth;
 use airlock_api::limits::MAX_MESSAGE_BYTES;
 use airlock_api::v1::{
-    code_client::CodeClient, files_client::FilesClient, ingress_client::IngressClient,
-    keys_client::KeysClient, network_client::NetworkClient, processes_client::ProcessesClient,
-    sandboxes_client::SandboxesClient, templates_client::TemplatesClient,
-    usage_client::UsageClient, workspaces_client::WorkspacesClient, PingRequest, PingResponse,
+    code_client::CodeClient, events_client::EventsClient, files_client::FilesClient,
+    ingress_client::IngressClient, keys_client::KeysClient, network_client::NetworkClient,
+    processes_client::ProcessesClient, sandboxes_client::SandboxesClient,
+    templates_client::TemplatesClient, usage_client::UsageClient,
+    workspaces_client::WorkspacesClient, PingRequest, PingResponse,
 };
 
 use crate::error::ClientError;
@@ -136,6 +137,12 @@ impl Client {
         /// ([`Client::build_template`] sends a build).
         templates,
         TemplatesClient
+    );
+    service!(
+        /// Lifecycle events (watched from a sequence number on) and
+        /// webhooks.
+        events,
+        EventsClient
     );
     service!(
         /// The usage ledger: what sandboxes used, by sandbox, key or day.

@@ -105,6 +105,9 @@ pub struct ServerConfig {
     /// Template builds through the API at once (each runs one VM at a
     /// time, besides the sandboxes `max_sandboxes` bounds).
     pub max_template_builds: usize,
+    /// Server-wide webhooks: every sandbox's events are posted to each
+    /// (`https://`, or `http://` to a loopback address).
+    pub webhooks: Vec<String>,
 }
 
 impl fmt::Debug for ServerConfig {
@@ -124,6 +127,7 @@ impl fmt::Debug for ServerConfig {
             .field("owner_host_access", &self.owner_host_access)
             .field("max_context_bytes", &self.max_context_bytes)
             .field("max_template_builds", &self.max_template_builds)
+            .field("webhooks", &self.webhooks)
             .finish_non_exhaustive()
     }
 }
@@ -148,6 +152,7 @@ impl Default for ServerConfig {
             owner_host_access: HostAccess::Denied,
             max_context_bytes: airlock_api::limits::DEFAULT_MAX_CONTEXT_BYTES,
             max_template_builds: 2,
+            webhooks: Vec::new(),
         }
     }
 }

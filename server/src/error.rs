@@ -33,6 +33,10 @@ pub enum ServerError {
     Records(#[from] RecordError),
     #[error("the event log")]
     Events(#[from] crate::events::EventLogError),
+    #[error("webhooks")]
+    Webhooks(#[from] crate::webhooks::WebhooksError),
+    #[error("--webhook")]
+    WebhookUrl(#[from] crate::webhooks::TargetError),
     #[error("the usage ledger")]
     Usage(#[from] crate::usage::UsageError),
     #[error("the warm pool: {0}")]

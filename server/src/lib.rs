@@ -43,6 +43,8 @@
 //! - `events`: lifecycle events (created, paused, ..., ended): the bus in
 //!   `State::events`, their log on disk, and the watcher that notices
 //!   what the library did by itself.
+//! - `webhooks`: the events posted to registered URLs, signed, retried,
+//!   kept in an outbox on disk until delivered.
 //! - `usage`: the usage ledger (SQLite in the data directory), accrued
 //!   from the library's meters every 5 s, for `Usage.Query`.
 //! - `service`: one module per service of the API.
@@ -82,6 +84,7 @@ mod templates_context;
 mod trackers;
 mod usage;
 mod validate;
+mod webhooks;
 mod workspaces;
 
 pub use config::{default_data_dir, BuilderFactory, OnExit, ServerConfig, DATA_DIR_ENV};

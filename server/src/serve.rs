@@ -23,6 +23,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use airlock::{SandboxState, Sandboxes};
 use airlock_api::limits::MAX_MESSAGE_BYTES;
 use airlock_api::v1 as api;
+use airlock_api::v1::events_server::EventsServer;
 use airlock_api::v1::{
     code_server::CodeServer, files_server::FilesServer, ingress_server::IngressServer,
     keys_server::KeysServer, network_server::NetworkServer, processes_server::ProcessesServer,
@@ -84,6 +85,7 @@ macro_rules! routes {
             .add_service(service!(KeysServer))
             .add_service(service!(WorkspacesServer))
             .add_service(service!(TemplatesServer))
+            .add_service(service!(EventsServer))
             .add_service(service!(UsageServer))
     }};
 }
@@ -163,6 +165,13 @@ pub async fn serve(
     let cors_origins = config.cors_origins.clone();
     let mut state = State::new(config, sandboxes, registry, keys, pool);
     state.events = Events::open(&state.config.data_dir.join("events"))?;
+    for url in &state.config.webhooks {
+        crate::webhooks::Target::parse(url, true)?;
+    }
+    state.webhooks = Some(Arc::new(crate::webhooks::Webhooks::open(
+        &state.config.data_dir.join("webhooks"),
+        &state.config.webhooks,
+    )?));
     let ingress_listener = listeners.ingress.take();
     if let Some(listener) = &ingress_listener {
         let address = listener
@@ -199,6 +208,9 @@ pub async fn serve(
         state.spawn(Arc::clone(ledger).run(Arc::downgrade(&state)));
     }
     state.spawn(crate::events::watch(Arc::clone(&state)));
+    if let Some(webhooks) = &state.webhooks {
+        webhooks.start(&state);
+    }
     let owners: std::collections::HashSet<String> = state
         .registry
         .all()
@@ -450,4 +462,6 @@ async fn stop_sandboxes(state: &State, on_exit: OnExit) {
         }
     }
     drop(holds);
+    // Their records go, so the next server does not find them lost.
+    state.registry.sweep();
 }

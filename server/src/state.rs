@@ -57,6 +57,8 @@ pub struct State {
     pub usage: Option<Arc<crate::usage::Ledger>>,
     /// The lifecycle events' bus (in memory until `serve` opens its log).
     pub events: Events,
+    /// The webhooks (`serve` opens them).
+    pub webhooks: Option<Arc<crate::webhooks::Webhooks>>,
     calls: Mutex<HashMap<Principal, Arc<Semaphore>>>,
     tasks: Mutex<JoinSet<()>>,
 }
@@ -93,6 +95,7 @@ impl State {
             ingress: None,
             usage: None,
             events: Events::in_memory(),
+            webhooks: None,
             calls: Mutex::new(HashMap::new()),
             tasks: Mutex::new(JoinSet::new()),
         }

@@ -12,7 +12,8 @@
 //!   `run_code` is `sandbox run-code`, a cell of code in a sandbox's
 //!   persistent context; `copy` is `sandbox cp`; `workspace` is `workspace
 //!   create|ls|rm`, the server's named workspaces; `snapshot` is `snapshot
-//!   ls|rm`, the named snapshots `sandbox snapshot` takes.
+//!   ls|rm`, the named snapshots `sandbox snapshot` takes; `usage` is the
+//!   server's usage ledger, by sandbox, key or day.
 //! - `mcp`: the MCP server (crate `airlock-mcp`) over stdio or streamable
 //!   HTTP, a client of the same server.
 //! - `program_options`: [`ProgramOptions`], how to run the program (env,
@@ -54,6 +55,7 @@ mod template_build;
 mod template_remote;
 mod terminal;
 mod transfer;
+mod usage;
 mod vm_options;
 mod workspace;
 
@@ -112,6 +114,10 @@ pub enum Commands {
     /// The named workspaces a server keeps for you (what `sandbox create
     /// --workspace NAME` attaches): create, ls, rm.
     Workspace(workspace::WorkspaceArgs),
+    /// What sandboxes used, from the server's usage ledger: running,
+    /// paused and on-disk time, vCPU-seconds, memory and disk GiB-seconds,
+    /// egress and ingress bytes; by sandbox, key or day.
+    Usage(Box<usage::UsageArgs>),
     /// Serve the Model Context Protocol, so agent hosts run code in
     /// sandboxes: over stdio (what desktop and IDE hosts start), or with
     /// --http over streamable HTTP for callers with an API key.
@@ -238,6 +244,7 @@ pub async fn main(args: Args) -> u8 {
         Commands::Key(key_args) => key::run(key_args).await,
         Commands::Workspace(args) => workspace::run(args).await,
         Commands::Snapshot(args) => snapshot::run(args).await,
+        Commands::Usage(args) => usage::run(*args).await,
         Commands::Mcp(mcp_args) => mcp::run(*mcp_args).await,
     }
 }

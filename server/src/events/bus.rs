@@ -149,6 +149,13 @@ impl Events {
         self.sender.subscribe()
     }
 
+    /// [`subscribe`](Events::subscribe), with the number of the last event
+    /// before it: every later one comes through the receiver.
+    pub fn subscribe_at(&self) -> (broadcast::Receiver<Event>, u64) {
+        let inner = self.inner();
+        (self.sender.subscribe(), inner.next_seq - 1)
+    }
+
     /// The events after `after_seq` still in the log, oldest first, at
     /// most `limit`.
     pub fn after(&self, after_seq: u64, limit: usize) -> Result<Vec<Event>, EventLogError> {

@@ -13,6 +13,7 @@
 //! - `network`: rules and audit.
 //! - `ingress`: a guest port's address and token, and forwarded
 //!   connections.
+//! - `events`: lifecycle events watched, and webhooks registered.
 //! - `keys`: API keys (the owner's).
 //! - `usage`: the usage ledger queried.
 //! - `workspaces`: named workspaces (make, list, remove).
@@ -22,6 +23,7 @@
 pub mod call;
 pub mod code;
 pub mod create;
+pub mod events;
 pub mod files;
 pub mod ingress;
 pub mod keys;

@@ -7,7 +7,7 @@
 //! and the owner everyone's, and replays the log from `after_seq` across a
 //! restart. (Snapshots and forks need a VM: `tests/tests/events.rs`.)
 
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -43,6 +43,9 @@ pub struct Options {
     /// Serve from this directory (its socket, its data) instead of a
     /// temporary one of its own.
     pub dir: Option<PathBuf>,
+    /// What the server does with its sandboxes when it stops (default:
+    /// kills them, so that nothing a test leaves runs on).
+    pub on_exit: Option<OnExit>,
 }
 
 /// A running test server.
@@ -146,7 +149,7 @@ impl TestServer {
             // What a test leaves running ends with its server (a server's
             // default leaves sandboxes for the next one to adopt, which on
             // the process backend would leave agents running on the host).
-            on_exit: OnExit::Kill,
+            on_exit: options.on_exit.unwrap_or(OnExit::Kill),
             ..ServerConfig::default()
         };
         if let Some(templates) = templates {

@@ -15,7 +15,7 @@ import base64
 import hashlib
 import os
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, List, Tuple
 
@@ -24,6 +24,7 @@ import pytest
 from airlock import (
     AsyncSandbox,
     AsyncTemplate,
+    AsyncUsage,
     AuthenticationException,
     CommandExitException,
     ConnectionConfig,
@@ -807,5 +808,40 @@ def test_a_remote_server_over_tls_with_a_key(aio: Loop, tls_server: Server) -> N
             await AsyncSandbox.list(host=tls_server.host, api_key="ak_wrong", ca_cert=tls_server.ca).next_items()
         with pytest.raises(SandboxException):
             await AsyncSandbox.list(host=tls_server.host, api_key=key).next_items()  # no CA: untrusted
+
+    aio.run(body())
+
+
+def test_the_usage_ledger_bills_a_keys_sandboxes(aio: Loop, tls_server: Server) -> None:
+    key = tls_server.key("async-usage")
+    conn = {"host": tls_server.host, "api_key": key, "ca_cert": tls_server.ca}
+
+    async def body() -> None:
+        sandbox = await AsyncSandbox.create(no_image=True, **conn)
+        await sandbox.commands.run("sleep 1")
+        assert await sandbox.pause() is True
+        await asyncio.sleep(1)
+        await sandbox.resume()
+        assert await sandbox.kill() is True
+        [row] = await AsyncUsage.query(**conn)
+        assert row.sandbox_id == sandbox.sandbox_id and row.key == "async-usage"
+        assert row.running_ms >= 1000 and row.paused_ms >= 900 and row.on_disk_ms == 0
+        assert row.cpu_count == 1 and row.vcpu_ms == row.running_ms
+        assert row.vcpu_seconds == row.vcpu_ms / 1000
+        assert row.memory_mib_ms == row.memory_mb * (row.running_ms + row.paused_ms)
+        assert row.memory_gib_seconds == row.memory_mib_ms / 1024 / 1000
+        assert row.created_at is not None and row.ended_at is not None
+        [by_key] = await AsyncUsage.query(by="key", **conn)
+        assert (by_key.key, by_key.sandboxes, by_key.running_ms) == ("async-usage", 1, row.running_ms)
+        days = await AsyncUsage.query(by="day", since=timedelta(days=1), **conn)
+        assert datetime.now(timezone.utc).strftime("%Y-%m-%d") in [day.day for day in days]
+        assert sum(day.running_ms for day in days) == row.running_ms
+        assert await AsyncUsage.query(since=datetime.now(timezone.utc) + timedelta(hours=2), **conn) == []
+        with pytest.raises(AuthenticationException) as other:
+            await AsyncUsage.query(key="someone-else", **conn)
+        assert other.value.reason == "OWNER_ONLY"
+        with pytest.raises(InvalidArgumentException) as bad:
+            await AsyncUsage.query(by="week", **conn)  # type: ignore[arg-type]
+        assert bad.value.field == "by"
 
     aio.run(body())

@@ -13,7 +13,7 @@ import hashlib
 import os
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Iterator, List, Tuple
 
@@ -41,6 +41,7 @@ from airlock import (
     Secret,
     Template,
     TimeoutException,
+    Usage,
     WriteEntry,
     wait_for_file,
 )
@@ -671,3 +672,34 @@ def test_a_remote_server_over_tls_with_a_key(tls_server: Server) -> None:
         Sandbox.list(host=tls_server.host, api_key="ak_wrong", ca_cert=tls_server.ca).next_items()
     with pytest.raises(SandboxException):
         Sandbox.list(host=tls_server.host, api_key=key).next_items()  # no CA: untrusted
+
+
+def test_the_usage_ledger_bills_a_keys_sandboxes(tls_server: Server) -> None:
+    key = tls_server.key("sync-usage")
+    conn = {"host": tls_server.host, "api_key": key, "ca_cert": tls_server.ca}
+    sandbox = Sandbox.create(no_image=True, **conn)
+    sandbox.commands.run("sleep 1")
+    assert sandbox.pause() is True
+    time.sleep(1)
+    sandbox.resume()
+    assert sandbox.kill() is True
+    [row] = Usage.query(**conn)
+    assert row.sandbox_id == sandbox.sandbox_id and row.key == "sync-usage"
+    assert row.running_ms >= 1000 and row.paused_ms >= 900 and row.on_disk_ms == 0
+    assert row.cpu_count == 1 and row.vcpu_ms == row.running_ms
+    assert row.vcpu_seconds == row.vcpu_ms / 1000
+    assert row.memory_mib_ms == row.memory_mb * (row.running_ms + row.paused_ms)
+    assert row.memory_gib_seconds == row.memory_mib_ms / 1024 / 1000
+    assert row.created_at is not None and row.ended_at is not None
+    [by_key] = Usage.query(by="key", **conn)
+    assert (by_key.key, by_key.sandboxes, by_key.running_ms) == ("sync-usage", 1, row.running_ms)
+    days = Usage.query(by="day", since=timedelta(days=1), **conn)
+    assert datetime.now(timezone.utc).strftime("%Y-%m-%d") in [day.day for day in days]
+    assert sum(day.running_ms for day in days) == row.running_ms
+    assert Usage.query(since=datetime.now(timezone.utc) + timedelta(hours=2), **conn) == []
+    with pytest.raises(AuthenticationException) as other:
+        Usage.query(key="someone-else", **conn)
+    assert other.value.reason == "OWNER_ONLY"
+    with pytest.raises(InvalidArgumentException) as bad:
+        Usage.query(by="week", **conn)  # type: ignore[arg-type]
+    assert bad.value.field == "by"

@@ -11,7 +11,8 @@ models, output decoding, checks of arguments), one module per part of the
 API; :mod:`airlock.sandbox_sync` and :mod:`airlock.sandbox_async` are the
 two clients, module by module, holding only the calls (blocking, or
 awaited), with :class:`Template` and :class:`AsyncTemplate` (templates
-built through the API); errors are :mod:`airlock.exceptions`, the data
+built through the API) and :class:`Usage` and :class:`AsyncUsage` (the
+server's usage ledger); errors are :mod:`airlock.exceptions`, the data
 types :mod:`airlock.models`.
 """
 
@@ -47,6 +48,7 @@ from .models.ingress import ExposedPort
 from .models.network import ALL_TRAFFIC, AuditRecord, NetworkPolicy
 from .models.sandbox import SandboxInfo, SandboxMetrics, SandboxQuery, SandboxState, Secret
 from .models.snapshot import SnapshotInfo
+from .models.usage import UsageRow
 from .models.template import (
     LogEntry,
     LogEntryEnd,
@@ -66,11 +68,13 @@ from .sandbox_async.files import AsyncChangeTracker, AsyncWatchHandle
 from .sandbox_async.main import AsyncSandbox, AsyncSandboxPaginator
 from .sandbox_async.snapshots import AsyncSnapshotPaginator
 from .sandbox_async.template import AsyncTemplate
+from .sandbox_async.usage import AsyncUsage
 from .sandbox_sync.command_handle import CommandHandle
 from .sandbox_sync.files import ChangeTracker, WatchHandle
 from .sandbox_sync.main import Sandbox, SandboxPaginator
 from .sandbox_sync.snapshots import SnapshotPaginator
 from .sandbox_sync.template import Template
+from .sandbox_sync.usage import Usage
 
 __version__ = "0.1.0"
 
@@ -83,6 +87,7 @@ __all__ = [
     "AsyncSandboxPaginator",
     "AsyncSnapshotPaginator",
     "AsyncTemplate",
+    "AsyncUsage",
     "AsyncWatchHandle",
     "AuditRecord",
     "AuthenticationException",
@@ -134,6 +139,8 @@ __all__ = [
     "TemplateBase",
     "TemplateInfo",
     "TimeoutException",
+    "Usage",
+    "UsageRow",
     "WatchHandle",
     "WriteEntry",
     "WriteInfo",

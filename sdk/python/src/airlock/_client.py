@@ -32,6 +32,7 @@ from .api.v1 import (
     processes_pb2_grpc,
     sandboxes_pb2_grpc,
     templates_pb2_grpc,
+    usage_pb2_grpc,
 )
 from .connection import ConnectionConfig
 from .exceptions import SandboxException
@@ -134,6 +135,7 @@ class Client:
         self.network = network_pb2_grpc.NetworkStub(channel)
         self.ingress = ingress_pb2_grpc.IngressStub(channel)
         self.templates = templates_pb2_grpc.TemplatesStub(channel)
+        self.usage = usage_pb2_grpc.UsageStub(channel)
 
     def timeout(self, request_timeout: Optional[float]) -> Optional[float]:
         return self.config.timeout(request_timeout)
@@ -177,6 +179,7 @@ class AsyncClient:
         self.network = network_pb2_grpc.NetworkStub(channel)
         self.ingress = ingress_pb2_grpc.IngressStub(channel)
         self.templates = templates_pb2_grpc.TemplatesStub(channel)
+        self.usage = usage_pb2_grpc.UsageStub(channel)
 
     @classmethod
     async def connect(cls, config: ConnectionConfig) -> "AsyncClient":

@@ -13,7 +13,8 @@
 //!   persistent context; `copy` is `sandbox cp`; `workspace` is `workspace
 //!   create|ls|rm`, the server's named workspaces; `snapshot` is `snapshot
 //!   ls|rm`, the named snapshots `sandbox snapshot` takes; `usage` is the
-//!   server's usage ledger, by sandbox, key or day.
+//!   server's usage ledger, by sandbox, key or day; `events` prints the
+//!   server's lifecycle events and `webhook` registers URLs for them.
 //! - `mcp`: the MCP server (crate `airlock-mcp`) over stdio or streamable
 //!   HTTP, a client of the same server.
 //! - `program_options`: [`ProgramOptions`], how to run the program (env,
@@ -32,6 +33,7 @@
 
 mod changes;
 mod copy;
+mod events;
 mod gc;
 mod image;
 mod key;
@@ -57,6 +59,7 @@ mod terminal;
 mod transfer;
 mod usage;
 mod vm_options;
+mod webhook;
 mod workspace;
 
 use std::path::PathBuf;
@@ -118,6 +121,13 @@ pub enum Commands {
     /// paused and on-disk time, vCPU-seconds, memory and disk GiB-seconds,
     /// egress and ingress bytes; by sandbox, key or day.
     Usage(Box<usage::UsageArgs>),
+    /// Lifecycle events of the server's sandboxes (created, paused,
+    /// resumed, snapshotted, forked, timed out, killed, lost, ended), from
+    /// its log and with --follow as they happen.
+    Events(events::EventsArgs),
+    /// The URLs the server posts your sandboxes' events to, signed: add,
+    /// ls, rm.
+    Webhook(webhook::WebhookArgs),
     /// Serve the Model Context Protocol, so agent hosts run code in
     /// sandboxes: over stdio (what desktop and IDE hosts start), or with
     /// --http over streamable HTTP for callers with an API key.
@@ -245,6 +255,8 @@ pub async fn main(args: Args) -> u8 {
         Commands::Workspace(args) => workspace::run(args).await,
         Commands::Snapshot(args) => snapshot::run(args).await,
         Commands::Usage(args) => usage::run(*args).await,
+        Commands::Events(args) => events::run(args).await,
+        Commands::Webhook(args) => webhook::run(args).await,
         Commands::Mcp(mcp_args) => mcp::run(*mcp_args).await,
     }
 }

@@ -92,6 +92,12 @@ pub struct ServeArgs {
     #[arg(long = "cors-origin", value_name = "ORIGIN")]
     pub cors_origins: Vec<String>,
 
+    /// Post every sandbox's lifecycle events to URL (https://, or http://
+    /// to a loopback address), signed with the secret in
+    /// <data dir>/webhooks/server.secret (made on first use). Repeatable.
+    #[arg(long = "webhook", value_name = "URL")]
+    pub webhooks: Vec<String>,
+
     /// The most sandboxes alive at once.
     #[arg(long, value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u16).range(1..))]
@@ -269,6 +275,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         pool_snapshot: args.pool_snapshot,
         on_exit: args.on_exit,
         cors_origins: args.cors_origins,
+        webhooks: args.webhooks,
         owner_host_access: match args.host_access {
             true => airlock::HostAccess::Allowed,
             false => airlock::HostAccess::Denied,

@@ -7,8 +7,8 @@
  * `ingress` and `snapshots`, each a thin layer over one service of
  * `airlock.api.v1` (the generated code in `gen/`), reached through
  * `connection` (clients on a transport the platform made: `node/` or
- * `web/`). `template` is E2B's `Template`, which each entry point makes on
- * its platform. Every failure becomes one of `errors`.
+ * `web/`). `template` is E2B's `Template`, and `usage` the server's usage
+ * ledger (`Usage.query`), which each entry point makes on its platform. Every failure becomes one of `errors`.
  */
 
 export { Sandbox, SandboxPaginator } from "./sandbox.js";
@@ -62,6 +62,7 @@ export type {
   TemplateOptions,
   TemplateStatics,
 } from "./template.js";
+export type { UsageBy, UsageQueryOpts, UsageRow, UsageStatics } from "./usage.js";
 export type { DataSource } from "./bytes.js";
 export {
   SandboxError,

@@ -16,6 +16,7 @@ import { Network } from "./gen/airlock/api/v1/network_pb.js";
 import { Processes } from "./gen/airlock/api/v1/processes_pb.js";
 import { Sandboxes } from "./gen/airlock/api/v1/sandboxes_pb.js";
 import { Templates } from "./gen/airlock/api/v1/templates_pb.js";
+import { Usage } from "./gen/airlock/api/v1/usage_pb.js";
 import { SandboxError, toSandboxError } from "./errors.js";
 
 /** Where the server is and who calls it. */
@@ -164,6 +165,7 @@ export class Connection {
   readonly network: Client<typeof Network>;
   readonly ingress: Client<typeof Ingress>;
   readonly templates: Client<typeof Templates>;
+  readonly usage: Client<typeof Usage>;
   /** The server, for messages. */
   readonly target: string;
   /** The options this connection was made with (the environment's filled in). */
@@ -180,6 +182,7 @@ export class Connection {
     this.network = createClient(Network, transport);
     this.ingress = createClient(Ingress, transport);
     this.templates = createClient(Templates, transport);
+    this.usage = createClient(Usage, transport);
     this.target = opened.target;
     this.opts = opened.resolved;
     this.streamsRequests = opened.streamsRequests;

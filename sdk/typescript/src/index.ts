@@ -8,6 +8,7 @@
 import type { Platform } from "./connection.js";
 import { Sandbox as SandboxBase } from "./sandbox.js";
 import { templateFor, type TemplateFactory } from "./template.js";
+import { usageFor, type UsageStatics } from "./usage.js";
 import { nodePlatform } from "./node/platform.js";
 
 export * from "./api.js";
@@ -19,5 +20,8 @@ export class Sandbox extends SandboxBase {
 
 /** E2B's `Template`: `Template()` makes a builder; `Template.build`, `list`, `exists`, `delete`. */
 export const Template: TemplateFactory = templateFor(nodePlatform);
+
+/** The server's usage ledger: `Usage.query({ by: "day", since })`. */
+export const Usage: UsageStatics = usageFor(nodePlatform);
 
 export default Sandbox;

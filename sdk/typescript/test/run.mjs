@@ -52,6 +52,7 @@ const shared = [
   "e2b.test.ts",
   "snapshots.test.ts",
   "template.test.ts",
+  "usage.test.ts",
 ];
 const PASSES = {
   node: [...shared, "local.test.ts", "ported.test.ts"],

@@ -74,7 +74,8 @@ pub mod v1 {
 ///   storage quotas (`KeyQuota.max_snapshots`, `max_storage_mib`,
 ///   `KeyInfo.snapshots`, `templates`, `storage_bytes`).
 /// - 7: lifecycle events and webhooks (the `Events` service: `Watch`,
-///   `SetWebhook`, `ListWebhooks`, `RemoveWebhook`).
+///   `SetWebhook`, `ListWebhooks`, `RemoveWebhook`), and the usage ledger
+///   (the `Usage` service: `Query`, `UsageGrouping`, `UsageRow`).
 pub const REVISION: u32 = 7;
 
 /// Names of optional parts a server may serve, as `Ping` lists them.

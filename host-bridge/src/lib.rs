@@ -92,7 +92,10 @@ pub use accel::{detect as detect_accel, Accel, ParseAccelError, ACCEL_ENV};
 /// The network gateway (the `airlock-gateway` crate): policy, audit,
 /// secrets and the rest of what a sandbox's network is made of.
 pub use airlock_gateway as network;
-pub use airlock_gateway::audit::{AuditRecord, Protocol as NetProtocol, Refusal, Verdict};
+pub use airlock_gateway::audit::{
+    refusals_in_process as network_refusals_in_process, AuditRecord, Protocol as NetProtocol,
+    Refusal, Verdict,
+};
 pub use airlock_gateway::policy::{NetRule, NetworkPolicy};
 pub use airlock_gateway::resolver::{Resolve, StaticResolver, SystemResolver};
 pub use airlock_gateway::secrets::Secret;

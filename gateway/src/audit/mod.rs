@@ -19,6 +19,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -60,6 +61,40 @@ impl fmt::Display for Protocol {
             Protocol::Ingress => "ingress",
         })
     }
+}
+
+impl Protocol {
+    /// Every protocol, in the order of [`refusals_in_process`]' counts.
+    pub const ALL: [Protocol; 6] = [
+        Protocol::Dns,
+        Protocol::Tcp,
+        Protocol::Tls,
+        Protocol::Http,
+        Protocol::Proxy,
+        Protocol::Ingress,
+    ];
+
+    fn index(self) -> usize {
+        match self {
+            Protocol::Dns => 0,
+            Protocol::Tcp => 1,
+            Protocol::Tls => 2,
+            Protocol::Http => 3,
+            Protocol::Proxy => 4,
+            Protocol::Ingress => 5,
+        }
+    }
+}
+
+/// Refusals recorded by every [`AuditLog`] of this process, by protocol
+/// (the index of [`Protocol::ALL`]): a counter that only grows, whatever
+/// the logs drop and however many sandboxes come and go.
+static REFUSED: [AtomicU64; Protocol::ALL.len()] = [const { AtomicU64::new(0) }; 6];
+
+/// How many refusals of `protocol` every [`AuditLog`] of this process has
+/// recorded since it started (a server's metrics read it).
+pub fn refusals_in_process(protocol: Protocol) -> u64 {
+    REFUSED[protocol.index()].load(Ordering::Relaxed)
 }
 
 /// Why a connection or query was refused.
@@ -393,13 +428,16 @@ impl AuditLog {
                 destination = %record.destination(),
                 "network: allowed"
             ),
-            Verdict::Refused(refusal) => tracing::info!(
+            Verdict::Refused(refusal) => {
+                REFUSED[protocol.index()].fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
                 seq,
                 %protocol,
                 destination = %record.destination(),
                 %refusal,
                 "network: refused"
-            ),
+                )
+            }
         }
         if let Some(disk) = &mut inner.disk {
             if let Err(error) = disk.append(&record) {
@@ -473,6 +511,27 @@ mod tests {
             port,
             Verdict::Refused(Refusal::NotAllowed),
         )
+    }
+
+    #[test]
+    fn refusals_are_counted_for_the_process_by_protocol_and_never_go_down() {
+        // Other tests refuse TCP concurrently: only growth is certain.
+        let proxy = refusals_in_process(Protocol::Proxy);
+        let log = AuditLog::new(0);
+        log.record(Protocol::Proxy, None, None, 443, Verdict::Allowed);
+        assert_eq!(refusals_in_process(Protocol::Proxy), proxy);
+        for _ in 0..3 {
+            log.record(
+                Protocol::Proxy,
+                None,
+                None,
+                443,
+                Verdict::Refused(Refusal::NotAllowed),
+            );
+        }
+        drop(log);
+        assert!(refusals_in_process(Protocol::Proxy) >= proxy + 3);
+        assert_eq!(Protocol::ALL.map(Protocol::index), [0, 1, 2, 3, 4, 5]);
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! released (dropping a sandbox kills its VM and removes its directory).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
@@ -25,15 +27,31 @@ pub(super) const PARALLEL_FILLS: usize = 2;
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
+/// Told how long the pool took to be full again after a handout (see
+/// [`PoolConfig::on_refilled`]).
+type RefillHook = Arc<dyn Fn(Duration) + Send + Sync>;
+
 /// A pool's configuration, for
 /// [`Sandboxes::configure_pool`](crate::Sandboxes::configure_pool): what
 /// its members start from, how many it keeps, and what each runs before
 /// it is frozen.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PoolConfig {
     builder: SandboxBuilder,
     size: usize,
     warm_up: WarmUp,
+    on_refilled: Option<RefillHook>,
+}
+
+impl fmt::Debug for PoolConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolConfig")
+            .field("builder", &self.builder)
+            .field("size", &self.size)
+            .field("warm_up", &self.warm_up)
+            .field("on_refilled", &self.on_refilled.is_some())
+            .finish()
+    }
 }
 
 impl PoolConfig {
@@ -44,6 +62,7 @@ impl PoolConfig {
             builder,
             size,
             warm_up: WarmUp::standard(),
+            on_refilled: None,
         }
     }
 
@@ -53,6 +72,15 @@ impl PoolConfig {
     /// [`PoolStatus::last_error`].
     pub fn warm_up(mut self, warm_up: WarmUp) -> Self {
         self.warm_up = warm_up;
+        self
+    }
+
+    /// Calls `hook` each time the pool is full again after a handout, with
+    /// the time from the first handout that left it short until its last
+    /// member was frozen (a server's refill-time metric). It runs on the
+    /// fill's task, outside the pool's lock: keep it short.
+    pub fn on_refilled(mut self, hook: impl Fn(Duration) + Send + Sync + 'static) -> Self {
+        self.on_refilled = Some(Arc::new(hook));
         self
     }
 
@@ -78,17 +106,35 @@ pub struct PoolStatus {
 }
 
 /// What left the pool, to dispose of outside its lock.
-#[derive(Debug, Default)]
+#[derive(Default)]
 #[must_use = "members must be dropped and fills ended outside the lock"]
 pub(super) struct Drained {
     pub members: Vec<Sandbox>,
     pub fills: Vec<JoinHandle<()>>,
     pub keeper: Option<JoinHandle<()>>,
+    /// The pool is full again after a handout: the hook to tell, and how
+    /// long it took.
+    pub refilled: Option<(RefillHook, Duration)>,
+}
+
+impl fmt::Debug for Drained {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Drained")
+            .field("members", &self.members)
+            .field("fills", &self.fills)
+            .field("keeper", &self.keeper)
+            .field("refilled", &self.refilled.as_ref().map(|(_, took)| took))
+            .finish()
+    }
 }
 
 impl Drained {
-    /// Ends the fills and the keeper, and kills the members.
+    /// Ends the fills and the keeper, kills the members, and tells the
+    /// refill hook.
     pub fn dispose(self) {
+        if let Some((hook, took)) = &self.refilled {
+            hook(*took);
+        }
         for fill in &self.fills {
             fill.abort();
         }
@@ -134,6 +180,9 @@ pub(super) struct Pool {
     retry_at: Option<Instant>,
     last_error: Option<String>,
     keeper: Option<JoinHandle<()>>,
+    /// Since the first handout that left the pool short (cleared when it
+    /// is full again).
+    short_since: Option<Instant>,
 }
 
 impl Pool {
@@ -156,10 +205,12 @@ impl Pool {
         self.failures = 0;
         self.retry_at = None;
         self.last_error = None;
+        self.short_since = None;
         Drained {
             members: self.ready.drain(..).collect(),
             fills: std::mem::take(&mut self.fills).into_values().collect(),
             keeper: self.keeper.take(),
+            refilled: None,
         }
     }
 
@@ -193,9 +244,12 @@ impl Pool {
         }
     }
 
-    /// The next member to hand out: the oldest.
+    /// The next member to hand out: the oldest. The pool is short from
+    /// now until a fill makes it full again.
     pub fn take(&mut self) -> Option<Sandbox> {
-        self.ready.pop_front()
+        let member = self.ready.pop_front()?;
+        self.short_since.get_or_insert_with(Instant::now);
+        Some(member)
     }
 
     /// A member to give up for a start when the manager is full: a ready
@@ -254,7 +308,18 @@ impl Pool {
                 self.retry_at = None;
                 self.last_error = None;
                 self.ready.push_back(member);
-                Drained::default()
+                let full = self
+                    .config
+                    .as_ref()
+                    .is_some_and(|config| self.ready.len() >= config.size);
+                let hook = self.config.as_ref().and_then(|c| c.on_refilled.clone());
+                match self.short_since.take_if(|_| full) {
+                    Some(since) => Drained {
+                        refilled: hook.map(|hook| (hook, now.saturating_duration_since(since))),
+                        ..Drained::default()
+                    },
+                    None => Drained::default(),
+                }
             }
             Ok(member) => Drained {
                 members: vec![member],

@@ -21,6 +21,7 @@ use airlock_api::reason;
 use airlock_api::v1::ErrorReason;
 
 use crate::keys::KeyStore;
+use crate::metrics::{AuthCause, Front, Metrics};
 use crate::principal::Principal;
 use airlock_api::throttle::Throttle;
 
@@ -40,14 +41,30 @@ impl tonic::service::Interceptor for OwnerOnly {
 pub struct KeyAuth {
     keys: Arc<KeyStore>,
     throttle: Arc<Throttle>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl KeyAuth {
-    pub fn new(keys: Arc<KeyStore>, throttle: Arc<Throttle>) -> Self {
-        KeyAuth { keys, throttle }
+    pub fn new(
+        keys: Arc<KeyStore>,
+        throttle: Arc<Throttle>,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Self {
+        KeyAuth {
+            keys,
+            throttle,
+            metrics,
+        }
     }
 
-    fn refuse(&self, peer: Option<IpAddr>, why: &'static str) -> Status {
+    fn count(&self, cause: AuthCause) {
+        if let Some(metrics) = &self.metrics {
+            metrics.auth_failed(Front::Api, cause);
+        }
+    }
+
+    fn refuse(&self, peer: Option<IpAddr>, cause: AuthCause, why: &'static str) -> Status {
+        self.count(cause);
         if let Some(peer) = peer {
             self.throttle.failed(peer);
         }
@@ -67,6 +84,7 @@ impl tonic::service::Interceptor for KeyAuth {
         let peer = request.remote_addr().map(|addr| addr.ip());
         if let Some(peer) = peer {
             if let Some(wait) = self.throttle.blocked_for(peer) {
+                self.count(AuthCause::Throttled);
                 return Err(reason::status(
                     ErrorReason::RateLimited,
                     format!(
@@ -77,13 +95,17 @@ impl tonic::service::Interceptor for KeyAuth {
             }
         }
         let Some(value) = request.metadata().get(HEADER) else {
-            return Err(self.refuse(peer, "no API key"));
+            return Err(self.refuse(peer, AuthCause::Missing, "no API key"));
         };
         let Some(presented) = value.to_str().ok().and_then(bearer_key) else {
-            return Err(self.refuse(peer, "a malformed authorization header"));
+            return Err(self.refuse(
+                peer,
+                AuthCause::Malformed,
+                "a malformed authorization header",
+            ));
         };
         let Some(key) = self.keys.verify(presented) else {
-            return Err(self.refuse(peer, "an unknown or removed API key"));
+            return Err(self.refuse(peer, AuthCause::Unknown, "an unknown or removed API key"));
         };
         request.extensions_mut().insert(Principal::Key(key.name));
         Ok(request)

@@ -108,6 +108,13 @@ pub struct ServerConfig {
     /// Server-wide webhooks: every sandbox's events are posted to each
     /// (`https://`, or `http://` to a loopback address).
     pub webhooks: Vec<String>,
+    /// Serve Prometheus metrics here (no key: `GET /metrics`); without it
+    /// nothing is counted.
+    pub metrics: Option<crate::metrics::MetricsEndpoint>,
+    /// Keep the usage ledger (`<data dir>/usage.sqlite3`); on unless an
+    /// embedder bills elsewhere (the metrics benchmark turns it off to
+    /// measure what it costs).
+    pub usage_ledger: bool,
 }
 
 impl fmt::Debug for ServerConfig {
@@ -128,6 +135,8 @@ impl fmt::Debug for ServerConfig {
             .field("max_context_bytes", &self.max_context_bytes)
             .field("max_template_builds", &self.max_template_builds)
             .field("webhooks", &self.webhooks)
+            .field("metrics", &self.metrics)
+            .field("usage_ledger", &self.usage_ledger)
             .finish_non_exhaustive()
     }
 }
@@ -153,6 +162,8 @@ impl Default for ServerConfig {
             max_context_bytes: airlock_api::limits::DEFAULT_MAX_CONTEXT_BYTES,
             max_template_builds: 2,
             webhooks: Vec::new(),
+            metrics: None,
+            usage_ledger: true,
         }
     }
 }

@@ -34,11 +34,13 @@ pub enum ServerError {
     #[error("the event log")]
     Events(#[from] crate::events::EventLogError),
     #[error("webhooks")]
-    Webhooks(#[from] crate::webhooks::WebhooksError),
+    Webhooks(#[from] crate::webhooks::error::WebhooksError),
     #[error("--webhook")]
-    WebhookUrl(#[from] crate::webhooks::TargetError),
+    WebhookUrl(#[from] crate::webhooks::target::TargetError),
+    #[error("metrics")]
+    Metrics(#[from] crate::metrics::error::MetricsBindError),
     #[error("the usage ledger")]
-    Usage(#[from] crate::usage::UsageError),
+    Usage(#[from] crate::usage::error::UsageError),
     #[error("the warm pool: {0}")]
     Pool(String),
     #[error("serving")]

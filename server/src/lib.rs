@@ -26,6 +26,8 @@
 //! - `ingress`: the HTTP ingress into servers in sandboxes
 //!   ([`IngressListener`]): routes, traffic tokens, the proxy.
 //! - `keys`: [`KeyStore`], API keys as hashes.
+//! - `metrics`: Prometheus metrics, counted as calls go, and their
+//!   listener ([`MetricsEndpoint`]).
 //! - `registry`, `record`: the server's sandboxes with owners and labels,
 //!   tenancy and quotas, and their records on disk.
 //! - `state`: what calls share (the manager, calls in flight per key), and
@@ -70,6 +72,7 @@ pub mod ingress;
 pub mod keys;
 mod listen;
 mod machine;
+pub mod metrics;
 mod principal;
 mod record;
 mod registry;
@@ -93,5 +96,6 @@ pub use error::ServerError;
 pub use ingress::{IngressListener, DEFAULT_DOMAIN as DEFAULT_INGRESS_DOMAIN};
 pub use keys::KeyStore;
 pub use listen::{TcpEndpoint, TlsFiles, UnixSocket};
+pub use metrics::MetricsEndpoint;
 pub use principal::Principal;
 pub use serve::{serve, Listeners};

@@ -35,6 +35,9 @@ pub struct Entry {
     pub handle: Option<Arc<Sandbox>>,
     /// When this server noticed it ended.
     ended_at: Option<Instant>,
+    /// A sandbox this server created, for the metrics: its first program's
+    /// first output is yet to be timed.
+    pub first_output: Option<crate::metrics::first_output::FirstOutput>,
 }
 
 impl Entry {
@@ -129,8 +132,17 @@ impl Registry {
             record: Arc::new(record),
             handle,
             ended_at: None,
+            first_output: None,
         };
         self.entries().insert(entry.record.id.clone(), entry);
+    }
+
+    /// Times the first output of the first program of the sandbox `id`,
+    /// just created.
+    pub fn await_first_output(&self, id: &str, first: crate::metrics::first_output::FirstOutput) {
+        if let Some(entry) = self.entries().get_mut(id) {
+            entry.first_output = Some(first);
+        }
     }
 
     /// Gives a sandbox on disk the handle of its restore.

@@ -38,6 +38,7 @@ use crate::events::{Draft, EventKind, Events, PauseMode, Seen};
 use crate::ingress::{Ingress, IngressListener};
 use crate::keys::KeyStore;
 use crate::listen::{TcpEndpoint, UnixSocket};
+use crate::metrics::{Metrics, StatusLayer};
 use crate::principal::Principal;
 use crate::record::{Record, Records};
 use crate::registry::Registry;
@@ -128,6 +129,7 @@ pub async fn serve(
     let keys = Arc::new(KeyStore::open(&config.data_dir)?);
     let registry = Registry::new(Records::open(config.data_dir.join("sandboxes"))?);
     let sandboxes = Sandboxes::new(config.max_sandboxes);
+    let metrics = config.metrics.as_ref().map(|_| Arc::new(Metrics::new()));
     let pool = match config.pool {
         0 => None,
         size => {
@@ -153,7 +155,16 @@ pub async fn serve(
             let default = create::check(request, &Principal::Owner, &context)
                 .map_err(|status| ServerError::Pool(status.message().to_owned()))?;
             let builder = default.machine.builder((config.builder)(), None);
-            let pool = airlock::PoolConfig::new(builder, size).warm_up(config.pool_warm_up.clone());
+            let mut pool =
+                airlock::PoolConfig::new(builder, size).warm_up(config.pool_warm_up.clone());
+            if let Some(metrics) = &metrics {
+                let metrics = Arc::downgrade(metrics);
+                pool = pool.on_refilled(move |took| {
+                    if let Some(metrics) = metrics.upgrade() {
+                        metrics.pool_refilled(took);
+                    }
+                });
+            }
             sandboxes
                 .configure_pool(pool)
                 .map_err(|error| ServerError::Pool(airlock::error_chain(&error)))?;
@@ -187,11 +198,14 @@ pub async fn serve(
             listener.endpoint.is_tls(),
         )));
     }
-    state.usage = Some(Arc::new(crate::usage::Ledger::open(
-        &state.config.data_dir,
-        state.builder().saved_store(),
-        crate::workspaces::WorkspaceStore::new(&state.config.data_dir),
-    )?));
+    state.metrics = metrics;
+    if state.config.usage_ledger {
+        state.usage = Some(Arc::new(crate::usage::Ledger::open(
+            &state.config.data_dir,
+            state.builder().saved_store(),
+            crate::workspaces::WorkspaceStore::new(&state.config.data_dir),
+        )?));
+    }
     let state = Arc::new(state);
     if let Err(status) = state.snapshots.open_up(&state.config.data_dir) {
         tracing::warn!(error = status.message(), "snapshots' directory");
@@ -205,11 +219,16 @@ pub async fn serve(
     state.snapshots.collect(&keys);
     recover(&state).await;
     if let Some(ledger) = &state.usage {
-        state.spawn(Arc::clone(ledger).run(Arc::downgrade(&state)));
+        let server = Arc::downgrade(&state);
+        state.spawn(
+            Arc::clone(ledger).run(move || server.upgrade().map(|state| state.registry.all())),
+        );
     }
     state.spawn(crate::events::watch(Arc::clone(&state)));
     if let Some(webhooks) = &state.webhooks {
-        webhooks.start(&state);
+        for task in webhooks.tasks(Arc::clone(&state)) {
+            state.spawn(task);
+        }
     }
     let owners: std::collections::HashSet<String> = state
         .registry
@@ -239,7 +258,9 @@ pub async fn serve(
             }
         });
         let (stop, stopped) = oneshot::channel::<()>();
-        let router = routes!(tonic::transport::Server::builder(), services, OwnerOnly);
+        let mut builder =
+            tonic::transport::Server::builder().layer(StatusLayer::new(state.metrics.clone()));
+        let router = routes!(builder, services, OwnerOnly);
         servers.push(tokio::spawn(router.serve_with_incoming_shutdown(
             incoming,
             async {
@@ -251,12 +272,17 @@ pub async fn serve(
     if let Some(endpoint) = listeners.tcp.take() {
         let address = endpoint.local_addr().ok();
         let incoming = ReceiverStream::new(endpoint.accept());
-        let auth = KeyAuth::new(Arc::clone(&state.keys), Arc::new(Throttle::default()));
+        let auth = KeyAuth::new(
+            Arc::clone(&state.keys),
+            Arc::new(Throttle::default()),
+            state.metrics.clone(),
+        );
         let (stop, stopped) = oneshot::channel::<()>();
         let mut builder = tonic::transport::Server::builder()
             .accept_http1(true)
             .layer(cors(&cors_origins))
-            .layer(tonic_web::GrpcWebLayer::new());
+            .layer(tonic_web::GrpcWebLayer::new())
+            .layer(StatusLayer::new(state.metrics.clone()));
         let router = routes!(builder, services, auth);
         servers.push(tokio::spawn(router.serve_with_incoming_shutdown(
             incoming,
@@ -294,6 +320,20 @@ pub async fn serve(
         });
         servers.push(tokio::spawn(async move {
             crate::e2b::serve(front, listener.endpoint, stopped).await;
+            Ok(())
+        }));
+        stops.push(stop);
+    }
+    if let (Some(endpoint), Some(metrics)) = (state.config.metrics.clone(), &state.metrics) {
+        let (stop, stopped) = oneshot::channel::<()>();
+        tracing::info!(address = %endpoint.local_addr(), "serving metrics");
+        let registry = metrics.registry(Box::new(crate::metrics::live::Live::new(Arc::downgrade(
+            &state,
+        ))));
+        servers.push(tokio::spawn(async move {
+            if let Err(error) = crate::metrics::serve(endpoint, registry, stopped).await {
+                tracing::warn!(error = %airlock::error_chain(&error), "metrics");
+            }
             Ok(())
         }));
         stops.push(stop);

@@ -37,6 +37,8 @@ pub struct State {
     pub sandboxes: Sandboxes,
     pub registry: Registry,
     pub keys: Arc<KeyStore>,
+    /// What the server counts, when it serves metrics.
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
     /// Where image names are looked up (the configuration's).
     pub images: ImageStore,
     /// The server's named templates and its keys' (see `templates`).
@@ -67,6 +69,12 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+impl AsRef<Events> for State {
+    fn as_ref(&self) -> &Events {
+        &self.events
+    }
+}
+
 impl State {
     pub fn new(
         config: ServerConfig,
@@ -88,6 +96,7 @@ impl State {
             sandboxes,
             registry,
             keys,
+            metrics: None,
             pool,
             trackers: Trackers::default(),
             relays: Relays::default(),
@@ -171,13 +180,24 @@ impl State {
         if let Some(handle) = &entry.handle {
             return Ok((entry.clone(), Arc::clone(handle)));
         }
-        let handle = self
+        let handle = self.restore(id).await?;
+        self.registry.set_handle(id, Arc::clone(&handle));
+        Ok((entry, handle))
+    }
+
+    /// The handle of the sandbox `id`, saved to disk and restored now (or
+    /// restored by a call meanwhile), counted in the metrics as a create.
+    async fn restore(&self, id: &str) -> Result<Arc<Sandbox>, Status> {
+        let begun = std::time::Instant::now();
+        let restored = self
             .sandboxes
             .get_or_restore(self.builder(), id)
             .await
-            .map_err(|error| error_status(&error))?;
-        self.registry.set_handle(id, Arc::clone(&handle));
-        Ok((entry, handle))
+            .map_err(|error| error_status(&error));
+        if let Some(metrics) = &self.metrics {
+            metrics.created(crate::metrics::Origin::Restored, &restored, begun.elapsed());
+        }
+        restored
     }
 
     /// The handle of a sandbox the ingress found (restoring one saved to
@@ -187,11 +207,7 @@ impl State {
             Some(handle) => Arc::clone(handle),
             None => {
                 let id = &entry.record.id;
-                let handle = self
-                    .sandboxes
-                    .get_or_restore(self.builder(), id)
-                    .await
-                    .map_err(|error| error_status(&error))?;
+                let handle = self.restore(id).await?;
                 self.registry.set_handle(id, Arc::clone(&handle));
                 handle
             }

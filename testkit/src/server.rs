@@ -17,8 +17,8 @@ use std::sync::Arc;
 use airlock::SandboxBuilder;
 use airlock_client::{api, Client, Endpoint};
 use airlock_server::{
-    IngressListener, Listeners, OnExit, ServerConfig, ServerError, TcpEndpoint, TlsFiles,
-    UnixSocket,
+    IngressListener, Listeners, MetricsEndpoint, OnExit, ServerConfig, ServerError, TcpEndpoint,
+    TlsFiles, UnixSocket,
 };
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -46,6 +46,13 @@ pub struct Options {
     /// What the server does with its sandboxes when it stops (default:
     /// kills them, so that nothing a test leaves runs on).
     pub on_exit: Option<OnExit>,
+    /// Serve Prometheus metrics on loopback ([`TestServer::metrics`]).
+    pub metrics: bool,
+    /// Keep no usage ledger (`ServerConfig::usage_ledger` off).
+    pub no_usage_ledger: bool,
+    /// Keep a warm pool of this many sandboxes of the default
+    /// configuration, with no warm-up.
+    pub pool: usize,
 }
 
 /// A running test server.
@@ -63,6 +70,8 @@ pub struct TestServer {
     /// The E2B-compatible front (plain HTTP on loopback, domain
     /// `e2b.localhost`).
     pub e2b: SocketAddr,
+    /// The metrics listener (on loopback), with `metrics`.
+    pub metrics: Option<SocketAddr>,
     /// The CA of the TLS listener (PEM file), with TLS.
     pub ca: Option<PathBuf>,
     /// The CA of the ingress's certificate, with `ingress_tls`.
@@ -161,6 +170,16 @@ impl TestServer {
         if let Some(calls) = options.max_calls_per_key {
             config.max_calls_per_key = calls;
         }
+        config.usage_ledger = !options.no_usage_ledger;
+        if options.metrics {
+            config.metrics =
+                Some(MetricsEndpoint::bind(loopback()).expect("bind the metrics listener"));
+        }
+        if options.pool > 0 {
+            config.pool = options.pool;
+            config.pool_warm_up = airlock::WarmUp::none();
+        }
+        let metrics = config.metrics.as_ref().map(MetricsEndpoint::local_addr);
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(airlock_server::serve(config, listeners, async {
             let _ = stopped.await;
@@ -173,6 +192,7 @@ impl TestServer {
             tcp: tcp_address,
             ingress: ingress_address,
             e2b: e2b_address,
+            metrics,
             _temp: temp,
             stop: Some(stop),
             task: Some(task),

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use airlock_server::{
-    IngressListener, Listeners, OnExit, ServerConfig, TcpEndpoint, TlsFiles, UnixSocket,
+    IngressListener, Listeners, MetricsEndpoint, OnExit, ServerConfig, TcpEndpoint, TlsFiles,
+    UnixSocket,
 };
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -86,6 +87,13 @@ pub struct ServeArgs {
     /// The TLS private key (PEM) of the E2B front.
     #[arg(long, value_name = "FILE", requires = "e2b_tls_cert")]
     pub e2b_tls_key: Option<PathBuf>,
+
+    /// Serve Prometheus metrics on HOST:PORT: plain HTTP, no API key, `GET
+    /// /metrics` in Prometheus' text format (counts only: no sandbox id or
+    /// key name; bind it on loopback or a network only Prometheus
+    /// reaches). Nothing is counted without it.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics: Option<SocketAddr>,
 
     /// A browser origin (https://app.example) whose pages may call the TCP
     /// listener with gRPC-Web. Repeatable; none by default.
@@ -268,7 +276,18 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             })
         }
     };
+    let metrics = match args.metrics {
+        None => None,
+        Some(addr) => {
+            let endpoint =
+                MetricsEndpoint::bind(addr).map_err(|error| airlock::error_chain(&error))?;
+            // Tests and scripts bound to port 0 read the port here.
+            eprintln!("airlock: metrics on {}", endpoint.local_addr());
+            Some(endpoint)
+        }
+    };
     let config = ServerConfig {
+        metrics,
         max_sandboxes: usize::from(args.max),
         pool: usize::from(args.pool),
         pool_warm_up: pool_warm_up(args.pool_warm),

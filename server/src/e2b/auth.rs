@@ -15,6 +15,7 @@ use airlock_api::auth::bearer_key;
 use super::reply::Failure;
 use super::Front;
 use crate::ingress::token;
+use crate::metrics::AuthCause;
 use crate::principal::Principal;
 use crate::registry::Entry;
 
@@ -45,6 +46,7 @@ pub fn api_key(front: &Front, headers: &HeaderMap, peer: IpAddr) -> Result<Princ
         return Err(refuse(
             front,
             peer,
+            AuthCause::Missing,
             "no API key: send X-API-KEY (E2B_API_KEY)",
         ));
     };
@@ -53,6 +55,7 @@ pub fn api_key(front: &Front, headers: &HeaderMap, peer: IpAddr) -> Result<Princ
         None => Err(refuse(
             front,
             peer,
+            AuthCause::Unknown,
             "invalid API key: an unknown or removed key (create one with `airlock key create`)",
         )),
     }
@@ -76,11 +79,13 @@ pub fn access(
         Some(_) => Err(refuse(
             front,
             peer,
+            AuthCause::Unknown,
             "the X-Access-Token is not this sandbox's",
         )),
         None => Err(refuse(
             front,
             peer,
+            AuthCause::Missing,
             "no X-Access-Token: send the envdAccessToken the sandbox was created with",
         )),
     }
@@ -88,18 +93,28 @@ pub fn access(
 
 fn blocked(front: &Front, peer: IpAddr) -> Result<(), Failure> {
     match front.throttle.blocked_for(peer) {
-        Some(wait) => Err(Failure::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "too many failed authentications from {peer}; retry in {} s",
-                wait.as_secs().max(1)
-            ),
-        )),
+        Some(wait) => {
+            count(front, AuthCause::Throttled);
+            Err(Failure::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "too many failed authentications from {peer}; retry in {} s",
+                    wait.as_secs().max(1)
+                ),
+            ))
+        }
         None => Ok(()),
     }
 }
 
-fn refuse(front: &Front, peer: IpAddr, why: &'static str) -> Failure {
+fn count(front: &Front, cause: AuthCause) {
+    if let Some(metrics) = &front.state().metrics {
+        metrics.auth_failed(crate::metrics::Front::E2b, cause);
+    }
+}
+
+fn refuse(front: &Front, peer: IpAddr, cause: AuthCause, why: &'static str) -> Failure {
+    count(front, cause);
     front.throttle.failed(peer);
     tracing::warn!(%peer, why, "e2b: authentication failed");
     Failure::new(StatusCode::UNAUTHORIZED, why)

@@ -87,6 +87,21 @@ async fn handle(
     client: SocketAddr,
     request: Request<Incoming>,
 ) -> Response<Body> {
+    let response = answer(state, ingress, client, request).await;
+    if let Some(metrics) = &state.metrics {
+        metrics.ingress_answered(response.status());
+    }
+    response
+}
+
+/// The answer to one request: a client refused too often is refused at
+/// once.
+async fn answer(
+    state: &State,
+    ingress: &Ingress,
+    client: SocketAddr,
+    request: Request<Incoming>,
+) -> Response<Body> {
     if let Some(retry) = ingress.probes.blocked_for(client.ip()) {
         return refuse::too_many_refusals(client.ip(), retry);
     }

@@ -320,7 +320,7 @@ impl events_server::Events for Services {
             .hooks
             .put(hook.clone())
             .map_err(|e| internal("cannot keep the webhook", &e))?;
-        webhooks.start_worker(&self.state, &hook.id);
+        self.state.spawn(webhooks.worker(&hook.id));
         tracing::info!(id = hook.id, url = hook.url, principal = %call.principal, "webhook registered");
         Ok(Response::new(api::SetWebhookResponse {
             webhook: Some(self.webhook_info(webhooks, &hook)),

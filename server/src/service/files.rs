@@ -16,6 +16,7 @@ use airlock_api::v1::{self as api, files_server, ErrorReason};
 
 use super::Services;
 use crate::convert;
+use crate::state::State;
 use crate::status::error_status;
 use crate::validate;
 
@@ -154,6 +155,18 @@ fn write_data(
     tokio_util::io::StreamReader::new(Box::pin(chunks))
 }
 
+/// Counts a call of the service by its outcome, when the server counts.
+async fn counted<T>(
+    state: &State,
+    call: impl std::future::Future<Output = Result<T, Status>>,
+) -> Result<T, Status> {
+    let result = call.await;
+    if let Some(metrics) = &state.metrics {
+        metrics.file_call(&result);
+    }
+    result
+}
+
 #[tonic::async_trait]
 impl files_server::Files for Services {
     type ReadStream = Chunks;
@@ -162,193 +175,217 @@ impl files_server::Files for Services {
         &self,
         request: Request<api::ReadFileRequest>,
     ) -> Result<Response<Self::ReadStream>, Status> {
-        let call = self.admit(&request)?;
-        let request = request.into_inner();
-        validate::guest_path("path", &request.path)?;
-        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
-        let length = (request.length > 0).then_some(request.length);
-        let stream = handle
-            .fs()
-            .read_range(&request.path, request.offset, length)
-            .await
-            .map_err(|error| error_status(&error))?;
-        // The call's place is held while the stream lasts.
-        let stream = chunks(stream).inspect(move |_| {
-            let _held = &call;
-        });
-        Ok(Response::new(Box::pin(stream)))
+        counted(&self.state, async move {
+            let call = self.admit(&request)?;
+            let request = request.into_inner();
+            validate::guest_path("path", &request.path)?;
+            let (_, handle) = call.sandbox(&request.sandbox_id).await?;
+            let length = (request.length > 0).then_some(request.length);
+            let stream = handle
+                .fs()
+                .read_range(&request.path, request.offset, length)
+                .await
+                .map_err(|error| error_status(&error))?;
+            // The call's place is held while the stream lasts.
+            let stream = chunks(stream).inspect(move |_| {
+                let _held = &call;
+            });
+            Ok(Response::new(Box::pin(stream) as Chunks))
+        })
+        .await
     }
 
     async fn write(
         &self,
         request: Request<Streaming<api::WriteFileRequest>>,
     ) -> Result<Response<api::WriteFileResponse>, Status> {
-        use api::write_file_request::Part;
-        let call = self.admit(&request)?;
-        let mut stream = request.into_inner();
-        let header = match stream.message().await? {
-            Some(api::WriteFileRequest {
-                part: Some(Part::Header(header)),
-            }) => header,
-            _ => return Err(invalid("header", "a write begins with its header")),
-        };
-        validate::guest_path("header.path", &header.path)?;
-        let (_, handle) = call.sandbox(&header.sandbox_id).await?;
-        let mut options = WriteOptions::new();
-        if header.mode != 0 {
-            options = options.mode(validate::within(
-                "header.mode",
-                header.mode,
-                0,
-                limits::MAX_FILE_MODE,
-            )?);
-        }
-        if !header.user.is_empty() {
-            validate::user("header.user", &header.user)?;
-            options = options.user(header.user.clone());
-        }
-        if header.append {
-            options = options.append();
-        }
-        let refusal = Refusal::default();
-        let data = write_data(stream, header.require_end, refusal.clone());
-        let files = handle.fs();
-        let written = files
-            .write_with(&header.path, data, options)
-            .await
-            .map_err(|error| refusal.or(&error))?;
-        let info = files
-            .stat(&header.path)
-            .await
-            .map_err(|error| error_status(&error))?;
-        Ok(Response::new(api::WriteFileResponse {
-            file: Some(convert::file_info(&info)),
-            bytes_written: written,
-        }))
+        counted(&self.state, async move {
+            use api::write_file_request::Part;
+            let call = self.admit(&request)?;
+            let mut stream = request.into_inner();
+            let header = match stream.message().await? {
+                Some(api::WriteFileRequest {
+                    part: Some(Part::Header(header)),
+                }) => header,
+                _ => return Err(invalid("header", "a write begins with its header")),
+            };
+            validate::guest_path("header.path", &header.path)?;
+            let (_, handle) = call.sandbox(&header.sandbox_id).await?;
+            let mut options = WriteOptions::new();
+            if header.mode != 0 {
+                options = options.mode(validate::within(
+                    "header.mode",
+                    header.mode,
+                    0,
+                    limits::MAX_FILE_MODE,
+                )?);
+            }
+            if !header.user.is_empty() {
+                validate::user("header.user", &header.user)?;
+                options = options.user(header.user.clone());
+            }
+            if header.append {
+                options = options.append();
+            }
+            let refusal = Refusal::default();
+            let data = write_data(stream, header.require_end, refusal.clone());
+            let files = handle.fs();
+            let written = files
+                .write_with(&header.path, data, options)
+                .await
+                .map_err(|error| refusal.or(&error))?;
+            let info = files
+                .stat(&header.path)
+                .await
+                .map_err(|error| error_status(&error))?;
+            Ok(Response::new(api::WriteFileResponse {
+                file: Some(convert::file_info(&info)),
+                bytes_written: written,
+            }))
+        })
+        .await
     }
 
     async fn list(
         &self,
         request: Request<api::ListFilesRequest>,
     ) -> Result<Response<api::ListFilesResponse>, Status> {
-        let call = self.admit(&request)?;
-        let request = request.into_inner();
-        validate::guest_path("path", &request.path)?;
-        let depth = match request.depth {
-            0 => 1,
-            depth => validate::within("depth", depth, 1, limits::MAX_LIST_DEPTH)?,
-        };
-        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
-        let entries = handle
-            .fs()
-            .list(&request.path, depth)
-            .await
-            .map_err(|error| error_status(&error))?
-            .iter()
-            .map(convert::file_info)
-            .collect();
-        Ok(Response::new(api::ListFilesResponse { entries }))
+        counted(&self.state, async move {
+            let call = self.admit(&request)?;
+            let request = request.into_inner();
+            validate::guest_path("path", &request.path)?;
+            let depth = match request.depth {
+                0 => 1,
+                depth => validate::within("depth", depth, 1, limits::MAX_LIST_DEPTH)?,
+            };
+            let (_, handle) = call.sandbox(&request.sandbox_id).await?;
+            let entries = handle
+                .fs()
+                .list(&request.path, depth)
+                .await
+                .map_err(|error| error_status(&error))?
+                .iter()
+                .map(convert::file_info)
+                .collect();
+            Ok(Response::new(api::ListFilesResponse { entries }))
+        })
+        .await
     }
 
     async fn stat(
         &self,
         request: Request<api::StatRequest>,
     ) -> Result<Response<api::FileInfo>, Status> {
-        let call = self.admit(&request)?;
-        let request = request.into_inner();
-        validate::guest_path("path", &request.path)?;
-        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
-        let info = handle
-            .fs()
-            .stat(&request.path)
-            .await
-            .map_err(|error| error_status(&error))?;
-        Ok(Response::new(convert::file_info(&info)))
+        counted(&self.state, async move {
+            let call = self.admit(&request)?;
+            let request = request.into_inner();
+            validate::guest_path("path", &request.path)?;
+            let (_, handle) = call.sandbox(&request.sandbox_id).await?;
+            let info = handle
+                .fs()
+                .stat(&request.path)
+                .await
+                .map_err(|error| error_status(&error))?;
+            Ok(Response::new(convert::file_info(&info)))
+        })
+        .await
     }
 
     async fn exists(
         &self,
         request: Request<api::ExistsRequest>,
     ) -> Result<Response<api::ExistsResponse>, Status> {
-        let call = self.admit(&request)?;
-        let request = request.into_inner();
-        validate::guest_path("path", &request.path)?;
-        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
-        let exists = match handle.fs().stat(&request.path).await {
-            Ok(_) => true,
-            Err(error) if error.kind() == airlock::ErrorKind::NotFound => false,
-            Err(error) => return Err(error_status(&error)),
-        };
-        Ok(Response::new(api::ExistsResponse { exists }))
+        counted(&self.state, async move {
+            let call = self.admit(&request)?;
+            let request = request.into_inner();
+            validate::guest_path("path", &request.path)?;
+            let (_, handle) = call.sandbox(&request.sandbox_id).await?;
+            let exists = match handle.fs().stat(&request.path).await {
+                Ok(_) => true,
+                Err(error) if error.kind() == airlock::ErrorKind::NotFound => false,
+                Err(error) => return Err(error_status(&error)),
+            };
+            Ok(Response::new(api::ExistsResponse { exists }))
+        })
+        .await
     }
 
     async fn make_dir(
         &self,
         request: Request<api::MakeDirRequest>,
     ) -> Result<Response<api::MakeDirResponse>, Status> {
-        let call = self.admit(&request)?;
-        let request = request.into_inner();
-        validate::guest_path("path", &request.path)?;
-        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
-        let files = handle.fs();
-        let created = match files.stat(&request.path).await {
-            Ok(info) if info.is_dir() => false,
-            Ok(_) => {
-                return Err(reason::status(
-                    ErrorReason::GuestRefused,
-                    format!("{} exists and is not a directory", request.path),
-                ))
-            }
-            Err(error) if error.kind() == airlock::ErrorKind::NotFound => {
-                files
-                    .mkdir(&request.path, true)
-                    .await
-                    .map_err(|error| error_status(&error))?;
-                true
-            }
-            Err(error) => return Err(error_status(&error)),
-        };
-        Ok(Response::new(api::MakeDirResponse { created }))
+        counted(&self.state, async move {
+            let call = self.admit(&request)?;
+            let request = request.into_inner();
+            validate::guest_path("path", &request.path)?;
+            let (_, handle) = call.sandbox(&request.sandbox_id).await?;
+            let files = handle.fs();
+            let created = match files.stat(&request.path).await {
+                Ok(info) if info.is_dir() => false,
+                Ok(_) => {
+                    return Err(reason::status(
+                        ErrorReason::GuestRefused,
+                        format!("{} exists and is not a directory", request.path),
+                    ))
+                }
+                Err(error) if error.kind() == airlock::ErrorKind::NotFound => {
+                    files
+                        .mkdir(&request.path, true)
+                        .await
+                        .map_err(|error| error_status(&error))?;
+                    true
+                }
+                Err(error) => return Err(error_status(&error)),
+            };
+            Ok(Response::new(api::MakeDirResponse { created }))
+        })
+        .await
     }
 
     async fn rename(
         &self,
         request: Request<api::RenameRequest>,
     ) -> Result<Response<api::FileInfo>, Status> {
-        let call = self.admit(&request)?;
-        let request = request.into_inner();
-        validate::guest_path("from", &request.from)?;
-        validate::guest_path("to", &request.to)?;
-        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
-        let files = handle.fs();
-        files
-            .rename(&request.from, &request.to)
-            .await
-            .map_err(|error| error_status(&error))?;
-        let info = files
-            .stat(&request.to)
-            .await
-            .map_err(|error| error_status(&error))?;
-        Ok(Response::new(convert::file_info(&info)))
+        counted(&self.state, async move {
+            let call = self.admit(&request)?;
+            let request = request.into_inner();
+            validate::guest_path("from", &request.from)?;
+            validate::guest_path("to", &request.to)?;
+            let (_, handle) = call.sandbox(&request.sandbox_id).await?;
+            let files = handle.fs();
+            files
+                .rename(&request.from, &request.to)
+                .await
+                .map_err(|error| error_status(&error))?;
+            let info = files
+                .stat(&request.to)
+                .await
+                .map_err(|error| error_status(&error))?;
+            Ok(Response::new(convert::file_info(&info)))
+        })
+        .await
     }
 
     async fn remove(
         &self,
         request: Request<api::RemoveRequest>,
     ) -> Result<Response<api::RemoveResponse>, Status> {
-        let call = self.admit(&request)?;
-        let request = request.into_inner();
-        validate::guest_path("path", &request.path)?;
-        if request.path == "/" {
-            return Err(invalid("path", "refusing to remove the guest's root"));
-        }
-        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
-        handle
-            .fs()
-            .remove(&request.path, true)
-            .await
-            .map_err(|error| error_status(&error))?;
-        Ok(Response::new(api::RemoveResponse {}))
+        counted(&self.state, async move {
+            let call = self.admit(&request)?;
+            let request = request.into_inner();
+            validate::guest_path("path", &request.path)?;
+            if request.path == "/" {
+                return Err(invalid("path", "refusing to remove the guest's root"));
+            }
+            let (_, handle) = call.sandbox(&request.sandbox_id).await?;
+            handle
+                .fs()
+                .remove(&request.path, true)
+                .await
+                .map_err(|error| error_status(&error))?;
+            Ok(Response::new(api::RemoveResponse {}))
+        })
+        .await
     }
 
     type WatchStream = Pin<Box<dyn Stream<Item = Result<api::WatchEvent, Status>> + Send>>;
@@ -357,62 +394,68 @@ impl files_server::Files for Services {
         &self,
         request: Request<api::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let call = self.admit(&request)?;
-        let request = request.into_inner();
-        validate::guest_path("path", &request.path)?;
-        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
-        let watch = handle
-            .fs()
-            .watch(&request.path, request.recursive)
-            .await
-            .map_err(|error| error_status(&error))?;
-        let events = futures::stream::unfold((watch, call), |(mut watch, call)| async move {
-            let next = watch.next().await?;
-            let item = next
-                .map(|event| convert::watch_event(&event))
-                .map_err(|error| error_status(&error));
-            Some((item, (watch, call)))
-        });
-        Ok(Response::new(Box::pin(events)))
+        counted(&self.state, async move {
+            let call = self.admit(&request)?;
+            let request = request.into_inner();
+            validate::guest_path("path", &request.path)?;
+            let (_, handle) = call.sandbox(&request.sandbox_id).await?;
+            let watch = handle
+                .fs()
+                .watch(&request.path, request.recursive)
+                .await
+                .map_err(|error| error_status(&error))?;
+            let events = futures::stream::unfold((watch, call), |(mut watch, call)| async move {
+                let next = watch.next().await?;
+                let item = next
+                    .map(|event| convert::watch_event(&event))
+                    .map_err(|error| error_status(&error));
+                Some((item, (watch, call)))
+            });
+            Ok(Response::new(Box::pin(events) as Self::WatchStream))
+        })
+        .await
     }
 
     async fn upload_tar(
         &self,
         request: Request<Streaming<api::UploadTarRequest>>,
     ) -> Result<Response<api::UploadTarResponse>, Status> {
-        use api::upload_tar_request::Part;
-        let call = self.admit(&request)?;
-        let mut stream = request.into_inner();
-        let header = match stream.message().await? {
-            Some(api::UploadTarRequest {
-                part: Some(Part::Header(header)),
-            }) => header,
-            _ => return Err(invalid("header", "an upload begins with its header")),
-        };
-        validate::guest_path("header.path", &header.path)?;
-        let (_, handle) = call.sandbox(&header.sandbox_id).await?;
-        let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let count = std::sync::Arc::clone(&counted);
-        let refusal = Refusal::default();
-        let data = reader(
-            stream,
-            move |message: api::UploadTarRequest| match message.part {
-                Some(Part::Data(data)) => {
-                    count.fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                    Some(data)
-                }
-                _ => None,
-            },
-            refusal.clone(),
-        );
-        handle
-            .fs()
-            .upload_tar(data, &header.path)
-            .await
-            .map_err(|error| refusal.or(&error))?;
-        Ok(Response::new(api::UploadTarResponse {
-            bytes: counted.load(std::sync::atomic::Ordering::Relaxed),
-        }))
+        counted(&self.state, async move {
+            use api::upload_tar_request::Part;
+            let call = self.admit(&request)?;
+            let mut stream = request.into_inner();
+            let header = match stream.message().await? {
+                Some(api::UploadTarRequest {
+                    part: Some(Part::Header(header)),
+                }) => header,
+                _ => return Err(invalid("header", "an upload begins with its header")),
+            };
+            validate::guest_path("header.path", &header.path)?;
+            let (_, handle) = call.sandbox(&header.sandbox_id).await?;
+            let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let count = std::sync::Arc::clone(&counted);
+            let refusal = Refusal::default();
+            let data = reader(
+                stream,
+                move |message: api::UploadTarRequest| match message.part {
+                    Some(Part::Data(data)) => {
+                        count.fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                        Some(data)
+                    }
+                    _ => None,
+                },
+                refusal.clone(),
+            );
+            handle
+                .fs()
+                .upload_tar(data, &header.path)
+                .await
+                .map_err(|error| refusal.or(&error))?;
+            Ok(Response::new(api::UploadTarResponse {
+                bytes: counted.load(std::sync::atomic::Ordering::Relaxed),
+            }))
+        })
+        .await
     }
 
     type DownloadTarStream = Chunks;
@@ -421,64 +464,73 @@ impl files_server::Files for Services {
         &self,
         request: Request<api::DownloadTarRequest>,
     ) -> Result<Response<Self::DownloadTarStream>, Status> {
-        let call = self.admit(&request)?;
-        let request = request.into_inner();
-        validate::guest_path("path", &request.path)?;
-        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
-        let stream = handle
-            .fs()
-            .download_tar(&request.path)
-            .await
-            .map_err(|error| error_status(&error))?;
-        let stream = chunks(stream).inspect(move |_| {
-            let _held = &call;
-        });
-        Ok(Response::new(Box::pin(stream)))
+        counted(&self.state, async move {
+            let call = self.admit(&request)?;
+            let request = request.into_inner();
+            validate::guest_path("path", &request.path)?;
+            let (_, handle) = call.sandbox(&request.sandbox_id).await?;
+            let stream = handle
+                .fs()
+                .download_tar(&request.path)
+                .await
+                .map_err(|error| error_status(&error))?;
+            let stream = chunks(stream).inspect(move |_| {
+                let _held = &call;
+            });
+            Ok(Response::new(Box::pin(stream) as Chunks))
+        })
+        .await
     }
 
     async fn track_changes(
         &self,
         request: Request<api::TrackChangesRequest>,
     ) -> Result<Response<api::TrackChangesResponse>, Status> {
-        let call = self.admit(&request)?;
-        let request = request.into_inner();
-        validate::count("roots", &request.roots, limits::MAX_TRACK_ROOTS)?;
-        for root in &request.roots {
-            validate::guest_path("roots", root)?;
-        }
-        let roots: Vec<String> = match request.roots.is_empty() {
-            true => DEFAULT_ROOTS.iter().map(|r| (*r).to_owned()).collect(),
-            false => request.roots,
-        };
-        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
-        let tracker = handle
-            .fs()
-            .track_changes(&roots)
-            .await
-            .map_err(|error| error_status(&error))?;
-        let tracker_id = self.state.trackers.add(&request.sandbox_id, tracker)?;
-        Ok(Response::new(api::TrackChangesResponse { tracker_id }))
+        counted(&self.state, async move {
+            let call = self.admit(&request)?;
+            let request = request.into_inner();
+            validate::count("roots", &request.roots, limits::MAX_TRACK_ROOTS)?;
+            for root in &request.roots {
+                validate::guest_path("roots", root)?;
+            }
+            let roots: Vec<String> = match request.roots.is_empty() {
+                true => DEFAULT_ROOTS.iter().map(|r| (*r).to_owned()).collect(),
+                false => request.roots,
+            };
+            let (_, handle) = call.sandbox(&request.sandbox_id).await?;
+            let tracker = handle
+                .fs()
+                .track_changes(&roots)
+                .await
+                .map_err(|error| error_status(&error))?;
+            let tracker_id = self.state.trackers.add(&request.sandbox_id, tracker)?;
+            Ok(Response::new(api::TrackChangesResponse { tracker_id }))
+        })
+        .await
     }
 
     async fn list_changes(
         &self,
         request: Request<api::ListChangesRequest>,
     ) -> Result<Response<api::ListChangesResponse>, Status> {
-        let call = self.admit(&request)?;
-        let request = request.into_inner();
-        call.sandbox(&request.sandbox_id).await?;
-        let tracker = self
-            .state
-            .trackers
-            .get(&request.sandbox_id, &request.tracker_id)?;
-        let changes = tracker
-            .changes()
-            .await
-            .map_err(|error| error_status(&error))?;
-        Ok(Response::new(api::ListChangesResponse {
-            changes: changes.changes.iter().map(convert::change).collect(),
-            truncated: changes.truncated,
-        }))
+        counted(&self.state, async move {
+            let call = self.admit(&request)?;
+            let request = request.into_inner();
+            call.sandbox(&request.sandbox_id).await?;
+            let tracker = self
+                .state
+                .trackers
+                .get(&request.sandbox_id, &request.tracker_id)?;
+            let changes = tracker
+                .changes()
+                .await
+                .map_err(|error| error_status(&error))?;
+            Ok(Response::new(api::ListChangesResponse {
+                changes: changes.changes.iter().map(convert::change).collect(),
+                truncated: changes.truncated,
+            }))
+        })
+        .await
     }
 
     type DownloadChangesStream = Chunks;
@@ -487,50 +539,58 @@ impl files_server::Files for Services {
         &self,
         request: Request<api::DownloadChangesRequest>,
     ) -> Result<Response<Self::DownloadChangesStream>, Status> {
-        let call = self.admit(&request)?;
-        let request = request.into_inner();
-        let (_, handle) = call.sandbox(&request.sandbox_id).await?;
-        let tracker = self
-            .state
-            .trackers
-            .get(&request.sandbox_id, &request.tracker_id)?;
-        let changes = tracker
-            .changes()
-            .await
-            .map_err(|error| error_status(&error))?;
-        let paths: Vec<_> = changes.present().map(|c| c.path.clone()).collect();
-        if paths.is_empty() {
-            // A tar of nothing: its two zero blocks.
-            let empty = api::FileChunk {
-                data: Bytes::from_static(&[0; 1024]),
-            };
-            return Ok(Response::new(Box::pin(futures::stream::iter([Ok(empty)]))));
-        }
-        let stream = handle
-            .fs()
-            .download_paths_tar(paths)
-            .await
-            .map_err(|error| error_status(&error))?;
-        let stream = chunks(stream).inspect(move |_| {
-            let _held = &call;
-        });
-        Ok(Response::new(Box::pin(stream)))
+        counted(&self.state, async move {
+            let call = self.admit(&request)?;
+            let request = request.into_inner();
+            let (_, handle) = call.sandbox(&request.sandbox_id).await?;
+            let tracker = self
+                .state
+                .trackers
+                .get(&request.sandbox_id, &request.tracker_id)?;
+            let changes = tracker
+                .changes()
+                .await
+                .map_err(|error| error_status(&error))?;
+            let paths: Vec<_> = changes.present().map(|c| c.path.clone()).collect();
+            if paths.is_empty() {
+                // A tar of nothing: its two zero blocks.
+                let empty = api::FileChunk {
+                    data: Bytes::from_static(&[0; 1024]),
+                };
+                return Ok(Response::new(
+                    Box::pin(futures::stream::iter([Ok(empty)])) as Chunks
+                ));
+            }
+            let stream = handle
+                .fs()
+                .download_paths_tar(paths)
+                .await
+                .map_err(|error| error_status(&error))?;
+            let stream = chunks(stream).inspect(move |_| {
+                let _held = &call;
+            });
+            Ok(Response::new(Box::pin(stream) as Chunks))
+        })
+        .await
     }
 
     async fn stop_tracking(
         &self,
         request: Request<api::StopTrackingRequest>,
     ) -> Result<Response<api::StopTrackingResponse>, Status> {
-        let call = self.call(&request)?;
-        let request = request.into_inner();
-        call.any_sandbox(&request.sandbox_id).await?;
-        let tracker = self
-            .state
-            .trackers
-            .take(&request.sandbox_id, &request.tracker_id)?;
-        if let Err(error) = tracker.finish(0).await {
-            tracing::debug!(error = %airlock::error_chain(&error), "releasing a snapshot");
-        }
-        Ok(Response::new(api::StopTrackingResponse {}))
+        counted(&self.state, async move {
+            let call = self.call(&request)?;
+            let request = request.into_inner();
+            call.any_sandbox(&request.sandbox_id).await?;
+            let tracker = self
+                .state
+                .trackers
+                .take(&request.sandbox_id, &request.tracker_id)?;
+            if let Err(error) = tracker.finish(0).await {
+                tracing::debug!(error = %airlock::error_chain(&error), "releasing a snapshot");
+            }
+            Ok(Response::new(api::StopTrackingResponse {}))
+        })
+        .await
     }
 }

@@ -26,6 +26,7 @@ use airlock_api::v1::{self as api, process_event, process_input, processes_serve
 use super::call::Call;
 use super::Services;
 use crate::convert;
+use crate::metrics::{FirstOutput, FirstOutputClaim};
 use crate::state::State;
 use crate::status::error_status;
 use crate::validate;
@@ -186,6 +187,7 @@ async fn pump(
     events: mpsc::Sender<Result<api::ProcessEvent, Status>>,
     on_disconnect: OnDisconnect,
     _call: Call,
+    mut first_output: Option<FirstOutputClaim>,
 ) {
     let pid = execution.pid();
     let handle = execution.handle();
@@ -208,7 +210,7 @@ async fn pump(
             }
         };
         tokio::select! {
-            ended = forward(&mut execution, &events) => exit = ended,
+            ended = forward(&mut execution, &events, &mut first_output) => exit = ended,
             status = applied => {
                 // A refused input ends the stream with its status; the
                 // program then goes as on a disconnect.
@@ -231,10 +233,12 @@ async fn pump(
 }
 
 /// Forwards events until the exit (returned), the client's going, or a
-/// failure (sent as the stream's status).
+/// failure (sent as the stream's status). The first output is timed for
+/// the metrics when this is its sandbox's first program.
 async fn forward(
     execution: &mut Execution,
     events: &mpsc::Sender<Result<api::ProcessEvent, Status>>,
+    first_output: &mut Option<FirstOutputClaim>,
 ) -> Option<api::ProcessExit> {
     loop {
         let next = tokio::select! {
@@ -249,7 +253,14 @@ async fn forward(
                 };
                 (vec![Ok(message)], Some(exit))
             }
-            Ok(Some(event)) => (output_messages(event, execution.offset()), None),
+            Ok(Some(event)) => {
+                if matches!(event, Event::Stdout(_) | Event::Stderr(_)) {
+                    if let Some(claim) = first_output.take() {
+                        claim.observe();
+                    }
+                }
+                (output_messages(event, execution.offset()), None)
+            }
             Ok(None) => return None,
             Err(error) => (vec![Err(error_status(&error))], None),
         };
@@ -338,14 +349,13 @@ async fn apply_inputs(
     }
 }
 
-#[tonic::async_trait]
-impl processes_server::Processes for Services {
-    type StartStream = Events;
-
-    async fn start(
+impl Services {
+    /// `Start`: the program the stream's first message asks for, started,
+    /// and the task that pumps its events.
+    async fn start_process(
         &self,
         request: Request<Streaming<api::ProcessInput>>,
-    ) -> Result<Response<Self::StartStream>, Status> {
+    ) -> Result<Response<Events>, Status> {
         let call = self.admit(&request)?;
         let mut inputs = request.into_inner();
         let start = match inputs.message().await? {
@@ -355,6 +365,8 @@ impl processes_server::Processes for Services {
             _ => return Err(invalid("start", "a process's stream begins with its start")),
         };
         let (entry, handle) = call.sandbox(&start.sandbox_id).await?;
+        // The sandbox's first program times its first output.
+        let first_output = entry.first_output.as_ref().and_then(FirstOutput::claim);
         let command = command(&start, &entry.record.envs)?;
         let execution = handle
             .exec(&command)
@@ -375,8 +387,25 @@ impl processes_server::Processes for Services {
             events,
             on_disconnect,
             call,
+            first_output,
         ));
         Ok(Response::new(Box::pin(ReceiverStream::new(stream))))
+    }
+}
+
+#[tonic::async_trait]
+impl processes_server::Processes for Services {
+    type StartStream = Events;
+
+    async fn start(
+        &self,
+        request: Request<Streaming<api::ProcessInput>>,
+    ) -> Result<Response<Self::StartStream>, Status> {
+        let started = self.start_process(request).await;
+        if let Some(metrics) = &self.state.metrics {
+            metrics.exec(&started);
+        }
+        started
     }
 
     type ConnectStream = Events;
@@ -407,10 +436,10 @@ impl processes_server::Processes for Services {
             events,
             OnDisconnect::Detach,
             call,
+            None,
         ));
         Ok(Response::new(Box::pin(ReceiverStream::new(stream))))
     }
-
     async fn list(
         &self,
         request: Request<api::ListProcessesRequest>,

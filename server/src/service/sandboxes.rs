@@ -1,7 +1,7 @@
 //! `airlock.api.v1.Sandboxes`: the lifecycle calls.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tonic::{Request, Response, Status};
 
@@ -14,6 +14,7 @@ use super::create::{self, Create};
 use super::Services;
 use crate::convert::{self, now_ms, sandbox_info};
 use crate::events::{self, Details, Draft, EventKind, PauseMode};
+use crate::metrics::Origin;
 use crate::principal::Principal;
 use crate::record::Record;
 use crate::registry::Entry;
@@ -56,44 +57,15 @@ impl Services {
     }
 }
 
-#[tonic::async_trait]
-impl sandboxes_server::Sandboxes for Services {
-    async fn ping(
-        &self,
-        request: Request<api::PingRequest>,
-    ) -> Result<Response<api::PingResponse>, Status> {
-        let call = self.call(&request)?;
-        let mut features = vec![
-            airlock_api::features::KEYS.to_owned(),
-            airlock_api::features::ADOPTION.to_owned(),
-        ];
-        if self.tls {
-            features.push(airlock_api::features::TLS.to_owned());
-        }
-        if self.grpc_web {
-            features.push(airlock_api::features::GRPC_WEB.to_owned());
-        }
-        if self.state.pool.is_some() {
-            features.push(airlock_api::features::POOL.to_owned());
-        }
-        if self.state.ingress.is_some() {
-            features.push(airlock_api::features::INGRESS.to_owned());
-        }
-        Ok(Response::new(api::PingResponse {
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            api_revision: airlock_api::REVISION,
-            features,
-            pid: match call.principal {
-                Principal::Owner => std::process::id(),
-                Principal::Key(_) => 0,
-            },
-            principal: call.principal.to_string(),
-        }))
-    }
-
-    async fn create(
+impl Services {
+    /// `Create`: the request checked, the key's quota reserved, the sandbox
+    /// started (from the pool where it can) and listed. `origin` is where
+    /// it comes from (or would have) once the request passed its checks.
+    async fn create_sandbox(
         &self,
         request: Request<api::CreateSandboxRequest>,
+        begun: Instant,
+        origin: &mut Option<Origin>,
     ) -> Result<Response<api::SandboxInfo>, Status> {
         let call = self.admit(&request)?;
         let state = &self.state;
@@ -103,6 +75,7 @@ impl sandboxes_server::Sandboxes for Services {
             &create::Context::of(state),
         )?;
         create::apply_host_access(&mut create, state.host_access(&call.principal))?;
+        *origin = Some(Origin::planned(&create.machine, state.pool.as_ref()));
         let reservation = state.registry.reserve(
             &call.principal,
             state.quota(&call.principal),
@@ -165,13 +138,68 @@ impl sandboxes_server::Sandboxes for Services {
         let record = self.record_for(handle.id(), &call.principal, &create, pooled);
         tracing::info!(id = handle.id(), principal = %call.principal, pooled, "created");
         let id = record.id.clone();
+        let metrics_origin = Origin::of(handle.origin(), pooled, create.machine.template.is_some());
+        *origin = Some(metrics_origin);
         let origin = convert::origin(handle.origin(), pooled);
         let created = events::created(&record, origin, format!("created by {}", call.principal));
         state.registry.insert(record, Some(handle));
         state.events.emit(created);
+        if let Some(metrics) = &state.metrics {
+            let first = metrics.awaiting_first_output(metrics_origin, begun);
+            state.registry.await_first_output(&id, first);
+        }
         drop(claim);
         drop(reservation);
         Ok(Response::new(self.info_of(&call.principal, &id)?))
+    }
+}
+
+#[tonic::async_trait]
+impl sandboxes_server::Sandboxes for Services {
+    async fn ping(
+        &self,
+        request: Request<api::PingRequest>,
+    ) -> Result<Response<api::PingResponse>, Status> {
+        let call = self.call(&request)?;
+        let mut features = vec![
+            airlock_api::features::KEYS.to_owned(),
+            airlock_api::features::ADOPTION.to_owned(),
+        ];
+        if self.tls {
+            features.push(airlock_api::features::TLS.to_owned());
+        }
+        if self.grpc_web {
+            features.push(airlock_api::features::GRPC_WEB.to_owned());
+        }
+        if self.state.pool.is_some() {
+            features.push(airlock_api::features::POOL.to_owned());
+        }
+        if self.state.ingress.is_some() {
+            features.push(airlock_api::features::INGRESS.to_owned());
+        }
+        Ok(Response::new(api::PingResponse {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            api_revision: airlock_api::REVISION,
+            features,
+            pid: match call.principal {
+                Principal::Owner => std::process::id(),
+                Principal::Key(_) => 0,
+            },
+            principal: call.principal.to_string(),
+        }))
+    }
+
+    async fn create(
+        &self,
+        request: Request<api::CreateSandboxRequest>,
+    ) -> Result<Response<api::SandboxInfo>, Status> {
+        let begun = Instant::now();
+        let mut origin = None;
+        let created = self.create_sandbox(request, begun, &mut origin).await;
+        if let (Some(metrics), Some(origin)) = (&self.state.metrics, origin) {
+            metrics.created(origin, &created, begun.elapsed());
+        }
+        created
     }
 
     async fn get(
@@ -276,7 +304,11 @@ impl sandboxes_server::Sandboxes for Services {
         validate::sandbox_id("sandbox_id", id)?;
         let _held = self.state.events.hold(id);
         let entry = self.state.registry.remove(&call.principal, id)?;
-        let ending = self.state.usage.as_ref().map(|ledger| ledger.before_end(&entry));
+        let ending = self
+            .state
+            .usage
+            .as_ref()
+            .map(|ledger| ledger.before_end(&entry));
         match self.state.sandboxes.remove(&self.state.builder(), id) {
             Ok(()) => {}
             // Ended and forgotten by the manager already.
@@ -365,12 +397,17 @@ impl sandboxes_server::Sandboxes for Services {
             count,
             parent.record.memory_mib,
         )?;
-        let children = self
+        let begun = Instant::now();
+        let forked = self
             .state
             .sandboxes
             .fork(&request.sandbox_id, count as usize)
             .await
-            .map_err(|error| error_status(&error))?;
+            .map_err(|error| error_status(&error));
+        if let Some(metrics) = &self.state.metrics {
+            metrics.forked(forked.as_ref().map(Vec::len), begun.elapsed());
+        }
+        let children = forked?;
         let mut sandboxes = Vec::with_capacity(children.len());
         let mut born = Vec::with_capacity(children.len());
         for child in children {

@@ -5,6 +5,7 @@
 //! - `store`: [`UsageStore`], the ledger on disk (SQLite, a versioned
 //!   schema), accruals and queries.
 //! - `period`: the UTC hours figures are kept by, and days' names.
+//! - `error`: [`UsageError`].
 //! - this file: [`Ledger`], which reads every sandbox's meters every
 //!   [`ACCRUAL_INTERVAL`] (and at a kill, and when the server stops) and
 //!   accrues them.
@@ -24,6 +25,7 @@
 //! each. The time of a sandbox that lives on (adopted, or on disk) is not
 //! lost: its clock carries it into the next server's first reading.
 
+pub mod error;
 pub mod period;
 pub mod store;
 
@@ -70,8 +72,11 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Now, in Unix milliseconds.
 fn now_ms() -> u64 {
-    crate::convert::unix_ms(SystemTime::now())
+    SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The ledger's name for the owner of a sandbox ("" for the machine's
@@ -303,17 +308,17 @@ impl Ledger {
         }
     }
 
-    /// Accrues every [`ACCRUAL_INTERVAL`] until the task is ended.
-    pub async fn run(self: Arc<Self>, registry: Weak<crate::state::State>) {
+    /// Accrues every [`ACCRUAL_INTERVAL`] the sandboxes `entries` gives
+    /// (the registry's), until it gives none (the server is gone) or the
+    /// task is ended.
+    pub async fn run(self: Arc<Self>, entries: impl Fn() -> Option<Vec<Entry>>) {
         let mut ticks = tokio::time::interval(ACCRUAL_INTERVAL);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            let Some(state) = registry.upgrade() else {
+            let Some(entries) = entries() else {
                 return;
             };
-            let entries = state.registry.all();
-            drop(state);
             self.accrue(entries).await;
         }
     }

@@ -24,6 +24,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
+pub use super::error::UsageError;
 use super::period::{day_name, hour_of, hours, spread, DAY_MS, HOUR_MS};
 
 /// The ledger's file name in the data directory.
@@ -83,35 +84,6 @@ const FIGURES: [&str; 11] = [
 ];
 
 const MIB: u64 = 1 << 20;
-
-/// Errors of the ledger.
-#[derive(Debug, thiserror::Error)]
-pub enum UsageError {
-    #[error("cannot open the usage ledger {}", path.display())]
-    Open {
-        path: PathBuf,
-        #[source]
-        source: rusqlite::Error,
-    },
-    #[error("cannot create the usage ledger {}", path.display())]
-    Create {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(
-        "the usage ledger {} has schema version {found} and this server knows {known} at most; \
-         run the newer server that wrote it",
-        path.display()
-    )]
-    TooNew {
-        path: PathBuf,
-        found: u32,
-        known: u32,
-    },
-    #[error("usage ledger")]
-    Sql(#[from] rusqlite::Error),
-}
 
 /// A sandbox's cumulative clock: the library's `SandboxUsage` in
 /// milliseconds, paused time split by where the memory was.

@@ -21,15 +21,16 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use airlock_atomic_file::Mode;
+use futures::future::{BoxFuture, FutureExt};
 use tokio::sync::{broadcast, Notify};
 
 use super::body::{body, webhook_type};
 use super::deliver;
-use super::hooks::{Hook, Hooks, HooksError};
-use super::outbox::{Delivery, Outbox, OutboxError};
+use super::error::WebhooksError;
+use super::hooks::{Hook, Hooks};
+use super::outbox::{Delivery, Outbox};
 use crate::convert::now_ms;
-use crate::events::Event;
-use crate::state::State;
+use crate::events::{Event, Events};
 
 /// How long a delivery is retried before it is dropped.
 pub const MAX_AGE: Duration = Duration::from_secs(72 * 3600);
@@ -46,22 +47,6 @@ pub fn backoff(attempts: u32) -> Duration {
         .checked_shl(attempts.saturating_sub(1))
         .unwrap_or(u64::MAX);
     Duration::from_secs(doubled).min(MAX_BACKOFF)
-}
-
-/// Errors of the webhooks' store.
-#[derive(Debug, thiserror::Error)]
-pub enum WebhooksError {
-    #[error(transparent)]
-    Hooks(#[from] HooksError),
-    #[error(transparent)]
-    Outbox(#[from] OutboxError),
-    #[error("cannot {action} {}", path.display())]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
 }
 
 /// What a webhook's deliveries came to (since the server started).
@@ -113,17 +98,20 @@ impl Webhooks {
         })
     }
 
-    /// Starts the pump and a worker per webhook, as tasks of `state`.
-    pub fn start(self: &Arc<Self>, state: &Arc<State>) {
-        state.spawn(Arc::clone(self).pump(Arc::clone(state)));
-        for hook in self.hooks.all() {
-            self.start_worker(state, &hook.id);
-        }
+    /// The tasks a server runs for its webhooks: the pump following the
+    /// bus of `server` (its state) and a worker per webhook.
+    pub fn tasks<S>(self: &Arc<Self>, server: Arc<S>) -> Vec<BoxFuture<'static, ()>>
+    where
+        S: AsRef<Events> + Send + Sync + 'static,
+    {
+        let mut tasks = vec![Arc::clone(self).pump(server).boxed()];
+        tasks.extend(self.hooks.all().iter().map(|hook| self.worker(&hook.id)));
+        tasks
     }
 
-    /// Starts the worker of the webhook `id` (one just registered).
-    pub fn start_worker(self: &Arc<Self>, state: &State, id: &str) {
-        state.spawn(Arc::clone(self).work(id.to_owned()));
+    /// The task of the webhook `id`'s worker (for one just registered).
+    pub fn worker(self: &Arc<Self>, id: &str) -> BoxFuture<'static, ()> {
+        Arc::clone(self).work(id.to_owned()).boxed()
     }
 
     /// What `id`'s deliveries came to, and how many wait.
@@ -201,9 +189,9 @@ impl Webhooks {
     }
 
     /// Queues the logged events after `cursor`; answers the last queued.
-    fn catch_up(&self, state: &State, mut cursor: u64) -> u64 {
+    fn catch_up(&self, events: &Events, mut cursor: u64) -> u64 {
         loop {
-            let batch = match state.events.after(cursor, REPLAY_BATCH) {
+            let batch = match events.after(cursor, REPLAY_BATCH) {
                 Ok(batch) => batch,
                 Err(error) => {
                     tracing::warn!(error = %airlock::error_chain(&error), "cannot read the event log for webhooks");
@@ -221,8 +209,9 @@ impl Webhooks {
     }
 
     /// Follows the bus, queueing each event.
-    async fn pump(self: Arc<Self>, state: Arc<State>) {
-        let (mut events, last) = state.events.subscribe_at();
+    async fn pump<S: AsRef<Events>>(self: Arc<Self>, server: Arc<S>) {
+        let bus: &Events = (*server).as_ref();
+        let (mut events, last) = bus.subscribe_at();
         let mut cursor = match self.read_cursor() {
             Some(cursor) => cursor,
             // A first start: webhooks get the events from now on.
@@ -231,7 +220,7 @@ impl Webhooks {
                 last
             }
         };
-        cursor = self.catch_up(&state, cursor);
+        cursor = self.catch_up(bus, cursor);
         loop {
             match events.recv().await {
                 Ok(event) if event.seq <= cursor => {}
@@ -241,7 +230,7 @@ impl Webhooks {
                 }
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     tracing::warn!(missed, "webhooks fell behind the events; reading the log");
-                    cursor = self.catch_up(&state, cursor);
+                    cursor = self.catch_up(bus, cursor);
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
             }

@@ -12,31 +12,12 @@ use airlock_atomic_file::Mode;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::error::HooksError;
 use super::sign;
 use crate::events::{Event, EventKind};
 
 /// Webhooks a principal may have.
 pub const MAX_PER_PRINCIPAL: usize = 8;
-
-/// Errors reading or writing the webhooks.
-#[derive(Debug, thiserror::Error)]
-pub enum HooksError {
-    #[error("cannot {action} {}", path.display())]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{} is not a list of webhooks", path.display())]
-    Corrupt {
-        path: PathBuf,
-        #[source]
-        source: serde_json::Error,
-    },
-    #[error("cannot make a secret")]
-    Secret(#[source] std::io::Error),
-}
 
 /// One webhook.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -19,12 +19,13 @@
 mod body;
 mod deliver;
 mod dispatch;
+pub mod error;
 mod hooks;
 mod outbox;
 mod sign;
-mod target;
+pub mod target;
 
-pub use dispatch::{Webhooks, WebhooksError};
+pub use dispatch::Webhooks;
 pub use hooks::{new_id, Hook, MAX_PER_PRINCIPAL};
 pub use sign::new_secret;
-pub use target::{Target, TargetError};
+pub use target::Target;

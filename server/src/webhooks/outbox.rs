@@ -11,29 +11,12 @@
 
 use std::path::{Path, PathBuf};
 
+use super::error::OutboxError;
 use airlock_atomic_file::Mode;
 use serde::{Deserialize, Serialize};
 
 /// Deliveries a webhook's outbox holds at most.
 pub const MAX_PENDING: usize = 10_000;
-
-/// Errors reading or writing the outbox.
-#[derive(Debug, thiserror::Error)]
-pub enum OutboxError {
-    #[error("cannot {action} {}", path.display())]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{} is not a delivery", path.display())]
-    Corrupt {
-        path: PathBuf,
-        #[source]
-        source: serde_json::Error,
-    },
-}
 
 /// One delivery of one event to one webhook.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

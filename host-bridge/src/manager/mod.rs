@@ -256,6 +256,7 @@ impl Sandboxes {
     /// Thaws a pool member, personalises it again (fresh entropy, the
     /// clock; its answer proves the agent answers, as a VM that died frozen
     /// may not be noticed yet), and tracks it, its clock started afresh.
+    #[tracing::instrument(name = "hand_out", skip_all, fields(id = member.id()))]
     async fn hand_out(&self, member: Sandbox) -> Result<Arc<Sandbox>> {
         member.resume().await?;
         match tokio::time::timeout(HANDOUT_CHECK_TIMEOUT, member.personalize_again()).await {

@@ -65,7 +65,9 @@ fn top_up(inner: &Arc<Inner>) {
     ended.dispose();
 }
 
-/// One fill: a sandbox started in `slot` and frozen, for the pool.
+/// One fill: a sandbox started in `slot` and frozen, for the pool (a
+/// trace of its own: no call waits for it).
+#[tracing::instrument(name = "pool_fill", skip_all)]
 async fn fill(inner: Weak<Inner>, order: FillOrder, slot: OwnedSemaphorePermit) {
     let FillOrder {
         id,

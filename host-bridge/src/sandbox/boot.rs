@@ -12,6 +12,7 @@ use airlock_proto::v1::{PersonalizeRequest, PersonalizeResponse};
 use airlock_proto::Feature;
 use tokio::sync::OwnedSemaphorePermit;
 use tonic::transport::Channel;
+use tracing::Instrument;
 
 use super::builder::{GuestChannel, SandboxBuilder};
 use super::clone::CloneError;
@@ -81,11 +82,9 @@ impl SandboxBuilder {
         let accel = self.accel.resolve().map_err(ConfigError::from)?;
         // The lock is taken before anything starts, and lives in the Sandbox.
         let workspace = match &self.workspace {
-            Some(path) => Some(Workspace::open(
-                path,
-                self.workspace_bytes,
-                self.workspace_group(accel),
-            )?),
+            Some(path) => Some(tracing::info_span!("open_workspace").in_scope(|| {
+                Workspace::open(path, self.workspace_bytes, self.workspace_group(accel))
+            })?),
             None => None,
         };
         let mut disks = self.disks();
@@ -94,7 +93,9 @@ impl SandboxBuilder {
             disk.path = ws.path().to_owned();
         }
         if self.collect_orphans {
-            crate::gc::collect_before_start(self.state_dir_base.clone()).await;
+            crate::gc::collect_before_start(self.state_dir_base.clone())
+                .instrument(tracing::info_span!("collect_orphans"))
+                .await;
         }
         let deadline = Deadline {
             at: begin + self.boot_timeout,
@@ -401,6 +402,7 @@ impl SandboxBuilder {
                 ))
             }
             BackendKind::Process { agent } => {
+                let _span = tracing::info_span!("launch_vmm", incoming).entered();
                 tracing::info!(state_dir = %dir.path().display(), "starting the agent as a process");
                 Backend::Process(ProcessVm::start(agent, dir.path())?)
             }
@@ -440,6 +442,7 @@ impl SandboxBuilder {
 }
 
 /// Gives the guest fresh entropy, the host's clock, its hostname and id.
+#[tracing::instrument(name = "personalize", skip_all)]
 async fn personalize(channel: &Channel, id: &str) -> Result<()> {
     let request = personalize_request(id)?;
     let mut client = SystemClient::new(channel.clone()).capped();

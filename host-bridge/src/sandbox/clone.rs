@@ -143,6 +143,7 @@ impl SandboxBuilder {
 
     /// Boots the template VM, waits for its agent, disconnects and saves
     /// its state into `building`. Returns the agent's version.
+    #[tracing::instrument(name = "make_template", skip_all)]
     async fn save_template(
         &self,
         accel: Accel,

@@ -12,6 +12,9 @@
 //!    [`DIAL_GRACE`] means the channel itself is broken, and the error says
 //!    what each side showed (the device's state and log, the console)
 //!    instead of waiting out the boot deadline.
+//!
+//! The spans `connect_agent`, `wait_for_agent` (phase 1: on a cold boot,
+//! the guest's boot) and `dial_agent` (phase 2) time them.
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +24,7 @@ use airlock_proto::{READY_ANNOUNCEMENT, READY_PORT};
 use tokio::io::AsyncReadExt;
 use tokio::net::{UnixListener, UnixStream};
 use tonic::transport::Channel;
+use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::transport::{AgentStream, AgentTransport, CapMessages, Quiesce};
@@ -58,6 +62,7 @@ pub(super) struct Deadline {
 
 /// Waits for the agent's announcement (if the backend has one), then
 /// connects and checks Health.
+#[tracing::instrument(name = "connect_agent", skip_all)]
 pub(super) async fn connect_agent(vmm: &mut Backend, deadline: Deadline) -> Result<Reached> {
     let readiness = vmm
         .take_readiness()
@@ -66,20 +71,29 @@ pub(super) async fn connect_agent(vmm: &mut Backend, deadline: Deadline) -> Resu
         Readiness::Announcement(listener) => {
             let announced = wait_for_announcement(vmm, &listener, deadline).await?;
             tracing::debug!("the agent announced itself");
-            dial(vmm, announced, DIAL_GRACE, deadline).await
+            dial(vmm, announced, DIAL_GRACE, deadline)
+                .instrument(tracing::info_span!("dial_agent"))
+                .await
         }
         Readiness::Opening => {
             let opened = open_serial(vmm, deadline).await?;
             tracing::debug!("the agent answered the opening");
-            dial_opened(vmm, opened, deadline).await
+            dial_opened(vmm, opened, deadline)
+                .instrument(tracing::info_span!("dial_agent"))
+                .await
         }
         // Nothing to wait for but the agent itself: the boot deadline
         // bounds the dialling.
-        Readiness::Dial => dial(vmm, Instant::now(), deadline.timeout, deadline).await,
+        Readiness::Dial => {
+            dial(vmm, Instant::now(), deadline.timeout, deadline)
+                .instrument(tracing::info_span!("dial_agent"))
+                .await
+        }
     }
 }
 
 /// Phase 1: returns when the agent announced itself.
+#[tracing::instrument(name = "wait_for_agent", skip_all)]
 async fn wait_for_announcement(
     vmm: &mut Backend,
     listener: &UnixListener,
@@ -125,6 +139,7 @@ async fn wait_for_announcement(
 
 /// Phase 1 on the serial channel: opens a connection, which succeeds once
 /// the agent serves; watches the VMM meanwhile.
+#[tracing::instrument(name = "wait_for_agent", skip_all)]
 async fn open_serial(vmm: &mut Backend, deadline: Deadline) -> Result<AgentStream> {
     let transport = vmm.transport();
     let mut last_error = String::from("the agent has not answered the opening");

@@ -85,6 +85,7 @@ impl Sandbox {
 
 impl SandboxBuilder {
     /// Starts one child of a fork from the parent's state in `source`.
+    #[tracing::instrument(name = "fork_child", skip_all, fields(parent = parent))]
     async fn start_fork(
         self,
         machine: &SavedVm,

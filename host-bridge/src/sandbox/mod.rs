@@ -13,6 +13,14 @@
 //! [`Sandbox::resume`] park it, and every call goes through a channel that
 //! counts it and holds it back while the VM is paused.
 //!
+//! A start runs in a `sandbox_start` span (`sandbox_restore` for a restore,
+//! `fork_child` for a fork's child), with a span for each of its parts:
+//! `open_workspace`, `collect_orphans`, `make_template`, `launch_vmm`,
+//! `restore_template` (a clone's state loaded; `restore_saved` for a saved
+//! sandbox or a fork), `connect_agent` (`wait_for_agent`, which on a cold
+//! boot is the guest's boot, then `dial_agent`), `personalize`,
+//! `install_ca` and `enable_network`.
+//!
 //! - `builder`: [`SandboxBuilder`], its checks, the kernel command line and
 //!   the disks it describes.
 //! - `boot`: [`SandboxBuilder::start`], from the state directory to a

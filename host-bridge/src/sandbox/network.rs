@@ -44,6 +44,7 @@ impl SandboxNetwork {
     /// public roots and `roots`, the ones the guest was given.
     /// With `audit_dir` (an adoptable sandbox's state directory) the audit
     /// log is kept there too.
+    #[tracing::instrument(name = "enable_network", skip_all)]
     pub(super) async fn enable(
         channel: &Channel,
         features: AgentFeatures,

@@ -205,6 +205,7 @@ impl SandboxBuilder {
 
     /// The template `snapshot`'s clones map under this host's QEMU: found,
     /// or made from the saved stream under its key's lock.
+    #[tracing::instrument(name = "snapshot_template", skip_all)]
     pub(super) async fn clones_template(&self, snapshot: &Snapshot) -> Result<Template> {
         let failed = |e: crate::template::TemplateError| {
             Error::snapshot("the snapshot's clones' template", e)

@@ -20,6 +20,7 @@ use crate::trust::GuestRoots;
 const TRUST_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Installs `roots` in the guest behind `channel`.
+#[tracing::instrument(name = "install_ca", skip_all)]
 pub(super) async fn install(
     channel: &Channel,
     features: AgentFeatures,

@@ -102,6 +102,7 @@ impl QemuVm {
     /// Starts QEMU (after the vsock device, on that channel) as `user`,
     /// with files under `paths`; on vsock the agent serves on guest port
     /// `agent_port`.
+    #[tracing::instrument(name = "launch_vmm", skip_all, fields(incoming = config.incoming))]
     pub async fn start(
         config: &QemuConfig,
         paths: VmPaths,

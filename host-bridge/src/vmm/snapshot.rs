@@ -84,6 +84,7 @@ pub async fn cont(qmp_socket: &Path) -> Result<(), SnapshotError> {
 /// Loads a whole VM written by [`save_whole`] from `file` (at its current
 /// offset) into a VM started with `-incoming defer`, then runs it. Refuses
 /// a stream another QEMU version wrote.
+#[tracing::instrument(name = "restore_saved", skip_all)]
 pub async fn restore_whole(
     qmp_socket: &Path,
     file: &File,
@@ -180,6 +181,7 @@ async fn migrate_out(qmp: &mut Qmp, file: &File) -> Result<(), SnapshotError> {
 }
 
 /// Loads `state` into a VM started with `-incoming defer`, then runs it.
+#[tracing::instrument(name = "restore_template", skip_all)]
 pub async fn restore(qmp_socket: &Path, state: &File) -> Result<(), SnapshotError> {
     let mut qmp = connect(qmp_socket).await?;
     ignore_shared(&mut qmp).await?;

@@ -50,6 +50,8 @@
 //! - `usage`: the usage ledger (SQLite in the data directory), accrued
 //!   from the library's meters every 5 s, for `Usage.Query`.
 //! - `service`: one module per service of the API.
+//! - `trace`: a span per call (gRPC, and HTTP on the E2B front and the
+//!   ingress) for the binary's subscriber: its JSON log, its OTLP traces.
 //! - `validate`, `convert`, `status`: requests checked, answers and errors
 //!   mapped, each in one place.
 //! - `error`: [`ServerError`].
@@ -84,6 +86,7 @@ mod state;
 mod status;
 mod templates;
 mod templates_context;
+mod trace;
 mod trackers;
 mod usage;
 mod validate;

@@ -44,6 +44,7 @@ use crate::record::{Record, Records};
 use crate::registry::Registry;
 use crate::service::{create, Services};
 use crate::state::State;
+use crate::trace::TraceLayer;
 use airlock_api::throttle::Throttle;
 
 /// How long a stopping server waits for its connections to close.
@@ -258,8 +259,9 @@ pub async fn serve(
             }
         });
         let (stop, stopped) = oneshot::channel::<()>();
-        let mut builder =
-            tonic::transport::Server::builder().layer(StatusLayer::new(state.metrics.clone()));
+        let mut builder = tonic::transport::Server::builder()
+            .layer(TraceLayer)
+            .layer(StatusLayer::new(state.metrics.clone()));
         let router = routes!(builder, services, OwnerOnly);
         servers.push(tokio::spawn(router.serve_with_incoming_shutdown(
             incoming,
@@ -282,6 +284,8 @@ pub async fn serve(
             .accept_http1(true)
             .layer(cors(&cors_origins))
             .layer(tonic_web::GrpcWebLayer::new())
+            // Inside gRPC-Web's translation: the status is in trailers.
+            .layer(TraceLayer)
             .layer(StatusLayer::new(state.metrics.clone()));
         let router = routes!(builder, services, auth);
         servers.push(tokio::spawn(router.serve_with_incoming_shutdown(

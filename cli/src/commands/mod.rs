@@ -6,6 +6,9 @@
 //! - `shell`: an interactive shell on a terminal in a fresh sandbox (the
 //!   host terminal handled by `terminal`).
 //! - `gc`: kill and remove the sandboxes whose owner process died.
+//! - `logging`: the subscriber every command logs through (text, or
+//!   `serve --log-format json`), and `telemetry`, `serve --otlp-endpoint`'s
+//!   OTLP exporter (the `otlp` feature).
 //! - `serve`: the Airlock server (crate `airlock-server`) in the foreground;
 //!   `sandbox` and `key`: clients of it (crate `airlock-client`), local or
 //!   remote (`remote` says where the server is and maps its messages);
@@ -37,6 +40,7 @@ mod events;
 mod gc;
 mod image;
 mod key;
+mod logging;
 mod mcp;
 mod net;
 mod net_options;
@@ -52,6 +56,7 @@ mod session;
 mod shell;
 mod snapshot;
 mod stdout;
+mod telemetry;
 mod template;
 mod template_build;
 mod template_remote;
@@ -67,6 +72,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 pub use program_options::{ProgramOptions, ProgramOptionsError};
+pub use telemetry::Telemetry;
 use vm_options::BootOptions;
 
 /// Exit code when Airlock itself failed (not the command): as docker run does.
@@ -228,17 +234,17 @@ fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{text:?} is too big"))
 }
 
-/// Installs the tracing subscriber: warnings by default, Airlock's own
-/// progress with `--verbose`, anything with `RUST_LOG`.
-pub fn init_tracing(verbose: bool) {
-    let default = if verbose { "airlock=info" } else { "warn" };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+/// Installs the tracing subscriber (see `logging`): warnings by default,
+/// Airlock's own progress with `--verbose`, anything with `RUST_LOG`; as
+/// text, or as `serve --log-format` says, with the OTLP exporter `serve
+/// --otlp-endpoint` asks for. Call it with the tokio runtime entered; the
+/// [`Telemetry`] flushes the traces at the end.
+pub fn init_tracing(args: &Args) -> Result<Telemetry, logging::LoggingError> {
+    let options = match &args.command {
+        Commands::Serve(serve) => Some(&serve.log),
+        _ => None,
+    };
+    logging::init(args.verbose, options)
 }
 
 /// Runs the parsed command and returns the process exit code.

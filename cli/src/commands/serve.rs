@@ -3,7 +3,9 @@
 //! with TLS and API keys, and with `--ingress` the HTTP ingress into the
 //! servers programs start in sandboxes. SIGTERM or SIGINT stops it as `--on-exit` says
 //! (by default its sandboxes run on, for the next server to adopt),
-//! removes the socket and exits 0.
+//! removes the socket and exits 0. Its log is text or JSON lines
+//! (`--log-format`), and with `--otlp-endpoint` its traces go out over
+//! OTLP (both installed by `main`, see `logging`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,6 +17,7 @@ use airlock_server::{
 };
 use tokio::signal::unix::{signal, SignalKind};
 
+use super::logging::{self, LogFormat, LogOptions};
 use super::remote::default_socket;
 use super::EXIT_AIRLOCK_ERROR;
 
@@ -153,6 +156,10 @@ pub struct ServeArgs {
     /// AIRLOCK_SERVER_DIR, else server/ in the Airlock home).
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+
+    /// The log's format and the traces' exporter (installed by `main`).
+    #[command(flatten)]
+    pub log: LogOptions,
 }
 
 /// Where `--ingress` listens.
@@ -181,6 +188,7 @@ async fn ingress_listener(
     at: Option<IngressAt>,
     domain: Option<String>,
     tls: Option<TlsFiles>,
+    format: LogFormat,
 ) -> Result<Option<IngressListener>, airlock_server::ServerError> {
     let Some(at) = at else {
         return Ok(None);
@@ -199,7 +207,7 @@ async fn ingress_listener(
     };
     if let Ok(bound) = endpoint.local_addr() {
         // Tests and scripts bound to port 0 read the port here.
-        eprintln!("airlock: ingress on {bound}");
+        logging::notice(format, "ingress", bound);
     }
     Ok(Some(IngressListener {
         endpoint,
@@ -209,13 +217,14 @@ async fn ingress_listener(
 
 /// Serves until SIGTERM or SIGINT; returns the exit code.
 pub async fn run(args: ServeArgs) -> u8 {
+    let format = args.log.log_format;
     match serve(args).await {
         Ok(()) => {
             tracing::info!("stopped");
             0
         }
         Err(message) => {
-            eprintln!("airlock: {message}");
+            logging::failure(format, &message);
             EXIT_AIRLOCK_ERROR
         }
     }
@@ -230,6 +239,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         (Err(error), _) | (_, Err(error)) => return Err(format!("cannot handle signals: {error}")),
     };
     let failed = |error: airlock_server::ServerError| airlock::error_chain(&error);
+    let format = args.log.log_format;
     let socket = args.socket.unwrap_or_else(default_socket);
     let unix = UnixSocket::bind(&socket).await.map_err(failed)?;
     let tcp = match args.listen {
@@ -244,7 +254,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
                 .map_err(failed)?;
             if let Ok(bound) = endpoint.local_addr() {
                 // Tests and scripts bound to port 0 read the port here.
-                eprintln!("airlock: listening on {bound}");
+                logging::notice(format, "listening", bound);
             }
             Some(endpoint)
         }
@@ -253,7 +263,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
         _ => None,
     };
-    let ingress = ingress_listener(args.ingress, args.ingress_domain, ingress_tls)
+    let ingress = ingress_listener(args.ingress, args.ingress_domain, ingress_tls, format)
         .await
         .map_err(failed)?;
     let e2b = match args.e2b {
@@ -266,7 +276,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             let endpoint = TcpEndpoint::bind(addr, tls, true).await.map_err(failed)?;
             if let Ok(bound) = endpoint.local_addr() {
                 // Tests and scripts bound to port 0 read the port here.
-                eprintln!("airlock: e2b front on {bound}");
+                logging::notice(format, "e2b front", bound);
             }
             Some(airlock_server::E2bListener {
                 endpoint,
@@ -282,7 +292,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             let endpoint =
                 MetricsEndpoint::bind(addr).map_err(|error| airlock::error_chain(&error))?;
             // Tests and scripts bound to port 0 read the port here.
-            eprintln!("airlock: metrics on {}", endpoint.local_addr());
+            logging::notice(format, "metrics", endpoint.local_addr());
             Some(endpoint)
         }
     };

@@ -2,7 +2,8 @@
 //! keep-alive, HTTP/2 where TLS offers it or the client speaks it first),
 //! each request routed (`route`), authenticated (`auth`) and handed to the
 //! control plane, envd or the code interpreter; any other port of a
-//! sandbox goes through the ingress (`ingress`).
+//! sandbox goes through the ingress (`ingress`). Each request runs in its
+//! `http` span (see `crate::trace`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -15,6 +16,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 use super::reply::{self, Body};
 use super::route::{self, Destination};
@@ -23,6 +25,7 @@ use super::{auth, control, envd, ingress, interpreter, Front, ENVD_PORT, INTERPR
 use crate::ingress::bounds;
 use crate::listen::TcpEndpoint;
 use crate::principal::Principal;
+use crate::trace;
 
 /// Serves `endpoint` until `stop`, then ends every connection.
 pub(crate) async fn serve(front: Arc<Front>, endpoint: TcpEndpoint, stop: oneshot::Receiver<()>) {
@@ -48,7 +51,14 @@ pub(crate) async fn serve(front: Arc<Front>, endpoint: TcpEndpoint, stop: onesho
         connections.spawn(async move {
             let service = service_fn(move |request| {
                 let front = Arc::clone(&front);
-                async move { Ok::<_, Infallible>(handle(front, client, request).await) }
+                let span = trace::http_span("e2b", &request);
+                async move {
+                    let response = handle(front, client, request)
+                        .instrument(span.clone())
+                        .await;
+                    trace::record_http_status(&span, response.status());
+                    Ok::<_, Infallible>(response)
+                }
             });
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder

@@ -1,6 +1,7 @@
 //! The ingress listener: each connection served with hyper (HTTP/1.1 with
 //! keep-alive and upgrades, HTTP/2 where TLS offers it), each request
-//! routed, checked and carried by [`handle`].
+//! routed, checked and carried by [`handle`], in its `http` span (see
+//! `crate::trace`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -15,6 +16,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 use super::proxy::{self, Origin};
 use super::refuse::{self, Body};
@@ -23,6 +25,7 @@ use super::{bounds, token, Ingress};
 use crate::listen::TcpEndpoint;
 use crate::registry::Entry;
 use crate::state::State;
+use crate::trace;
 
 /// Serves `endpoint` until `stop`, then ends every connection.
 pub async fn serve(
@@ -53,7 +56,14 @@ pub async fn serve(
         connections.spawn(async move {
             let service = service_fn(move |request| {
                 let (state, ingress) = (Arc::clone(&state), Arc::clone(&ingress));
-                async move { Ok::<_, Infallible>(handle(&state, &ingress, client, request).await) }
+                let span = trace::http_span("ingress", &request);
+                async move {
+                    let response = handle(&state, &ingress, client, request)
+                        .instrument(span.clone())
+                        .await;
+                    trace::record_http_status(&span, response.status());
+                    Ok::<_, Infallible>(response)
+                }
             });
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder

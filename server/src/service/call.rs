@@ -7,8 +7,9 @@
 //!
 //! A handler makes its `Call` first ([`Services::admit`] for the calls
 //! counted against the limit, [`Services::call`] for the few that are not),
-//! checks the rest of its request, then asks the call for the sandbox. A
-//! stream keeps its `Call` until it ends, and with it the call's place.
+//! checks the rest of its request, then asks the call for the sandbox
+//! (which names it on the call's span, see `trace`). A stream keeps its
+//! `Call` until it ends, and with it the call's place.
 
 use std::sync::Arc;
 
@@ -37,12 +38,14 @@ impl Call {
     /// The principal's sandbox `id` with its handle, refusing one that has
     /// ended (one saved to disk is restored).
     pub async fn sandbox(&self, id: &str) -> Result<(Entry, Arc<Sandbox>), Status> {
+        crate::trace::record_sandbox(id);
         self.state.live_sandbox(&self.principal, id).await
     }
 
     /// The principal's sandbox `id` with its handle, whatever its state
     /// (one saved to disk is restored).
     pub async fn any_sandbox(&self, id: &str) -> Result<(Entry, Arc<Sandbox>), Status> {
+        crate::trace::record_sandbox(id);
         self.state.sandbox(&self.principal, id).await
     }
 
@@ -50,6 +53,7 @@ impl Call {
     /// handle (nothing is restored).
     pub fn entry(&self, field: &str, id: &str) -> Result<Entry, Status> {
         validate::sandbox_id(field, id)?;
+        crate::trace::record_sandbox(id);
         self.state.registry.get(&self.principal, id)
     }
 }

@@ -135,6 +135,7 @@ impl Services {
                 return Err(error_status(&error));
             }
         };
+        crate::trace::record_sandbox(handle.id());
         let record = self.record_for(handle.id(), &call.principal, &create, pooled);
         tracing::info!(id = handle.id(), principal = %call.principal, pooled, "created");
         let id = record.id.clone();
@@ -302,6 +303,7 @@ impl sandboxes_server::Sandboxes for Services {
         let call = self.call(&request)?;
         let id = &request.get_ref().sandbox_id;
         validate::sandbox_id("sandbox_id", id)?;
+        crate::trace::record_sandbox(id);
         let _held = self.state.events.hold(id);
         let entry = self.state.registry.remove(&call.principal, id)?;
         let ending = self
